@@ -1,0 +1,68 @@
+#pragma once
+/** The typed configuration rebound runs with (SPEC section 2).
+
+    Everything here is plain data, built once by `load_config` and then shared read-only by
+    every worker thread; nothing on the data path parses YAML or strings again.
+*/
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace rebound::config {
+
+using duration = std::chrono::milliseconds;
+
+/// A host:port to bind (listen, admin). `host` is an IP literal without brackets.
+struct endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+enum class unknown_hosts_policy { allow, deny };
+
+/** Limits on what a client may send. SPEC section 2 is silent on these; they are
+    rebound's own keys (`limits:`), documented in the README. */
+struct request_limits {
+  std::size_t max_request_head = 64 * 1024;  ///< request line + fields; above it: 431
+  std::uint64_t max_request_body = 0;        ///< 0 = unlimited; above it: 413
+  duration idle_timeout = std::chrono::seconds(60);  ///< idle keep-alive or stalled transfer
+};
+
+/** The per-request policy. Only the fields the forwarding core uses exist yet; the retry
+    fields (R-1..R-7) join it with the retry engine. */
+struct policy {
+  duration attempt_timeout = std::chrono::seconds(10);
+};
+
+struct dependency {
+  std::string name;
+  std::vector<std::string> hosts;  ///< as written: `host` or `host:port`
+  policy effective;                ///< resolved: dependency over defaults
+};
+
+struct config {
+  endpoint listen{"127.0.0.1", 3128};
+  endpoint admin{"127.0.0.1", 9901};
+  unsigned workers = 0;  ///< 0 = one per core
+  duration drain_timeout = std::chrono::seconds(10);
+  unknown_hosts_policy unknown_hosts = unknown_hosts_policy::allow;
+  request_limits limits;
+  policy defaults;
+  std::vector<dependency> dependencies;
+
+  /// Lower-cased `host` and `host:port` keys to an index into `dependencies`.
+  std::unordered_map<std::string, std::size_t> host_index;
+
+  /** The dependency a request for `host`:`port` belongs to, or nullptr for an unknown host.
+      `host:port` is tried before the bare host, both case-insensitively. */
+  const dependency* find_dependency(std::string_view host, std::uint16_t port) const;
+};
+
+/// Built-in defaults: what `rebound` with no arguments runs with.
+config default_config();
+
+}  // namespace rebound::config

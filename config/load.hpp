@@ -1,0 +1,46 @@
+#pragma once
+/** YAML → `config`: the one place that reads the configuration file.
+
+    Loading is start-up/control-plane work, so it reports problems by throwing
+    `config_error`, which carries every problem found (not just the first), each with the
+    file position and the dotted key path, as SPEC section 1 prints them. */
+#include "config/config.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rebound::config {
+
+struct diagnostic {
+  std::string file;
+  int line = 0;    ///< 1-based; 0 when unknown
+  int column = 0;  ///< 1-based
+  std::string path;     ///< e.g. `defaults.attempt_timeout`
+  std::string message;
+  std::string rule;     ///< e.g. `R-1`; empty for schema problems
+};
+
+/// `FILE:LINE:COL: path.to.key: message (rule)`
+std::string to_string(const diagnostic& d);
+
+class config_error : public std::runtime_error {
+ public:
+  /// `malformed`: the file could not be read or is not YAML (check exits 2, not 1).
+  explicit config_error(std::vector<diagnostic> diagnostics, bool malformed = false);
+  const std::vector<diagnostic>& diagnostics() const noexcept { return diagnostics_; }
+  bool malformed() const noexcept { return malformed_; }
+
+ private:
+  std::vector<diagnostic> diagnostics_;
+  bool malformed_;
+};
+
+/// Reads and validates FILE. Throws config_error (unreadable, malformed, or invalid).
+config load_config_file(const std::string& path);
+
+/// Same, from text; `name` stands for the file name in diagnostics.
+config load_config_text(std::string_view yaml, const std::string& name);
+
+}  // namespace rebound::config

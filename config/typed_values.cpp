@@ -1,0 +1,93 @@
+#include "config/typed_values.hpp"
+
+#include <boost/asio/ip/address.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <vector>
+
+namespace rebound::config {
+namespace {
+
+/// Splits "250ms" into 250 and "ms"; false when there is no leading integer or it overflows.
+bool split_number(std::string_view text, std::uint64_t& number, std::string_view& unit) {
+  auto const* first = text.data();
+  auto const* last = text.data() + text.size();
+  auto [end, ec] = std::from_chars(first, last, number);
+  if (ec != std::errc{} || end == first) return false;
+  unit = std::string_view(end, static_cast<std::size_t>(last - end));
+  return true;
+}
+
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+}  // namespace
+
+parsed<duration> parse_duration(std::string_view text) {
+  auto const accepted = " (expected a whole number with a unit: ms, s, m or h, e.g. 250ms, 1s, 2m, 24h)";
+  std::uint64_t n = 0;
+  std::string_view unit;
+  if (!split_number(text, n, unit)) return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
+  std::uint64_t scale = 0;
+  if (unit == "ms") scale = 1;
+  else if (unit == "s") scale = 1000;
+  else if (unit == "m") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  else return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
+  // A year is far beyond any sensible timeout and keeps every later addition of durations safe.
+  constexpr std::uint64_t max_ms = 366ull * 24 * 3'600'000;
+  if (n > max_ms / scale) return parsed<duration>::fail("duration " + quoted(text) + " is too large (at most 366 days)");
+  return parsed<duration>::ok(duration(static_cast<duration::rep>(n * scale)));
+}
+
+parsed<std::uint64_t> parse_size(std::string_view text) {
+  auto const accepted = " (expected a whole number of bytes, optionally with a unit: B, KiB, MiB, GiB, e.g. 512KiB)";
+  std::uint64_t n = 0;
+  std::string_view unit;
+  if (!split_number(text, n, unit)) return parsed<std::uint64_t>::fail("invalid size " + quoted(text) + accepted);
+  std::uint64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB") scale = 1ull << 10;
+  else if (unit == "MiB") scale = 1ull << 20;
+  else if (unit == "GiB") scale = 1ull << 30;
+  else return parsed<std::uint64_t>::fail("invalid size " + quoted(text) + accepted);
+  if (n > std::numeric_limits<std::uint64_t>::max() / scale)
+    return parsed<std::uint64_t>::fail("size " + quoted(text) + " is too large");
+  return parsed<std::uint64_t>::ok(n * scale);
+}
+
+parsed<endpoint> parse_endpoint(std::string_view text) {
+  auto const accepted = " (expected IP:PORT, e.g. 127.0.0.1:3128 or [::1]:3128)";
+  auto const colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return parsed<endpoint>::fail("invalid address " + quoted(text) + accepted);
+  std::string_view host = text.substr(0, colon);
+  std::string_view port_text = text.substr(colon + 1);
+  bool const bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  if (bracketed) host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  auto const addr = boost::asio::ip::make_address(std::string(host), ec);
+  if (ec || (addr.is_v6() && !bracketed)) return parsed<endpoint>::fail("invalid address " + quoted(text) + accepted);
+  unsigned port = 0;
+  auto [end, pec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (pec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
+    return parsed<endpoint>::fail("invalid port in " + quoted(text) + " (expected 0 to 65535)");
+  return parsed<endpoint>::ok(endpoint{std::string(host), static_cast<std::uint16_t>(port)});
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t const up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace rebound::config

@@ -1,0 +1,34 @@
+#pragma once
+/** Parsers for the typed scalars of the YAML (durations, sizes, endpoints).
+
+    Each returns the value or a message that says what was given and what is accepted, so
+    the loader can prefix it with the file position and key path. */
+#include "config/config.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rebound::config {
+
+template <class T>
+struct parsed {
+  std::optional<T> value;
+  std::string error;  ///< set when !value
+  static parsed fail(std::string msg) { return parsed{std::nullopt, std::move(msg)}; }
+  static parsed ok(T v) { return parsed{std::move(v), {}}; }
+};
+
+/// `250ms`, `1s`, `2m`, `24h` (a non-negative integer and a unit; no unit is an error).
+parsed<duration> parse_duration(std::string_view text);
+
+/// `512KiB`, `1MiB`, `2GiB`, `100B` or a plain number of bytes.
+parsed<std::uint64_t> parse_size(std::string_view text);
+
+/// `127.0.0.1:3128`, `[::1]:3128`, `0.0.0.0:0`: an IP literal and a port (0 = any free port).
+parsed<endpoint> parse_endpoint(std::string_view text);
+
+/// Levenshtein distance, for "did you mean" on unknown keys.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace rebound::config

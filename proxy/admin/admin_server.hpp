@@ -1,0 +1,18 @@
+#pragma once
+/** The admin API (SPEC section 7) on its own listener: health and readiness now; metrics,
+    config and dependencies join it with their issues. */
+#include "proxy/net.hpp"
+#include "proxy/observe/log.hpp"
+
+#include <atomic>
+
+namespace rebound::admin {
+
+struct admin_state {
+  std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
+};
+
+/// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.
+net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_state& state, const observe::logger& log);
+
+}  // namespace rebound::admin

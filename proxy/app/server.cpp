@@ -1,0 +1,179 @@
+#include "proxy/app/server.hpp"
+
+#include "proxy/admin/admin_server.hpp"
+#include "proxy/http/client_session.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/net.hpp"
+#include "proxy/upstream/pool.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <csignal>
+#include <thread>
+#include <vector>
+
+namespace rebound::app {
+namespace {
+
+using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+/// Idle pooled upstream connections live this long; upstreams commonly close at 60 s or
+/// later, so reuse never races their own idle close.
+constexpr std::chrono::seconds pool_idle_timeout{30};
+constexpr std::size_t pool_max_idle_per_upstream = 256;
+
+/// Member order is destruction order in reverse: the pool and the acceptor go before the
+/// io_context they use; the registry outlives it, since destroying the io_context destroys
+/// suspended sessions, which unregister.
+struct worker {
+  http::session_registry sessions;
+  net::io_context ioc{1};
+  upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
+  std::optional<tcp::acceptor> acceptor;
+  std::thread thread;
+};
+
+/// Logs what escaped a coroutine instead of losing it (co_spawn's detached would).
+struct report_failure {
+  const observe::logger* log;
+  const char* what;
+  void operator()(std::exception_ptr e) const {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      log->error("internal_error", {{"task", what}, {"message", x.what()}});
+    } catch (...) {
+      log->error("internal_error", {{"task", what}, {"message", "unknown exception"}});
+    }
+  }
+};
+
+net::awaitable<void> accept_loop(worker& w, http::session_context ctx) {
+  for (;;) {
+    auto [ec, socket] = co_await w.acceptor->async_accept(use_tuple);
+    if (ec) {
+      if (!w.acceptor->is_open() || ec == net::error::operation_aborted) co_return;
+      // Out of descriptors and the like: pause rather than spin on the failing accept.
+      ctx.log->warn("accept_failed", {{"listener", "proxy"}, {"message", ec.message()}});
+      net::steady_timer pause(w.ioc, std::chrono::milliseconds(100));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    net::co_spawn(w.ioc, http::run_client_session(ctx, std::move(socket)), report_failure{ctx.log, "client_session"});
+  }
+}
+
+net::awaitable<void> sweep_pool(worker& w) {
+  net::steady_timer timer(w.ioc);
+  for (;;) {
+    timer.expires_after(std::chrono::seconds(5));
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) co_return;
+    w.pool.sweep();
+  }
+}
+
+tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port) {
+  tcp::acceptor a(ioc);
+  a.open(ep.protocol());
+  a.set_option(net::socket_base::reuse_address(true));
+  if (share_port) a.set_option(reuse_port(true));
+  a.bind(ep);
+  a.listen(net::socket_base::max_listen_connections);
+  return a;
+}
+
+std::string to_string(const tcp::endpoint& ep) {
+  auto const a = ep.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
+}
+
+/** Two phases, as userver does it: readiness fails first, then the listeners close and
+    busy connections finish their exchange, up to drain_timeout. */
+net::awaitable<void> wait_for_stop(net::io_context& control, net::signal_set& signals,
+                                   std::vector<std::unique_ptr<worker>>& workers, admin::admin_state& state,
+                                   tcp::acceptor& admin_acceptor, const config::config& cfg, const observe::logger& log) {
+  int sig = 0;
+  for (;;) {
+    auto [ec, s] = co_await signals.async_wait(use_tuple);
+    if (ec) co_return;
+    sig = s;
+    if (sig != SIGHUP) break;
+    // Reload is its own piece of work (SPEC 1); until it lands SIGHUP must not kill the process.
+    log.warn("reload_unsupported", {{"message", "SIGHUP received; this build does not reload its config, restart to apply changes"}});
+  }
+  state.ready = false;
+  log.info("drain_started", {{"signal", sig}, {"drain_timeout_ms", static_cast<long long>(cfg.drain_timeout.count())}});
+  for (auto& w : workers) {
+    worker* wp = w.get();
+    net::post(wp->ioc, [wp] {
+      error_code ignored;
+      wp->acceptor->close(ignored);
+      wp->sessions.begin_drain();
+    });
+  }
+  auto const deadline = std::chrono::steady_clock::now() + cfg.drain_timeout;
+  net::steady_timer tick(control);
+  std::size_t remaining = 0;
+  for (;;) {
+    remaining = 0;
+    for (auto const& w : workers) remaining += w->sessions.active();
+    if (remaining == 0 || std::chrono::steady_clock::now() >= deadline) break;
+    tick.expires_after(std::chrono::milliseconds(20));
+    co_await tick.async_wait(use_tuple);
+  }
+  log.info("drain_finished", {{"connections_cut", remaining}});
+  error_code ignored;
+  admin_acceptor.close(ignored);
+  control.stop();
+}
+
+}  // namespace
+
+int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
+  unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<worker>> workers;
+  tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
+  for (unsigned i = 0; i < n; ++i) {
+    auto w = std::make_unique<worker>();
+    w->acceptor.emplace(bind_listener(w->ioc, ep, true));
+    // With port 0 the first bind picks the port; the other workers share that one.
+    ep = w->acceptor->local_endpoint();
+    workers.push_back(std::move(w));
+  }
+  net::io_context control{1};
+  tcp::acceptor admin_acceptor =
+      bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false);
+  admin::admin_state state;
+  net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
+  net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
+  net::co_spawn(control, wait_for_stop(control, signals, workers, state, admin_acceptor, *cfg, log),
+                report_failure{&log, "signals"});
+
+  for (auto& w : workers) {
+    http::session_context ctx{cfg, &w->pool, &log, &w->sessions};
+    net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
+    net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
+  }
+  for (auto& w : workers) {
+    worker* wp = w.get();
+    wp->thread = std::thread([wp] { wp->ioc.run(); });
+  }
+  state.ready = true;
+  log.info("listening", {{"listen", to_string(ep)}, {"admin", to_string(admin_acceptor.local_endpoint())},
+                         {"workers", n}, {"version", REBOUND_VERSION}});
+  control.run();
+  for (auto& w : workers) w->ioc.stop();
+  for (auto& w : workers) w->thread.join();
+  log.info("stopped");
+  log.flush();
+  return 0;
+}
+
+}  // namespace rebound::app

@@ -1,0 +1,24 @@
+#pragma once
+/** One client connection: read requests, validate them, and forward each (or open a
+    CONNECT tunnel), until the client or a drain ends the connection. */
+#include "config/config.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/net.hpp"
+#include "proxy/observe/log.hpp"
+#include "proxy/upstream/pool.hpp"
+
+#include <memory>
+
+namespace rebound::http {
+
+/// What a worker gives each of its sessions.
+struct session_context {
+  std::shared_ptr<const config::config> cfg;
+  upstream::pool* pool = nullptr;
+  const observe::logger* log = nullptr;
+  session_registry* sessions = nullptr;
+};
+
+net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);
+
+}  // namespace rebound::http

@@ -1,0 +1,34 @@
+#pragma once
+/** Forwarding one request to its upstream and streaming the answer back, and the answers
+    rebound sends itself. Called by the client session once a request head is valid. */
+#include "proxy/http/client_session.hpp"
+#include "proxy/http/error_response.hpp"
+#include "proxy/http/request_target.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <string_view>
+
+namespace rebound::http {
+
+namespace bhttp = boost::beast::http;
+
+/** Forwards the request whose head `parser` holds. Returns whether the client connection
+    may carry another request (false after errors that leave its stream in doubt). */
+net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                             bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                             std::string_view dependency, const config::policy& policy);
+
+/// Writes rebound's own error answer; the result says whether the write succeeded.
+net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
+                                std::chrono::milliseconds idle);
+
+/** Relays a CONNECT tunnel: connects, answers 200, then copies bytes both ways with
+    half-close until both directions end or the tunnel is idle for `idle_timeout`. */
+net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                const request_target& target, std::string_view dependency,
+                                const config::policy& policy);
+
+}  // namespace rebound::http

@@ -1,0 +1,58 @@
+#include "proxy/http/relay.hpp"
+
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <array>
+
+namespace rebound::http {
+namespace {
+
+constexpr std::size_t chunk_size = 16 * 1024;
+
+template <bool isRequest>
+net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& buffer,
+                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                   bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle) {
+  std::array<char, chunk_size> chunk;
+  auto& body = p.get().body();
+  do {
+    if (!p.is_done()) {
+      body.data = chunk.data();
+      body.size = chunk.size();
+      from.expires_after(idle);
+      auto [ec, n] = co_await bhttp::async_read(from, buffer, p, use_tuple);
+      // need_buffer only says the chunk is full: forward it and read on.
+      if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
+      body.size = chunk.size() - body.size;
+      body.data = chunk.data();
+      body.more = !p.is_done();
+    } else {
+      body.data = nullptr;
+      body.size = 0;
+      body.more = false;
+    }
+    to.expires_after(idle);
+    auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
+    if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
+  } while (!sr.is_done());
+  co_return relay_result{};
+}
+
+}  // namespace
+
+net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
+                                                bhttp::request_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                bhttp::request_serializer<bhttp::buffer_body>& sr,
+                                                std::chrono::milliseconds idle) {
+  return relay<true>(from, buffer, p, to, sr, idle);
+}
+
+net::awaitable<relay_result> relay_response_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
+                                                 bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                 bhttp::response_serializer<bhttp::buffer_body>& sr,
+                                                 std::chrono::milliseconds idle) {
+  return relay<false>(from, buffer, p, to, sr, idle);
+}
+
+}  // namespace rebound::http

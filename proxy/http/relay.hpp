@@ -1,0 +1,37 @@
+#pragma once
+/** Streams a message body from one connection to another through a fixed buffer, never
+    holding the whole body (Beast's relay pattern, made asynchronous). Chunked input is
+    re-framed by the serializer per the header fields the caller set. */
+#include "proxy/net.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
+
+#include <chrono>
+
+namespace rebound::http {
+
+namespace bhttp = boost::beast::http;
+
+/// Which side failed, so the caller can answer the right party.
+struct relay_result {
+  error_code read_error;   ///< from the side being read
+  error_code write_error;  ///< from the side being written
+  bool ok() const { return !read_error && !write_error; }
+};
+
+/** Reads the rest of `p`'s message from `from` and writes it, header first if not yet sent,
+    through `sr` to `to`. Each read and each write must progress within `idle`. */
+net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
+                                                bhttp::request_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                bhttp::request_serializer<bhttp::buffer_body>& sr,
+                                                std::chrono::milliseconds idle);
+
+net::awaitable<relay_result> relay_response_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
+                                                 bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                 bhttp::response_serializer<bhttp::buffer_body>& sr,
+                                                 std::chrono::milliseconds idle);
+
+}  // namespace rebound::http

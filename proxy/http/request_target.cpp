@@ -1,0 +1,105 @@
+#include "proxy/http/request_target.hpp"
+
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+#include <boost/url/authority_view.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace rebound::http {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+target_result fail(std::string msg) { return target_result{std::nullopt, std::move(msg)}; }
+
+/// Boost.URL accepts any digits as a port and wraps above 65535, so the text is checked here.
+bool parse_port(std::string_view text, std::uint16_t& port) {
+  if (text.empty() || text.size() > 5) return false;
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v == 0 || v > 65535) return false;
+  port = static_cast<std::uint16_t>(v);
+  return true;
+}
+
+/** Fills host, connect_host, port and authority from an authority component. The default
+    port applies when the authority has none; an empty port (`host:`) counts as none. */
+std::optional<std::string> fill_authority(const boost::urls::authority_view& a, std::uint16_t default_port,
+                                          bool port_required, request_target& t) {
+  if (a.has_userinfo()) return "userinfo (user@) in the request target is not allowed";
+  auto const host = a.encoded_host_address();
+  if (host.empty()) return "the request target has no host";
+  if (a.host_type() == boost::urls::host_type::ipv6) {
+    t.connect_host = std::string(host);
+    t.host = "[" + t.connect_host + "]";
+  } else if (a.host_type() == boost::urls::host_type::ipvfuture) {
+    return "IPvFuture hosts are not supported";
+  } else {
+    if (host.find('%') != std::string_view::npos) return "percent-encoded host names are not supported";
+    t.host = lower(host);
+    t.connect_host = t.host;
+  }
+  t.port = default_port;
+  if (a.has_port() && !a.port().empty()) {
+    if (!parse_port(a.port(), t.port)) return "invalid port \"" + std::string(a.port()) + "\" (expected 1 to 65535)";
+  } else if (port_required) {
+    return "CONNECT needs host:port";
+  }
+  t.authority = t.port == default_port && !port_required ? t.host : t.host + ":" + std::to_string(t.port);
+  return std::nullopt;
+}
+
+}  // namespace
+
+target_result parse_request_target(std::string_view method, std::string_view target, std::string_view host_header,
+                                   std::size_t host_count, unsigned version) {
+  if (target.empty()) return fail("empty request target");
+  request_target t;
+  if (target.front() == '/' || target == "*") {
+    // Origin form: the Host header names the upstream (RFC 9112 section 3.2.3).
+    if (target == "*" && method != "OPTIONS") return fail("asterisk-form is only valid for OPTIONS");
+    if (host_count > 1) return fail("more than one Host header");
+    if (host_count == 0) {
+      return fail(version >= 11 ? "missing Host header" : "origin-form request without a Host header: send an absolute URI");
+    }
+    auto a = boost::urls::parse_authority(host_header);
+    if (!a) return fail("invalid Host header \"" + std::string(host_header) + "\"");
+    if (auto err = fill_authority(*a, 80, false, t)) return fail(*err);
+    t.origin_form = std::string(target);
+    return target_result{std::move(t), {}};
+  }
+  // Absolute form (RFC 9112 section 3.2.2): the target wins over any Host header.
+  auto u = boost::urls::parse_absolute_uri(target);
+  if (!u) return fail("invalid request target (expected an absolute URI like http://host/path or an origin-form path)");
+  t.scheme = lower(u->scheme());
+  if (t.scheme != "http" && t.scheme != "https") return fail("unsupported scheme \"" + t.scheme + "\" (expected http)");
+  if (!u->has_authority()) return fail("the request target has no authority");
+  if (host_count > 1) return fail("more than one Host header");
+  if (auto err = fill_authority(u->authority(), t.scheme == "https" ? 443 : 80, false, t)) return fail(*err);
+  auto const path = u->encoded_path();
+  if (path.empty()) t.origin_form = method == "OPTIONS" && !u->has_query() ? "*" : "/";
+  else t.origin_form = std::string(path);
+  if (u->has_query()) {
+    t.origin_form += '?';
+    t.origin_form += std::string_view(u->encoded_query());
+  }
+  return target_result{std::move(t), {}};
+}
+
+target_result parse_connect_target(std::string_view target) {
+  auto a = boost::urls::parse_authority(target);
+  if (!a) return fail("invalid CONNECT target \"" + std::string(target) + "\" (expected host:port)");
+  request_target t;
+  t.scheme = "tcp";
+  if (auto err = fill_authority(*a, 0, true, t)) return fail(*err);
+  return target_result{std::move(t), {}};
+}
+
+}  // namespace rebound::http

@@ -1,0 +1,36 @@
+#pragma once
+/** Where a request goes (RFC 9112 section 3.2): absolute-form, what HTTP_PROXY clients send;
+    origin-form plus Host, for sidecar-by-DNS use; authority-form for CONNECT.
+
+    Pure string work, no I/O: the result says which upstream to connect to and what to
+    send it, or why the request is refused (answered with 400). */
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rebound::http {
+
+struct request_target {
+  std::string scheme = "http";   ///< lower case
+  std::string host;              ///< as in a Host header: IPv6 literals keep their brackets
+  std::string connect_host;      ///< for the resolver: IPv6 literals without brackets
+  std::uint16_t port = 80;
+  std::string authority;         ///< the Host value to send: host, plus :port unless default
+  std::string origin_form;       ///< path and query for the upstream request line
+};
+
+struct target_result {
+  std::optional<request_target> value;
+  std::string error;  ///< why the request is malformed, when !value
+};
+
+/** For every method but CONNECT. `host_header` is the Host field value, `host_count` the
+    number of Host fields (RFC 9112: a request with none or several is a 400). */
+target_result parse_request_target(std::string_view method, std::string_view target, std::string_view host_header,
+                                   std::size_t host_count, unsigned version);
+
+/// For CONNECT: `host:port`, port required (RFC 9110 section 9.3.6).
+target_result parse_connect_target(std::string_view target);
+
+}  // namespace rebound::http

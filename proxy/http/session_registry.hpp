@@ -1,0 +1,65 @@
+#pragma once
+/** The client connections of one worker, so a drain can find them (SPEC section 1).
+
+    A drain closes connections that sit idle between requests at once and lets busy ones
+    finish their current exchange (they then close instead of reading another request).
+    Used only on its worker's thread; `active()` alone is read from the control thread. */
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <atomic>
+#include <list>
+
+namespace rebound::http {
+
+class session_registry {
+  struct entry {
+    boost::beast::tcp_stream* stream;
+    bool idle;
+  };
+
+ public:
+  using handle = std::list<entry>::iterator;
+
+  handle add(boost::beast::tcp_stream& s) {
+    active_.fetch_add(1, std::memory_order_relaxed);
+    return entries_.insert(entries_.end(), entry{&s, true});
+  }
+  void remove(handle h) {
+    entries_.erase(h);
+    active_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  /// Marks a session as waiting for its next request (true) or serving one (false).
+  void set_idle(handle h, bool idle) { h->idle = idle; }
+
+  bool draining() const { return draining_; }
+
+  void begin_drain() {
+    draining_ = true;
+    for (auto& e : entries_) {
+      if (e.idle) e.stream->close();
+    }
+  }
+
+  std::size_t active() const { return active_.load(std::memory_order_relaxed); }
+
+ private:
+  std::list<entry> entries_;
+  std::atomic<std::size_t> active_{0};
+  bool draining_ = false;
+};
+
+/// Registers a session for its lifetime.
+class session_guard {
+ public:
+  session_guard(session_registry& r, boost::beast::tcp_stream& s) : r_(r), h_(r.add(s)) {}
+  ~session_guard() { r_.remove(h_); }
+  session_guard(const session_guard&) = delete;
+  session_guard& operator=(const session_guard&) = delete;
+  void set_idle(bool idle) { r_.set_idle(h_, idle); }
+
+ private:
+  session_registry& r_;
+  session_registry::handle h_;
+};
+
+}  // namespace rebound::http

@@ -1,0 +1,97 @@
+#include "proxy/http/forward.hpp"
+#include "proxy/upstream/connect.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+
+namespace rebound::http {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+using clock = std::chrono::steady_clock;
+
+/** Copies one direction. End of stream is passed on as a half-close (shutdown of the
+    write side), so the other direction keeps flowing; any error tears both down. It
+    returns rather than throws, so `&&` waits for both directions. */
+net::awaitable<void> transfer(tcp::socket& from, tcp::socket& to, clock::time_point& last_activity) {
+  std::array<char, 16 * 1024> buf;
+  error_code ignored;
+  for (;;) {
+    auto [ec, n] = co_await from.async_read_some(net::buffer(buf), use_tuple);
+    if (ec) {
+      if (ec == net::error::eof) {
+        to.shutdown(tcp::socket::shutdown_send, ignored);
+      } else {
+        from.close(ignored);
+        to.close(ignored);
+      }
+      co_return;
+    }
+    last_activity = clock::now();
+    auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), use_tuple);
+    if (wec) {
+      from.close(ignored);
+      to.close(ignored);
+      co_return;
+    }
+    last_activity = clock::now();
+  }
+}
+
+/// Ends when neither direction has moved for `idle`.
+net::awaitable<void> idle_watchdog(const clock::time_point& last_activity, std::chrono::milliseconds idle) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  for (;;) {
+    timer.expires_at(last_activity + idle);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) co_return;  // cancelled: the tunnel ended
+    if (clock::now() - last_activity >= idle) co_return;
+  }
+}
+
+}  // namespace
+
+net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                const request_target& target, std::string_view dependency,
+                                const config::policy& policy) {
+  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto c = co_await upstream::connect_to(target.connect_host, target.port, clock::now() + policy.attempt_timeout);
+  if (!c.stream) {
+    ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", "CONNECT"},
+                                     {"error_type", to_string(c.error)}, {"message", c.message}});
+    error_reply const reply{default_status(c.error), c.error, c.message, std::string(dependency), 1};
+    co_await send_error(client, reply, false, idle);
+    co_return;
+  }
+  // A 2xx answer to CONNECT has no Content-Length or Transfer-Encoding (RFC 9110 9.3.6),
+  // so it is written as bytes, not through a Beast message.
+  static constexpr std::string_view established = "HTTP/1.1 200 Connection established\r\nVia: 1.1 rebound\r\n\r\n";
+  client.expires_after(idle);
+  auto [ec, n] = co_await net::async_write(client, net::buffer(established), use_tuple);
+  if (ec) co_return;
+  client.expires_never();
+  auto& up = c.stream->socket();
+  auto& down = client.socket();
+  // Bytes the client sent right behind its CONNECT head belong to the tunnel.
+  if (buffer.size() > 0) {
+    auto [wec, wn] = co_await net::async_write(up, buffer.data(), use_tuple);
+    if (wec) co_return;
+    buffer.consume(buffer.size());
+  }
+  auto last_activity = clock::now();
+  // Named operands: GCC 12 destroys temporaries of a co_await (a || b) expression twice.
+  auto downstream = transfer(down, up, last_activity);
+  auto upstream = transfer(up, down, last_activity);
+  auto both = std::move(downstream) && std::move(upstream);
+  auto watchdog = idle_watchdog(last_activity, idle);
+  co_await (std::move(both) || std::move(watchdog));
+  error_code ignored;
+  up.close(ignored);
+  down.close(ignored);
+}
+
+}  // namespace rebound::http

@@ -1,0 +1,126 @@
+// The command line (SPEC section 1): run | check | --version | --help. Nothing else lives here.
+#include "config/load.hpp"
+#include "proxy/app/server.hpp"
+#include "proxy/observe/json.hpp"
+#include "proxy/observe/log.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace {
+
+constexpr std::string_view usage =
+    "usage: rebound [--config FILE] [--log-level trace|debug|info|warn|error|off]\n"
+    "       rebound check FILE [--format text|json]\n"
+    "       rebound --version | --help\n"
+    "\n"
+    "Without --config, rebound runs on its built-in defaults: the forward proxy on\n"
+    "127.0.0.1:3128 (HTTP_PROXY=http://127.0.0.1:3128) and the admin API on 127.0.0.1:9901.\n";
+
+int check(const std::string& file, std::string_view format) {
+  try {
+    rebound::config::load_config_file(file);
+    if (format == "json") std::cout << "{\"file\":" << [&] { std::string s; rebound::observe::append_json_string(s, file); return s; }()
+                                    << ",\"valid\":true,\"findings\":[]}\n";
+    else std::cout << file << ": ok\n";
+    return 0;
+  } catch (const rebound::config::config_error& e) {
+    if (format == "json") {
+      std::string out = "{\"file\":";
+      rebound::observe::append_json_string(out, file);
+      out += ",\"valid\":false,\"findings\":[";
+      bool first = true;
+      for (auto const& d : e.diagnostics()) {
+        if (!first) out += ',';
+        first = false;
+        out += "{\"level\":\"error\",\"line\":" + std::to_string(d.line) + ",\"column\":" + std::to_string(d.column) +
+               ",\"path\":";
+        rebound::observe::append_json_string(out, d.path);
+        out += ",\"rule\":";
+        rebound::observe::append_json_string(out, d.rule);
+        out += ",\"message\":";
+        rebound::observe::append_json_string(out, d.message);
+        out += '}';
+      }
+      out += "]}\n";
+      std::cout << out;
+    } else {
+      std::cerr << e.what();
+    }
+    return e.malformed() ? 2 : 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  std::string log_level = "info";
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&](std::string_view name) -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "rebound: " << name << " needs a value\n" << usage;
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << usage;
+      return 0;
+    } else if (a == "--version") {
+      std::cout << "rebound " << REBOUND_VERSION << "\n";
+      return 0;
+    } else if (a == "check" && i == 1) {
+      if (argc < 3) {
+        std::cerr << "rebound check: missing FILE\n" << usage;
+        return 2;
+      }
+      std::string format = "text";
+      if (argc == 5 && std::string_view(argv[3]) == "--format") format = argv[4];
+      else if (argc != 3) {
+        std::cerr << usage;
+        return 2;
+      }
+      if (format != "text" && format != "json") {
+        std::cerr << "rebound check: --format must be text or json\n";
+        return 2;
+      }
+      return check(argv[2], format);
+    } else if (a == "--config" || a == "-c") {
+      config_path = value(a);
+    } else if (a == "--log-level") {
+      log_level = value(a);
+    } else {
+      std::cerr << "rebound: unknown argument \"" << a << "\"\n" << usage;
+      return 2;
+    }
+  }
+  if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
+      log_level != "error" && log_level != "off") {
+    std::cerr << "rebound: --log-level must be one of trace, debug, info, warn, error, off\n";
+    return 2;
+  }
+
+  std::shared_ptr<const rebound::config::config> cfg;
+  try {
+    cfg = std::make_shared<const rebound::config::config>(
+        config_path.empty() ? rebound::config::default_config() : rebound::config::load_config_file(config_path));
+  } catch (const rebound::config::config_error& e) {
+    std::cerr << e.what();
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  rebound::observe::logger log(log_level);
+  try {
+    return rebound::app::run(cfg, log);
+  } catch (const std::system_error& e) {
+    log.error("startup_failed", {{"message", e.what()}});
+    std::cerr << "rebound: cannot start: " << e.what() << "\n";
+    return 1;
+  }
+}

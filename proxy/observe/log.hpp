@@ -1,0 +1,47 @@
+#pragma once
+/** Structured log events: one JSON object per line on stdout (SPEC section 9).
+
+    A call names the event and passes only typed fields, so a request body or a header
+    value can never be logged by accident (R-9). The logger is an object owned by the app
+    and handed down, not a global. */
+#include <spdlog/logger.h>
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace rebound::observe {
+
+struct field {
+  std::string_view key;
+  std::variant<std::string_view, long long, double, bool> value;
+  field(std::string_view k, std::string_view v) : key(k), value(v) {}
+  field(std::string_view k, const char* v) : key(k), value(std::string_view(v)) {}
+  field(std::string_view k, const std::string& v) : key(k), value(std::string_view(v)) {}
+  template <class I, class = std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>>>
+  field(std::string_view k, I v) : key(k), value(static_cast<long long>(v)) {}
+  field(std::string_view k, double v) : key(k), value(v) {}
+  field(std::string_view k, bool v) : key(k), value(v) {}
+};
+
+class logger {
+ public:
+  /// Writes to stdout; `level` is one of trace, debug, info, warn, error, off.
+  explicit logger(std::string_view level);
+  /// Writes to an existing spdlog logger (tests capture output this way).
+  explicit logger(std::shared_ptr<spdlog::logger> sink);
+
+  void event(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> fields) const;
+  void info(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::info, name, fields); }
+  void warn(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::warn, name, fields); }
+  void error(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::err, name, fields); }
+  bool enabled(spdlog::level::level_enum lvl) const { return sink_->should_log(lvl); }
+  void flush() const { sink_->flush(); }
+
+ private:
+  std::shared_ptr<spdlog::logger> sink_;
+};
+
+}  // namespace rebound::observe

@@ -1,0 +1,67 @@
+#include "proxy/upstream/connect.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/beast/core/error.hpp>
+
+namespace rebound::upstream {
+
+using namespace boost::asio::experimental::awaitable_operators;
+
+http::error_type classify_connect_error(const error_code& ec) {
+  if (ec == beast::error::timeout) return http::error_type::connect_timeout;
+  if (ec == net::error::connection_reset) return http::error_type::connect_reset;
+  return http::error_type::connect_refused;
+}
+
+net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t port,
+                                          std::chrono::steady_clock::time_point deadline) {
+  auto ex = co_await net::this_coro::executor;
+  connect_result out;
+  tcp::resolver::results_type endpoints;
+  error_code ec;
+  auto const addr = net::ip::make_address(host, ec);
+  if (!ec) {
+    endpoints = tcp::resolver::results_type::create(tcp::endpoint(addr, port), host, std::to_string(port));
+  } else {
+    // The resolver runs getaddrinfo on a helper thread and has no deadline of its own, so
+    // it races a timer; the loser is cancelled.
+    tcp::resolver resolver(ex);
+    net::steady_timer timer(ex);
+    timer.expires_at(deadline);
+    // Named operands: GCC 12 destroys temporaries of a co_await (a || b) expression twice.
+    auto const service = std::to_string(port);
+    auto resolve = resolver.async_resolve(host, service, use_tuple);
+    auto expire = timer.async_wait(use_tuple);
+    auto winner = co_await (std::move(resolve) || std::move(expire));
+    if (winner.index() == 1) {
+      out.error = http::error_type::dns_failure;
+      out.message = "DNS lookup of " + host + " timed out";
+      co_return out;
+    }
+    auto [rec, results] = std::get<0>(std::move(winner));
+    if (rec || results.empty()) {
+      out.error = http::error_type::dns_failure;
+      out.message = "DNS lookup of " + host + " failed: " + (rec ? rec.message() : std::string("no addresses"));
+      co_return out;
+    }
+    endpoints = std::move(results);
+  }
+  beast::tcp_stream stream(ex);
+  stream.expires_at(deadline);
+  auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+  if (cec) {
+    out.error = classify_connect_error(cec);
+    out.message = "connect to " + host + ":" + std::to_string(port) + " failed: " +
+                  (cec == beast::error::timeout ? std::string("timed out") : cec.message());
+    co_return out;
+  }
+  stream.expires_never();
+  error_code ignored;
+  stream.socket().set_option(tcp::no_delay(true), ignored);
+  out.stream.emplace(std::move(stream));
+  co_return out;
+}
+
+}  // namespace rebound::upstream

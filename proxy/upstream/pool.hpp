@@ -1,0 +1,45 @@
+#pragma once
+/** Idle upstream connections of one worker thread, keyed by scheme://host:port.
+
+    A worker's sessions run on its single-threaded io_context, so the pool needs no lock.
+    Only connections that finished a whole exchange cleanly come back here: a timed-out,
+    failed or cancelled Beast stream is unusable and is closed instead. */
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace rebound::upstream {
+
+class pool {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout)
+      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout) {}
+
+  /** The most recently used live connection for `key`, if any. Connections the peer has
+      closed (or sent unsolicited bytes on) while idle are dropped here, not handed out. */
+  std::optional<boost::beast::tcp_stream> take(const std::string& key);
+
+  void put(const std::string& key, boost::beast::tcp_stream stream);
+
+  /// Closes connections idle for longer than the idle timeout.
+  void sweep();
+
+  std::size_t idle_count() const;
+
+ private:
+  struct idle {
+    boost::beast::tcp_stream stream;
+    clock::time_point since;
+  };
+  std::size_t max_idle_per_key_;
+  std::chrono::milliseconds idle_timeout_;
+  std::unordered_map<std::string, std::deque<idle>> idle_;
+};
+
+}  // namespace rebound::upstream

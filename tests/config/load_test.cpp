@@ -1,0 +1,131 @@
+#include "config/load.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::config;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<diagnostic> errors_of(const std::string& yaml) {
+  try {
+    load_config_text(yaml, "t.yaml");
+  } catch (const config_error& e) {
+    return e.diagnostics();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST(Load, EmptyFileGivesTheBuiltInDefaults) {
+  auto c = load_config_text("", "t.yaml");
+  EXPECT_EQ(c.listen.host, "127.0.0.1");
+  EXPECT_EQ(c.listen.port, 3128);
+  EXPECT_EQ(c.admin.port, 9901);
+  EXPECT_EQ(c.workers, 0u);
+  EXPECT_EQ(c.drain_timeout, 10s);
+  EXPECT_EQ(c.unknown_hosts, unknown_hosts_policy::allow);
+  EXPECT_EQ(c.defaults.attempt_timeout, 10s);
+}
+
+TEST(Load, ReadsTheForwardingKeys) {
+  auto c = load_config_text(R"(
+listen: 0.0.0.0:8080
+admin: 127.0.0.1:9000
+workers: 3
+drain_timeout: 2s
+unknown_hosts: deny
+limits: {max_request_head: 16KiB, max_request_body: 1MiB, idle_timeout: 5s}
+defaults: {attempt_timeout: 250ms}
+dependencies:
+  payments:
+    hosts: [Payments.Internal, "payments.internal:8080"]
+    attempt_timeout: 2s
+)",
+                            "t.yaml");
+  EXPECT_EQ(c.listen.host, "0.0.0.0");
+  EXPECT_EQ(c.listen.port, 8080);
+  EXPECT_EQ(c.workers, 3u);
+  EXPECT_EQ(c.drain_timeout, 2s);
+  EXPECT_EQ(c.unknown_hosts, unknown_hosts_policy::deny);
+  EXPECT_EQ(c.limits.max_request_head, 16u * 1024);
+  EXPECT_EQ(c.limits.max_request_body, 1u << 20);
+  EXPECT_EQ(c.limits.idle_timeout, 5s);
+  EXPECT_EQ(c.defaults.attempt_timeout, 250ms);
+  ASSERT_EQ(c.dependencies.size(), 1u);
+  EXPECT_EQ(c.dependencies[0].effective.attempt_timeout, 2s);
+}
+
+TEST(Load, DependencyInheritsDefaultsWhereSilent) {
+  auto c = load_config_text("defaults: {attempt_timeout: 3s}\ndependencies: {a: {hosts: [a.test]}}\n", "t.yaml");
+  EXPECT_EQ(c.dependencies[0].effective.attempt_timeout, 3s);
+}
+
+TEST(Load, HostMatchingIsCaseInsensitiveAndPrefersHostPort) {
+  auto c = load_config_text(R"(
+dependencies:
+  plain: {hosts: [api.test]}
+  special: {hosts: ["API.test:8443"]}
+)",
+                            "t.yaml");
+  ASSERT_NE(c.find_dependency("api.TEST", 80), nullptr);
+  EXPECT_EQ(c.find_dependency("api.TEST", 80)->name, "plain");
+  EXPECT_EQ(c.find_dependency("api.test", 8443)->name, "special");
+  EXPECT_EQ(c.find_dependency("other.test", 80), nullptr);
+}
+
+TEST(Load, UnknownKeyIsAnErrorWithPositionAndSuggestion) {
+  auto d = errors_of("listen: 127.0.0.1:1\nworkrs: 2\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].line, 2);
+  EXPECT_EQ(d[0].column, 1);
+  EXPECT_EQ(d[0].path, "workrs");
+  EXPECT_NE(d[0].message.find("did you mean \"workers\""), std::string::npos) << d[0].message;
+  EXPECT_EQ(to_string(d[0]).rfind("t.yaml:2:1: workrs: unknown key", 0), 0u) << to_string(d[0]);
+}
+
+TEST(Load, WrongValueNamesKeyGivenValueAndWhatIsAccepted) {
+  auto d = errors_of("defaults:\n  attempt_timeout: 10\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].path, "defaults.attempt_timeout");
+  EXPECT_EQ(d[0].line, 2);
+  EXPECT_EQ(d[0].column, 20);
+  EXPECT_NE(d[0].message.find("\"10\""), std::string::npos);
+  EXPECT_NE(d[0].message.find("250ms"), std::string::npos);
+}
+
+TEST(Load, ReportsEveryProblemNotJustTheFirst) {
+  auto d = errors_of("listen: nowhere\nworkers: many\nunknown_hosts: maybe\n");
+  EXPECT_EQ(d.size(), 3u);
+}
+
+TEST(Load, MalformedYamlIsReportedWithPositionAndMarkedMalformed) {
+  try {
+    load_config_text("listen: [1,\n", "t.yaml");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(e.malformed());
+    EXPECT_GT(e.diagnostics().at(0).line, 0);
+  }
+}
+
+TEST(Load, SameHostInTwoDependenciesIsAnError) {
+  auto d = errors_of("dependencies:\n  a: {hosts: [x.test]}\n  b: {hosts: [X.test]}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(d[0].message.find("already belongs to dependency \"a\""), std::string::npos);
+}
+
+TEST(Load, ZeroTimeoutsAreRefused) {
+  EXPECT_EQ(errors_of("defaults: {attempt_timeout: 0s}\n").size(), 1u);
+  EXPECT_EQ(errors_of("limits: {idle_timeout: 0s}\n").size(), 1u);
+}
+
+TEST(Load, UnreadableFileIsMalformed) {
+  try {
+    load_config_file("/nonexistent/rebound.yaml");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_TRUE(e.malformed());
+  }
+}

@@ -1,0 +1,65 @@
+#include "config/typed_values.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::config;
+using namespace std::chrono_literals;
+
+TEST(Duration, AcceptsEveryUnit) {
+  EXPECT_EQ(*parse_duration("250ms").value, 250ms);
+  EXPECT_EQ(*parse_duration("1s").value, 1000ms);
+  EXPECT_EQ(*parse_duration("2m").value, 120'000ms);
+  EXPECT_EQ(*parse_duration("24h").value, 86'400'000ms);
+  EXPECT_EQ(*parse_duration("0s").value, 0ms);
+}
+
+TEST(Duration, RefusesWhatIsNotADurationAndSaysWhatIsAccepted) {
+  for (auto bad : {"", "10", "1.5s", "-1s", "s", "1 s", "1sec", "1d", "10S"}) {
+    auto r = parse_duration(bad);
+    EXPECT_FALSE(r.value) << bad;
+    EXPECT_NE(r.error.find("expected"), std::string::npos) << r.error;
+  }
+}
+
+TEST(Duration, RefusesOverflow) {
+  EXPECT_FALSE(parse_duration("99999999999999999999h").value);
+  EXPECT_FALSE(parse_duration("9000000h").value);
+}
+
+TEST(Size, AcceptsBinaryUnits) {
+  EXPECT_EQ(*parse_size("512KiB").value, 512u * 1024);
+  EXPECT_EQ(*parse_size("1MiB").value, 1u << 20);
+  EXPECT_EQ(*parse_size("2GiB").value, 2ull << 30);
+  EXPECT_EQ(*parse_size("100").value, 100u);
+  EXPECT_EQ(*parse_size("100B").value, 100u);
+}
+
+TEST(Size, RefusesUnknownUnitsAndOverflow) {
+  EXPECT_FALSE(parse_size("1MB").value);
+  EXPECT_FALSE(parse_size("1.5MiB").value);
+  EXPECT_FALSE(parse_size("KiB").value);
+  EXPECT_FALSE(parse_size("17179869184GiB").value);
+}
+
+TEST(Endpoint, AcceptsIpv4AndBracketedIpv6) {
+  auto a = parse_endpoint("127.0.0.1:3128");
+  ASSERT_TRUE(a.value);
+  EXPECT_EQ(a.value->host, "127.0.0.1");
+  EXPECT_EQ(a.value->port, 3128);
+  auto b = parse_endpoint("[::1]:0");
+  ASSERT_TRUE(b.value);
+  EXPECT_EQ(b.value->host, "::1");
+  EXPECT_EQ(b.value->port, 0);
+}
+
+TEST(Endpoint, RefusesNamesBadPortsAndUnbracketedIpv6) {
+  for (auto bad : {"localhost:3128", "127.0.0.1", "127.0.0.1:65536", "127.0.0.1:-1", "::1:80", ":80", "127.0.0.1:8o"})
+    EXPECT_FALSE(parse_endpoint(bad).value) << bad;
+}
+
+TEST(EditDistance, CountsEdits) {
+  EXPECT_EQ(edit_distance("listen", "listen"), 0u);
+  EXPECT_EQ(edit_distance("lisen", "listen"), 1u);
+  EXPECT_EQ(edit_distance("workrs", "workers"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}

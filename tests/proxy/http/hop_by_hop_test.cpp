@@ -1,0 +1,36 @@
+#include "proxy/http/hop_by_hop.hpp"
+
+#include <gtest/gtest.h>
+
+namespace bhttp = boost::beast::http;
+using namespace rebound::http;
+
+TEST(HopByHop, RemovesTheFixedListAndWhatConnectionNames) {
+  bhttp::fields f;
+  f.insert(bhttp::field::connection, "keep-alive, X-Secret-Hop");
+  f.insert(bhttp::field::connection, "Other");
+  f.insert("X-Secret-Hop", "1");
+  f.insert("Other", "1");
+  for (auto name : {"Proxy-Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+                    "Proxy-Authorization", "Proxy-Authenticate"})
+    f.insert(name, "x");
+  f.insert("X-End-To-End", "kept");
+  f.insert(bhttp::field::authorization, "Bearer kept");
+  strip_hop_by_hop(f);
+  std::vector<std::string> left;
+  for (auto const& h : f) left.emplace_back(h.name_string());
+  EXPECT_EQ(left, (std::vector<std::string>{"X-End-To-End", "Authorization"}));
+}
+
+TEST(HopByHop, ViaIsAddedOrAppended) {
+  bhttp::fields a;
+  add_via(a);
+  EXPECT_EQ(a[bhttp::field::via], "1.1 rebound");
+  bhttp::fields b;
+  b.insert(bhttp::field::via, "1.0 fred");
+  b.insert("X", "y");
+  b.insert(bhttp::field::via, "1.1 p.example");
+  add_via(b);
+  EXPECT_EQ(b.count(bhttp::field::via), 1u);
+  EXPECT_EQ(b[bhttp::field::via], "1.0 fred, 1.1 p.example, 1.1 rebound");
+}

@@ -1,0 +1,75 @@
+#include "proxy/http/request_target.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::http;
+
+TEST(RequestTarget, AbsoluteFormGivesOriginFormWithQueryIntact) {
+  auto r = parse_request_target("GET", "http://Example.COM:8080/a/b?x=1&y=%20", "ignored", 1, 11);
+  ASSERT_TRUE(r.value) << r.error;
+  EXPECT_EQ(r.value->host, "example.com");
+  EXPECT_EQ(r.value->port, 8080);
+  EXPECT_EQ(r.value->authority, "example.com:8080");
+  EXPECT_EQ(r.value->origin_form, "/a/b?x=1&y=%20");
+}
+
+TEST(RequestTarget, AbsoluteFormWithoutPathSendsSlashAndDefaultPortIsOmitted) {
+  auto r = parse_request_target("GET", "http://example.com", "", 0, 11);
+  ASSERT_TRUE(r.value);
+  EXPECT_EQ(r.value->origin_form, "/");
+  EXPECT_EQ(r.value->port, 80);
+  EXPECT_EQ(r.value->authority, "example.com");
+}
+
+TEST(RequestTarget, AbsoluteFormOptionsWithoutPathIsAsterisk) {
+  auto r = parse_request_target("OPTIONS", "http://example.com", "", 0, 11);
+  ASSERT_TRUE(r.value);
+  EXPECT_EQ(r.value->origin_form, "*");
+}
+
+TEST(RequestTarget, Ipv6LiteralKeepsBracketsForHostButNotForConnect) {
+  auto r = parse_request_target("GET", "http://[::1]:9000/x", "", 0, 11);
+  ASSERT_TRUE(r.value) << r.error;
+  EXPECT_EQ(r.value->host, "[::1]");
+  EXPECT_EQ(r.value->connect_host, "::1");
+  EXPECT_EQ(r.value->authority, "[::1]:9000");
+}
+
+TEST(RequestTarget, OriginFormTakesTheHostHeader) {
+  auto r = parse_request_target("GET", "/p?q", "backend.test:81", 1, 11);
+  ASSERT_TRUE(r.value) << r.error;
+  EXPECT_EQ(r.value->host, "backend.test");
+  EXPECT_EQ(r.value->port, 81);
+  EXPECT_EQ(r.value->origin_form, "/p?q");
+}
+
+TEST(RequestTarget, OriginFormWithoutOrWithSeveralHostsIsRefused) {
+  EXPECT_FALSE(parse_request_target("GET", "/p", "", 0, 11).value);
+  EXPECT_FALSE(parse_request_target("GET", "/p", "a", 2, 11).value);
+  EXPECT_FALSE(parse_request_target("GET", "http://a/p", "a", 2, 11).value);
+}
+
+TEST(RequestTarget, PortsOutsideTheRangeAreRefusedNotWrapped) {
+  EXPECT_FALSE(parse_request_target("GET", "http://a:99999/", "", 0, 11).value);
+  EXPECT_FALSE(parse_request_target("GET", "http://a:0/", "", 0, 11).value);
+  EXPECT_FALSE(parse_request_target("GET", "/", "a:65536", 1, 11).value);
+}
+
+TEST(RequestTarget, GarbageAndUserinfoAndOtherSchemesAreRefused) {
+  for (auto bad : {"", "example.com/x", "ftp://a/", "http://user:pw@a/", "http:///x", "http://a b/", "*"})
+    EXPECT_FALSE(parse_request_target("GET", bad, "h", 1, 11).value) << bad;
+}
+
+TEST(RequestTarget, ConnectNeedsHostAndPort) {
+  auto r = parse_connect_target("example.com:443");
+  ASSERT_TRUE(r.value);
+  EXPECT_EQ(r.value->host, "example.com");
+  EXPECT_EQ(r.value->port, 443);
+  auto v6 = parse_connect_target("[2001:db8::1]:8443");
+  ASSERT_TRUE(v6.value);
+  EXPECT_EQ(v6.value->connect_host, "2001:db8::1");
+  EXPECT_FALSE(parse_connect_target("example.com").value);
+  EXPECT_FALSE(parse_connect_target("example.com:").value);
+  EXPECT_FALSE(parse_connect_target("example.com:70000").value);
+  EXPECT_FALSE(parse_connect_target("/path").value);
+}
