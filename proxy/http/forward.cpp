@@ -105,7 +105,9 @@ net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_bu
     if (status >= 200) co_return error_code{};
     if (status == 101) co_return bhttp::error::bad_status;  // rebound never forwards Upgrade
     if (client_version < 11 || (status == 100 && (!want_continue || continue_sent))) continue;
-    bhttp::response<bhttp::empty_body> interim{rp->get().result(), 11};
+    bhttp::response<bhttp::empty_body> interim;
+    interim.version(11);
+    interim.result(status);  // by number: Beast 1.81's status enum has no 103
     for (auto const& f : rp->get()) interim.insert(f.name_string(), f.value());
     strip_hop_by_hop(interim.base());
     client.expires_after(idle);

@@ -16,16 +16,25 @@ net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& 
                                    bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle) {
   std::array<char, chunk_size> chunk;
   auto& body = p.get().body();
-  do {
+  // The head goes out at once: a client should see the status before a slow body.
+  if (!sr.is_header_done()) {
+    to.expires_after(idle);
+    auto [ec, n] = co_await bhttp::async_write_header(to, sr, use_tuple);
+    if (ec) co_return relay_result{{}, ec};
+  }
+  while (!sr.is_done()) {
     if (!p.is_done()) {
       body.data = chunk.data();
       body.size = chunk.size();
       from.expires_after(idle);
-      auto [ec, n] = co_await bhttp::async_read(from, buffer, p, use_tuple);
-      // need_buffer only says the chunk is full: forward it and read on.
+      // read_some, not read: read waits until the chunk is full, which would hold back a
+      // slow stream's first bytes.
+      auto [ec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
-      body.size = chunk.size() - body.size;
-      body.data = chunk.data();
+      auto const got = chunk.size() - body.size;
+      if (got == 0 && !p.is_done()) continue;  // only framing was parsed
+      body.data = got ? chunk.data() : nullptr;
+      body.size = got;
       body.more = !p.is_done();
     } else {
       body.data = nullptr;
@@ -35,7 +44,7 @@ net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& 
     to.expires_after(idle);
     auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
     if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
-  } while (!sr.is_done());
+  }
   co_return relay_result{};
 }
 
