@@ -1,0 +1,180 @@
+// Admin endpoints, graceful drain on SIGTERM/SIGINT, robustness against garbage.
+#include "helpers.hpp"
+
+#include <csignal>
+#include <random>
+
+namespace itest {
+namespace {
+
+// Polls readyz until it answers `status` (bounded); returns the last status seen.
+unsigned poll_readyz_until(const ReboundProcess& rb, unsigned status, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  unsigned last = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    last = admin_get_status(rb.admin_port(), "/readyz", 1s);
+    if (last == status) return last;
+    std::this_thread::sleep_for(20ms);
+  }
+  return last;
+}
+
+TEST(Admin, HealthzAndReadyzAnswer200WhileServing) {
+  ReboundProcess rb;
+  EXPECT_EQ(admin_get_status(rb.admin_port(), "/healthz"), 200u);
+  EXPECT_EQ(admin_get_status(rb.admin_port(), "/readyz"), 200u);
+}
+
+TEST(Admin, WorkersZeroStartsAndServes) {
+  ScriptedUpstream up;
+  ReboundOptions o;
+  o.workers = 0;
+  ReboundProcess rb(o);
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/w"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(rb.terminate(), 0);
+}
+
+TEST(Drain, SigtermFinishesInFlightRequestThenExits0) {
+  ScriptedUpstream up;
+  auto gate = std::make_shared<Gate>();
+  Script s;
+  s.gate = gate;
+  s.body = "finished during drain";
+  up.on("/slow", s);
+  ReboundOptions o;
+  o.drain_timeout = "30s";
+  o.attempt_timeout = "60s";
+  ReboundProcess rb(o);
+
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/slow")));
+  ASSERT_TRUE(up.wait_for_requests(1)) << "the slow request never reached the upstream";
+  rb.signal(SIGTERM);
+
+  EXPECT_EQ(poll_readyz_until(rb, 503, 10s), 503u) << "readyz should answer 503 while draining";
+  EXPECT_FALSE(rb.wait_exit(0ms).has_value()) << "exited with a request in flight";
+
+  // No new work is taken while draining: the connection is refused, closed, or left unanswered.
+  // (Once rebound closed its listener another process may bind the port: only a response that
+  // came through rebound, or a request that reached our upstream, counts against it.)
+  if (auto late = RawConnection::try_connect(rb.port())) {
+    late->send(absolute_request("GET", up.authority(), "/late"));
+    auto r = late->read_response(2s);
+    EXPECT_FALSE(r && r->status == 200 && r->header("Via") == "1.1 rebound")
+        << "a new request was served while draining: " << r->body;
+  }
+  EXPECT_EQ(up.request_count("/late"), 0u) << "a request sent during the drain reached the upstream";
+
+  gate->open();
+  auto r = c.read_response(15s);
+  ASSERT_TRUE(r) << "the in-flight request did not complete during the drain";
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "finished during drain");
+  auto code = rb.wait_exit(20s);
+  ASSERT_TRUE(code.has_value()) << "rebound did not exit after its last request finished";
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(Drain, SigintAlsoDrainsAndExits0) {
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/x"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  rb.signal(SIGINT);
+  auto code = rb.wait_exit(20s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(Drain, InFlightRequestBeyondDrainTimeoutIsCutAndExitIs0) {
+  ScriptedUpstream up;
+  auto gate = std::make_shared<Gate>();  // never opened
+  Script s;
+  s.gate = gate;
+  up.on("/stuck", s);
+  ReboundOptions o;
+  o.drain_timeout = "1s";
+  o.attempt_timeout = "60s";
+  ReboundProcess rb(o);
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/stuck")));
+  ASSERT_TRUE(up.wait_for_requests(1));
+  rb.signal(SIGTERM);
+  auto code = rb.wait_exit(20s);
+  ASSERT_TRUE(code.has_value()) << "rebound did not exit 20 s after SIGTERM with drain_timeout: 1s";
+  EXPECT_EQ(*code, 0);
+  EXPECT_TRUE(c.wait_closed(5s)) << "the cut request's client connection should be closed";
+}
+
+TEST(Drain, IdleKeepAliveClientDoesNotHoldUpExit) {
+  ScriptedUpstream up;
+  ReboundOptions o;
+  o.drain_timeout = "60s";
+  ReboundProcess rb(o);
+  RawConnection idle(rb.port());
+  ASSERT_TRUE(idle.send(absolute_request("GET", up.authority(), "/once")));
+  auto r = idle.read_response();
+  ASSERT_TRUE(r) << idle.last_error();
+  EXPECT_EQ(r->status, 200u);
+  rb.signal(SIGTERM);
+  auto code = rb.wait_exit(15s);
+  ASSERT_TRUE(code.has_value()) << "an idle keep-alive connection kept rebound draining";
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(Robustness, GarbageBytesNeverCrashTheProcess) {
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  std::string a = up.authority();
+  std::vector<std::string> inputs = {
+      "\r\n\r\n\r\n\r\n",
+      std::string("\0\0\0\0\xff\xfe\x01\x02", 8),
+      "GET / HTTP/9.9\r\nHost: " + a + "\r\n\r\n",
+      "GET http://" + a + "/x HTTP/1.1\r\nHost: " + std::string(70000, 'h') + "\r\n\r\n",
+      "GET http://" + a + "/x HTTP/1.1\r\nX-Nul: a" + std::string(1, '\0') + "b\r\n\r\n",
+      "CONNECT :0 HTTP/1.1\r\n\r\n",
+      "CONNECT 127.0.0.1:99999 HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n",
+      "CONNECT [::1 HTTP/1.1\r\n\r\n",
+      "GET http://[::1/x HTTP/1.1\r\nHost: x\r\n\r\n",
+      "GET http://user:pw@" + a + ":99999999999/x HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET http:///x HTTP/1.1\r\nHost: \r\n\r\n",
+      "GET ftp://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\n\r\n",
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\n",
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: -1\r\n\r\n",
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+      "GET http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\n folded: continuation\r\n\r\n",
+      "GET http://" + a + "/x HTTP/1.1\r\nHo",  // cut mid-head
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: 50\r\n\r\nonly-part",  // cut mid-body
+  };
+  std::mt19937 rng(20240611);
+  for (int i = 0; i < 20; ++i) {
+    std::string junk(1 + rng() % 8192, '\0');
+    for (auto& ch : junk) ch = static_cast<char>(rng() % 256);
+    if (i % 3 == 0) junk = "GET " + junk;
+    if (i % 4 == 0) junk += "\r\n\r\n";
+    inputs.push_back(junk);
+  }
+  std::vector<RawConnection> conns;
+  for (auto const& in : inputs) {
+    conns.emplace_back(rb.port());
+    conns.back().send(in);
+    conns.back().shutdown_write();
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (auto& c : conns) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    c.read_until_eof(std::max(left, 1ms));
+  }
+  EXPECT_FALSE(rb.wait_exit(0ms).has_value()) << "rebound died on garbage input";
+  EXPECT_EQ(admin_get_status(rb.admin_port(), "/healthz"), 200u);
+  auto r = raw_exchange(rb.port(), absolute_request("GET", a, "/still-alive"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "ok /still-alive");
+}
+
+}  // namespace
+}  // namespace itest

@@ -1,0 +1,98 @@
+// Runs the real `rebound` binary (REBOUND_BINARY) on a generated config, each test its own
+// process, ports picked free on 127.0.0.1. Also: a generic child-process runner (used by the
+// curl helper) and a one-shot run on a config expected to be refused.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace itest {
+
+// A port nobody listens on right now (bound to 127.0.0.1:0, then released).
+std::uint16_t free_port();
+
+// A fresh directory under $TMPDIR (or /tmp); removed with remove_tree().
+std::string make_temp_dir();
+void remove_tree(const std::string& dir);
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& text);
+
+struct ProcessResult {
+  int exit_code = -1;  // exit status, or -signal if killed, or -1000 on timeout
+  std::string out;
+  std::string err;
+};
+
+// Runs argv with `env_overrides` ("NAME=value"; a bare "NAME" removes it) added to the
+// environment; kills the child after `timeout`.
+ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
+                          std::chrono::milliseconds timeout);
+
+struct ReboundOptions {
+  int workers = 2;
+  std::string drain_timeout = "2s";
+  std::string unknown_hosts;       // empty: not written (allow)
+  std::string attempt_timeout;     // empty: not written
+  std::string max_request_head;
+  std::string max_request_body;
+  std::string idle_timeout;
+  std::string extra;               // appended verbatim (e.g. a `dependencies:` block)
+};
+
+class ReboundProcess {
+ public:
+  // Starts rebound and waits (at most ~10 s) until GET /readyz on admin answers 200. Throws
+  // std::runtime_error (with rebound's stderr) if it does not.
+  explicit ReboundProcess(ReboundOptions options = {});
+  ~ReboundProcess();
+  ReboundProcess(const ReboundProcess&) = delete;
+  ReboundProcess& operator=(const ReboundProcess&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  std::uint16_t admin_port() const { return admin_port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& config_text() const { return yaml_; }
+
+  void signal(int sig);
+  // Exit status once the process ended within `timeout` (code, or -signal); nullopt if still running.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+  // SIGTERM, then wait (SIGKILL after 20 s); returns the exit status (code, or -signal).
+  int terminate();
+  bool running() const { return pid_ > 0 && !exit_status_; }
+
+  std::string stdout_text() const;
+  std::string stderr_text() const;
+
+ private:
+  bool launch();
+  bool wait_ready(std::chrono::milliseconds timeout);
+
+  ReboundOptions options_;
+  std::string dir_;
+  std::string yaml_;
+  std::uint16_t port_ = 0;
+  std::uint16_t admin_port_ = 0;
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+};
+
+// Admin GET on 127.0.0.1:admin_port; the status, or 0 if no answer.
+unsigned admin_get_status(std::uint16_t admin_port, const std::string& path,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(3));
+
+struct BadConfigRun {
+  int exit_code = -1;
+  std::string err;
+  std::string path;  // the config file path as passed to --config
+};
+
+// Writes `yaml` to a file and runs `rebound --config FILE`; kills it after `timeout` (then
+// exit_code = -1000: it started serving on a config that should have been refused).
+BadConfigRun run_with_config(const std::string& yaml, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace itest
