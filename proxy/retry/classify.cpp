@@ -1,0 +1,82 @@
+#include "proxy/retry/classify.hpp"
+
+#include <array>
+#include <string>
+
+namespace rebound::retry {
+namespace {
+
+struct name_of {
+  std::string_view name;
+  retry_on::cls c;
+};
+constexpr std::array<name_of, 11> retryable_names{{
+    {"408", retry_on::cls::s408},
+    {"429", retry_on::cls::s429},
+    {"500", retry_on::cls::s500},
+    {"502", retry_on::cls::s502},
+    {"503", retry_on::cls::s503},
+    {"504", retry_on::cls::s504},
+    {"connect_refused", retry_on::cls::connect_refused},
+    {"connect_reset", retry_on::cls::connect_reset},
+    {"timeout", retry_on::cls::timeout},
+    {"dns_failure", retry_on::cls::dns_failure},
+    {"tls_handshake_timeout", retry_on::cls::tls_handshake_timeout},
+}};
+
+/// R-4's non-retryable column, spelled as a config entry would name it.
+constexpr std::array<std::string_view, 8> final_names{
+    "400", "401", "403", "404", "409", "422", "tls_certificate", "auth_refresh_failed"};
+
+}  // namespace
+
+retry_on retry_on::r4_default() {
+  retry_on r;
+  for (auto const& n : retryable_names) r.add(n.c);
+  return r;
+}
+
+retry_on::parse_result retry_on::parse(std::string_view entry) {
+  for (auto const& n : retryable_names)
+    if (n.name == entry) return {n.c, {}};
+  for (auto f : final_names)
+    if (f == entry)
+      return {std::nullopt, "\"" + std::string(entry) + "\" is not retryable: retry_on may narrow the R-4 set, never widen it"};
+  return {std::nullopt, "unknown retry class \"" + std::string(entry) +
+                            "\" (expected one of 408, 429, 500, 502, 503, 504, connect_refused, connect_reset, timeout, "
+                            "dns_failure, tls_handshake_timeout)"};
+}
+
+std::optional<retry_on::cls> retryable_class(const attempt_outcome& o) {
+  using c = retry_on::cls;
+  if (o.status) {
+    switch (*o.status) {
+      case 408: return c::s408;
+      case 429: return c::s429;
+      case 500: return c::s500;
+      case 502: return c::s502;
+      case 503: return c::s503;
+      case 504: return c::s504;
+      default: return std::nullopt;
+    }
+  }
+  if (!o.error) return std::nullopt;
+  switch (*o.error) {
+    case http::error_type::connect_refused: return c::connect_refused;
+    case http::error_type::connect_reset: return c::connect_reset;
+    case http::error_type::connect_timeout:
+    case http::error_type::attempt_timeout: return c::timeout;
+    case http::error_type::dns_failure: return c::dns_failure;
+    case http::error_type::tls_handshake_timeout: return c::tls_handshake_timeout;
+    default: return std::nullopt;  // tls_certificate, protocol errors, auth: final (R-4, R-9)
+  }
+}
+
+verdict classify(const attempt_outcome& o, const retry_on& allowed) {
+  if (auto c = retryable_class(o)) return allowed.contains(*c) ? verdict::retryable : verdict::final;
+  if (o.status && *o.status < 400) return verdict::success;
+  if (o.status) return verdict::final;  // 4xx/5xx outside the table: the upstream's answer stands
+  return verdict::final;
+}
+
+}  // namespace rebound::retry

@@ -1,0 +1,62 @@
+#pragma once
+/** R-4: what may be retried. The one place that decides whether an attempt's outcome is
+    retryable; the retry loop asks it and nothing else. */
+#include "proxy/http/error_response.hpp"
+
+#include <bitset>
+#include <optional>
+#include <string_view>
+
+namespace rebound::retry {
+
+/// What one attempt produced: an upstream status, or rebound's own error type.
+struct attempt_outcome {
+  std::optional<unsigned> status;            ///< set when a response head arrived
+  std::optional<http::error_type> error;     ///< set when no response arrived
+};
+
+enum class verdict {
+  success,    ///< a response that is not a failure (2xx, 3xx, and 4xx/5xx that R-4 calls final)
+  retryable,  ///< R-4 "MUST retry with backoff"
+  final,      ///< R-4 "MUST NOT retry", or a failure outside the retryable set
+};
+
+/** The retryable classes of R-4, as a set a route's `retry_on` may narrow. Named by the
+    config spelling: `408`, `429`, `500`, `502`, `503`, `504`, `connect_refused`,
+    `connect_reset`, `timeout` (socket, connect or attempt timeout), `dns_failure`,
+    `tls_handshake_timeout`. */
+class retry_on {
+ public:
+  enum class cls { s408, s429, s500, s502, s503, s504, connect_refused, connect_reset, timeout, dns_failure, tls_handshake_timeout, count };
+
+  /// Every class of the R-4 table (`retry_on: default`).
+  static retry_on r4_default();
+  /// None: nothing is retried.
+  static retry_on none() { return retry_on{}; }
+
+  /** Parses one config entry. A known non-retryable class (400, 401, 403, 404, 409, 422,
+      `tls_certificate`, ...) gives an error message naming R-4; so does an unknown one. */
+  struct parse_result {
+    std::optional<cls> value;
+    std::string error;
+  };
+  static parse_result parse(std::string_view entry);
+
+  void add(cls c) { bits_.set(static_cast<std::size_t>(c)); }
+  bool contains(cls c) const { return bits_.test(static_cast<std::size_t>(c)); }
+  bool operator==(const retry_on&) const = default;
+
+ private:
+  std::bitset<static_cast<std::size_t>(cls::count)> bits_;
+};
+
+/// The class an outcome belongs to, if it is one of R-4's retryable ones.
+std::optional<retry_on::cls> retryable_class(const attempt_outcome& o);
+
+/// R-4 applied through the route's `retry_on`.
+verdict classify(const attempt_outcome& o, const retry_on& allowed);
+
+/// a DNS failure is retried at most once (2 attempts in all), whatever max_retries says.
+inline constexpr unsigned dns_failure_max_attempts = 2;
+
+}  // namespace rebound::retry

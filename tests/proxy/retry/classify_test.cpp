@@ -1,0 +1,64 @@
+#include "proxy/retry/classify.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::retry;
+using rebound::http::error_type;
+
+namespace {
+attempt_outcome status(unsigned s) { return {s, std::nullopt}; }
+attempt_outcome error(error_type e) { return {std::nullopt, e}; }
+}  // namespace
+
+TEST(Classify, R4_RetryableStatusesAreRetried) {
+  auto const all = retry_on::r4_default();
+  for (unsigned s : {408u, 429u, 500u, 502u, 503u, 504u}) EXPECT_EQ(classify(status(s), all), verdict::retryable) << s;
+}
+
+TEST(Classify, R4_NonRetryableStatusesAreFinal) {
+  auto const all = retry_on::r4_default();
+  for (unsigned s : {400u, 401u, 403u, 404u, 409u, 422u, 501u, 505u}) EXPECT_EQ(classify(status(s), all), verdict::final) << s;
+}
+
+TEST(Classify, R4_SuccessIsNotRetried) {
+  for (unsigned s : {200u, 201u, 204u, 301u, 304u}) EXPECT_EQ(classify(status(s), retry_on::r4_default()), verdict::success);
+}
+
+TEST(Classify, R4_NetworkFailuresAreRetried) {
+  auto const all = retry_on::r4_default();
+  for (auto e : {error_type::connect_refused, error_type::connect_reset, error_type::connect_timeout,
+                 error_type::attempt_timeout, error_type::dns_failure, error_type::tls_handshake_timeout})
+    EXPECT_EQ(classify(error(e), all), verdict::retryable) << to_string(e);
+}
+
+TEST(Classify, R9_TlsCertificateErrorIsNeverRetried) {
+  EXPECT_EQ(classify(error(error_type::tls_certificate), retry_on::r4_default()), verdict::final);
+}
+
+TEST(Classify, R4_ProtocolAndAuthErrorsAreFinal) {
+  EXPECT_EQ(classify(error(error_type::upstream_protocol_error), retry_on::r4_default()), verdict::final);
+  EXPECT_EQ(classify(error(error_type::auth_refresh_failed), retry_on::r4_default()), verdict::final);
+}
+
+TEST(Classify, R4_RetryOnNarrowsTheSet) {
+  auto only = retry_on::none();
+  only.add(retry_on::cls::s503);
+  only.add(retry_on::cls::connect_refused);
+  EXPECT_EQ(classify(status(503), only), verdict::retryable);
+  EXPECT_EQ(classify(error(error_type::connect_refused), only), verdict::retryable);
+  EXPECT_EQ(classify(status(500), only), verdict::final);
+  EXPECT_EQ(classify(error(error_type::connect_reset), only), verdict::final);
+}
+
+TEST(Classify, R4_RetryOnCannotWidenToAFinalClass) {
+  for (auto bad : {"400", "401", "403", "404", "409", "422", "tls_certificate"}) {
+    auto r = retry_on::parse(bad);
+    EXPECT_FALSE(r.value) << bad;
+    EXPECT_NE(r.error.find("never widen"), std::string::npos) << r.error;
+  }
+  EXPECT_FALSE(retry_on::parse("5xx").value);
+  EXPECT_EQ(retry_on::parse("503").value, retry_on::cls::s503);
+  EXPECT_EQ(retry_on::parse("timeout").value, retry_on::cls::timeout);
+}
+
+TEST(Classify, R4_DnsFailureIsAllowedTwoAttemptsInAll) { EXPECT_EQ(dns_failure_max_attempts, 2u); }
