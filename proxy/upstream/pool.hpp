@@ -18,11 +18,14 @@ class pool {
  public:
   using clock = std::chrono::steady_clock;
 
-  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout)
-      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout) {}
+  /// `recheck_after`: how long a connection may sit idle before take() checks it is alive.
+  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout,
+       std::chrono::milliseconds recheck_after = std::chrono::seconds(1))
+      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout), recheck_after_(recheck_after) {}
 
-  /** The most recently used live connection for `key`, if any. Connections the peer has
-      closed (or sent unsolicited bytes on) while idle are dropped here, not handed out. */
+  /** The most recently used live connection for `key`, if any. Connections idle for a
+      second or more are checked first: one the peer has closed (or sent unsolicited bytes
+      on) is dropped here, not handed out. */
   std::optional<boost::beast::tcp_stream> take(const std::string& key);
 
   void put(const std::string& key, boost::beast::tcp_stream stream);
@@ -39,6 +42,7 @@ class pool {
   };
   std::size_t max_idle_per_key_;
   std::chrono::milliseconds idle_timeout_;
+  std::chrono::milliseconds recheck_after_;
   std::unordered_map<std::string, std::deque<idle>> idle_;
 };
 
