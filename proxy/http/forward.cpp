@@ -138,8 +138,9 @@ net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& clie
   bool const client_wants_keep_alive = req.keep_alive();
   unsigned const client_version = req.version();
   bool const is_head = req.method() == bhttp::verb::head;
-  auto const method = std::string(req.method_string());
-  auto const path = std::string(loggable_path(target.origin_form));
+  // Views, not copies: they are only read when an error is logged.
+  std::string_view const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
+  std::string_view const path = loggable_path(target.origin_form);
 
   auto fail = [&](const failure& f) {
     ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
