@@ -4,6 +4,8 @@
     Everything here is plain data, built once by `load_config` and then shared read-only by
     every worker thread; nothing on the data path parses YAML or strings again.
 */
+#include "proxy/retry/classify.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -32,11 +34,44 @@ struct request_limits {
   duration idle_timeout = std::chrono::seconds(60);  ///< idle keep-alive or stalled transfer
 };
 
-/** The per-request policy. Only the fields the forwarding core uses exist yet; the retry
-    fields (R-1..R-7) join it with the retry engine. */
-struct policy {
-  duration attempt_timeout = std::chrono::seconds(10);
+enum class context_kind { sync, async, webhook, batch };
+enum class jitter_kind { full, decorrelated };
+
+struct backoff_policy {
+  duration base = std::chrono::seconds(1);   ///< R-1 default
+  duration cap = std::chrono::seconds(30);   ///< R-1 default
+  jitter_kind jitter = jitter_kind::full;
 };
+
+struct idempotency_policy {
+  std::string header = "Idempotency-Key";
+  bool inject = true;  ///< POST/PATCH without a key get a fresh UUIDv4 (R-6)
+};
+
+/** The resolved per-request policy: dependency over defaults over the built-ins of its
+    context (R-2, R-3). Computed once when the config loads. */
+struct policy {
+  context_kind context = context_kind::sync;
+  unsigned max_retries = 3;
+  backoff_policy backoff;
+  duration total_timeout = std::chrono::seconds(30);
+  duration attempt_timeout = std::chrono::seconds(10);
+  retry::retry_on retry_on = retry::retry_on::r4_default();
+  std::uint64_t max_retry_body = 1 << 20;
+  idempotency_policy idempotency;
+  std::string approval;  ///< R-2: recorded approval for max_retries above the range
+};
+
+/// R-2's default retries and R-3's total duration for a context.
+unsigned builtin_max_retries(context_kind c);
+duration builtin_total_timeout(context_kind c);
+/// R-2's allowed range of max_retries for a context.
+struct retry_range {
+  unsigned low, high;
+};
+retry_range allowed_retries(context_kind c);
+/// R-3's upper bound on total_timeout for a context.
+duration max_total_timeout(context_kind c);
 
 struct dependency {
   std::string name;

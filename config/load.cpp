@@ -52,6 +52,10 @@ class reader {
 
   /// Reports keys of `map` not in `allowed`, with the closest allowed key when one is near.
   void check_keys(const YAML::Node& map, const std::string& path, std::initializer_list<std::string_view> allowed) {
+    check_keys_list(map, path, std::vector<std::string_view>(allowed));
+  }
+
+  void check_keys_list(const YAML::Node& map, const std::string& path, const std::vector<std::string_view>& allowed) {
     for (auto const& kv : map) {
       auto const key = kv.first.Scalar();
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
@@ -105,9 +109,13 @@ class reader {
     typed(root, "drain_timeout", "", c.drain_timeout, parse_duration);
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
-    if (auto n = root["defaults"]) read_policy(n, "defaults", c.defaults);
-    for (auto& d : c.dependencies) d.effective = c.defaults;
-    if (auto n = root["dependencies"]) read_dependencies(n, "dependencies", c);
+    // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.
+    auto const defaults_node = root["defaults"];
+    bool const has_defaults = defaults_node && expect_map(defaults_node, "defaults");
+    if (has_defaults) check_keys_list(defaults_node, "defaults", policy_keys());
+    policy_layer const defaults = has_defaults ? read_policy_layer(defaults_node, "defaults") : empty_layer(root);
+    c.defaults = resolve({&defaults});
+    if (auto n = root["dependencies"]) read_dependencies(n, "dependencies", c, defaults);
   }
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l) {
@@ -122,25 +130,172 @@ class reader {
     if (l.idle_timeout.count() == 0) error(n["idle_timeout"], join(path, "idle_timeout"), "must be greater than 0");
   }
 
-  void read_policy(const YAML::Node& n, const std::string& path, policy& p) {
-    if (!expect_map(n, path)) return;
-    check_keys(n, path, {"attempt_timeout"});
-    typed(n, "attempt_timeout", path, p.attempt_timeout, parse_duration);
-    if (n["attempt_timeout"] && p.attempt_timeout.count() == 0)
-      error(n["attempt_timeout"], join(path, "attempt_timeout"), "must be greater than 0");
+  /// One level of policy as written (defaults or a dependency): what it sets, and where.
+  struct policy_layer {
+    YAML::Node node;
+    std::string path;
+    std::optional<context_kind> context;
+    std::optional<unsigned> max_retries;
+    std::optional<duration> base, cap, total_timeout, attempt_timeout;
+    std::optional<jitter_kind> jitter;
+    std::optional<retry::retry_on> retry_on;
+    std::optional<std::uint64_t> max_retry_body;
+    std::optional<std::string> idempotency_header, approval;
+    std::optional<bool> inject;
+  };
+
+  static std::vector<std::string_view> policy_keys() {
+    return {"context", "max_retries", "backoff", "total_timeout", "attempt_timeout", "retry_on", "max_retry_body",
+            "idempotency", "approval"};
   }
 
-  void read_dependencies(const YAML::Node& n, const std::string& path, config& c) {
+  template <class T, class Parse>
+  void optional_typed(const YAML::Node& parent, std::string_view key, const std::string& path, std::optional<T>& out,
+                      Parse parse) {
+    if (!parent[std::string(key)]) return;
+    T v{};
+    auto const before = diags_.size();
+    typed(parent, key, path, v, parse);
+    if (diags_.size() == before) out = v;
+  }
+
+  static policy_layer empty_layer(const YAML::Node& at) {
+    policy_layer l;
+    l.node = at;
+    return l;
+  }
+
+  /// Reads the policy keys of `n` (the caller has checked the keys).
+  policy_layer read_policy_layer(const YAML::Node& n, const std::string& path) {
+    policy_layer l;
+    l.node = n;
+    l.path = path;
+    optional_typed(n, "context", path, l.context, parse_context);
+    optional_typed(n, "max_retries", path, l.max_retries, parse_max_retries);
+    optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
+    optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
+    optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
+    if (auto a = n["approval"]) {
+      if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
+    }
+    if (auto b = n["backoff"]) {
+      auto const bpath = join(path, "backoff");
+      if (expect_map(b, bpath)) {
+        check_keys(b, bpath, {"base", "cap", "jitter"});
+        optional_typed(b, "base", bpath, l.base, parse_duration);
+        optional_typed(b, "cap", bpath, l.cap, parse_duration);
+        optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
+        if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
+      }
+    }
+    if (auto i = n["idempotency"]) {
+      auto const ipath = join(path, "idempotency");
+      if (expect_map(i, ipath)) {
+        check_keys(i, ipath, {"header", "inject"});
+        if (auto h = i["header"]) {
+          if (auto v = scalar(h, join(ipath, "header"))) {
+            if (v->empty() || v->find_first_of(" \t:\r\n") != std::string::npos) error(h, join(ipath, "header"), "invalid header name");
+            else l.idempotency_header = *v;
+          }
+        }
+        optional_typed(i, "inject", ipath, l.inject, parse_bool);
+      }
+    }
+    if (auto r = n["retry_on"]) {
+      auto const rpath = join(path, "retry_on");
+      if (r.IsScalar() && r.Scalar() == "default") {
+        l.retry_on = retry::retry_on::r4_default();
+      } else if (r.IsSequence()) {
+        retry::retry_on set = retry::retry_on::none();
+        bool ok = true;
+        for (std::size_t k = 0; k < r.size(); ++k) {
+          auto const epath = rpath + "[" + std::to_string(k) + "]";
+          auto const v = scalar(r[k], epath);
+          if (!v) { ok = false; continue; }
+          auto const c = retry::retry_on::parse(*v);
+          if (!c.value) { error(r[k], epath, c.error, "R-4"); ok = false; continue; }
+          set.add(*c.value);
+        }
+        if (ok) l.retry_on = set;
+      } else {
+        error(r, rpath, "expected `default` or a list of retry classes");
+      }
+    }
+    return l;
+  }
+
+  /** Route over dependency over defaults over the context's built-ins, then the checks of
+      SPEC 2.1 that concern one resolved policy. Each finding points at the layer that set
+      the value, or at the most specific layer when the value is built in. */
+  policy resolve(std::initializer_list<const policy_layer*> specific_first) {
+    policy p;
+    auto pick = [&](auto member) {
+      for (auto const* l : specific_first)
+        if ((l->*member)) return l;
+      return static_cast<const policy_layer*>(nullptr);
+    };
+    auto const* most_specific = *specific_first.begin();
+    auto where = [&](auto member) { auto const* l = pick(member); return l ? l : most_specific; };
+    if (auto const* l = pick(&policy_layer::context)) p.context = *l->context;
+    p.max_retries = builtin_max_retries(p.context);
+    p.total_timeout = builtin_total_timeout(p.context);
+    if (auto const* l = pick(&policy_layer::max_retries)) p.max_retries = *l->max_retries;
+    if (auto const* l = pick(&policy_layer::total_timeout)) p.total_timeout = *l->total_timeout;
+    if (auto const* l = pick(&policy_layer::attempt_timeout)) p.attempt_timeout = *l->attempt_timeout;
+    if (auto const* l = pick(&policy_layer::base)) p.backoff.base = *l->base;
+    if (auto const* l = pick(&policy_layer::cap)) p.backoff.cap = *l->cap;
+    if (auto const* l = pick(&policy_layer::jitter)) p.backoff.jitter = *l->jitter;
+    if (auto const* l = pick(&policy_layer::retry_on)) p.retry_on = *l->retry_on;
+    if (auto const* l = pick(&policy_layer::max_retry_body)) p.max_retry_body = *l->max_retry_body;
+    if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
+    if (auto const* l = pick(&policy_layer::inject)) p.idempotency.inject = *l->inject;
+    if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
+
+    auto at = [&](const policy_layer* l, std::string_view key) {
+      auto n = l->node[std::string(key)];
+      return std::make_pair(n ? n : l->node, join(l->path, key));
+    };
+    auto const range = allowed_retries(p.context);
+    if (p.max_retries < range.low || (p.max_retries > range.high && p.approval.empty())) {
+      auto [n, kp] = at(where(&policy_layer::max_retries), "max_retries");
+      error(n, kp,
+            "max_retries " + std::to_string(p.max_retries) + " is outside " + std::to_string(range.low) + ".." +
+                std::to_string(range.high) + " for this context" +
+                (p.max_retries > range.high ? "; above the range needs `approval: <record id>`" : ""),
+            "R-2");
+    }
+    if (p.total_timeout > max_total_timeout(p.context)) {
+      auto [n, kp] = at(where(&policy_layer::total_timeout), "total_timeout");
+      error(n, kp,
+            p.context == context_kind::sync ? "a sync total_timeout may not exceed 30s"
+                                            : "total_timeout may not exceed 24h",
+            "R-3");
+    }
+    if (p.total_timeout.count() == 0 || p.attempt_timeout.count() == 0) {
+      auto [n, kp] = at(where(p.total_timeout.count() == 0 ? &policy_layer::total_timeout : &policy_layer::attempt_timeout),
+                        p.total_timeout.count() == 0 ? "total_timeout" : "attempt_timeout");
+      error(n, kp, "must be greater than 0");
+    }
+    if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap) {
+      auto [n, kp] = at(where(&policy_layer::base), "backoff");
+      error(n, kp, "backoff.base must be greater than 0 and at most backoff.cap", "R-1");
+    }
+    return p;
+  }
+
+  void read_dependencies(const YAML::Node& n, const std::string& path, config& c, const policy_layer& defaults) {
     if (!expect_map(n, path)) return;
     for (auto const& kv : n) {
       dependency d;
       d.name = kv.first.Scalar();
-      d.effective = c.defaults;
       auto const dpath = join(path, d.name);
       auto const& body = kv.second;
       if (!expect_map(body, dpath)) continue;
-      check_keys(body, dpath, {"hosts", "attempt_timeout"});
-      if (body["attempt_timeout"]) typed(body, "attempt_timeout", dpath, d.effective.attempt_timeout, parse_duration);
+      auto keys = policy_keys();
+      keys.push_back("hosts");
+      check_keys_list(body, dpath, keys);
+      auto const layer = read_policy_layer(body, dpath);
+      d.effective = resolve({&layer, &defaults});
       auto const hosts = body["hosts"];
       if (!hosts || !hosts.IsSequence() || hosts.size() == 0) {
         error(hosts ? hosts : kv.first, join(dpath, "hosts"), "expected a non-empty list of host or host:port values");
@@ -165,6 +320,36 @@ class reader {
       }
       c.dependencies.push_back(std::move(d));
     }
+  }
+
+  static parsed<context_kind> parse_context(std::string_view s) {
+    if (s == "sync") return parsed<context_kind>::ok(context_kind::sync);
+    if (s == "async") return parsed<context_kind>::ok(context_kind::async);
+    if (s == "webhook") return parsed<context_kind>::ok(context_kind::webhook);
+    if (s == "batch") return parsed<context_kind>::ok(context_kind::batch);
+    return parsed<context_kind>::fail("invalid context \"" + std::string(s) + "\" (expected sync, async, webhook or batch)");
+  }
+
+  static parsed<jitter_kind> parse_jitter(std::string_view s) {
+    if (s == "full") return parsed<jitter_kind>::ok(jitter_kind::full);
+    if (s == "decorrelated") return parsed<jitter_kind>::ok(jitter_kind::decorrelated);
+    if (s == "equal" || s == "none")
+      return parsed<jitter_kind>::fail("jitter \"" + std::string(s) + "\" is not allowed: equal jitter and fixed intervals make clients retry in step (expected full or decorrelated)");
+    return parsed<jitter_kind>::fail("invalid jitter \"" + std::string(s) + "\" (expected full or decorrelated)");
+  }
+
+  static parsed<unsigned> parse_max_retries(std::string_view s) {
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size() || v > 100)
+      return parsed<unsigned>::fail("invalid max_retries \"" + std::string(s) + "\" (expected a whole number)");
+    return parsed<unsigned>::ok(v);
+  }
+
+  static parsed<bool> parse_bool(std::string_view s) {
+    if (s == "true") return parsed<bool>::ok(true);
+    if (s == "false") return parsed<bool>::ok(false);
+    return parsed<bool>::fail("invalid value \"" + std::string(s) + "\" (expected true or false)");
   }
 
   static parsed<unsigned> parse_workers(std::string_view s) {
@@ -233,6 +418,35 @@ const dependency* config::find_dependency(std::string_view host, std::uint16_t p
   key.resize(bare);
   if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
   return nullptr;
+}
+
+}  // namespace rebound::config
+
+namespace rebound::config {
+
+unsigned builtin_max_retries(context_kind c) {
+  switch (c) {
+    case context_kind::async:
+    case context_kind::webhook: return 5;
+    default: return 3;
+  }
+}
+
+duration builtin_total_timeout(context_kind c) {
+  return c == context_kind::sync || c == context_kind::batch ? duration(std::chrono::seconds(30))
+                                                             : duration(std::chrono::hours(24));
+}
+
+retry_range allowed_retries(context_kind c) {
+  switch (c) {
+    case context_kind::async: return {1, 10};
+    case context_kind::webhook: return {3, 8};
+    default: return {1, 5};
+  }
+}
+
+duration max_total_timeout(context_kind c) {
+  return c == context_kind::sync ? duration(std::chrono::seconds(30)) : duration(std::chrono::hours(24));
 }
 
 }  // namespace rebound::config
