@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <csignal>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct worker {
   net::io_context ioc{1};
   upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
   std::optional<tcp::acceptor> acceptor;
+  std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
   std::thread thread;
 };
 
@@ -157,7 +159,7 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
                 report_failure{&log, "signals"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->pool, &log, &w->sessions};
+    http::session_context ctx{cfg, &w->pool, &log, &w->sessions, &w->rng};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

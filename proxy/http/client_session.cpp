@@ -120,7 +120,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       co_await run_tunnel(ctx, client, buffer, t, r.name, *r.policy);
       co_return;
     }
-    if (!co_await forward(ctx, client, buffer, parser, t, r.name, *r.policy)) break;
+    if (!co_await forward(ctx, guard, client, buffer, parser, t, r.name, *r.policy)) break;
   }
   co_await lingering_close(client);
 }

@@ -8,6 +8,7 @@
 #include "proxy/upstream/pool.hpp"
 
 #include <memory>
+#include <random>
 
 namespace rebound::http {
 
@@ -17,6 +18,7 @@ struct session_context {
   upstream::pool* pool = nullptr;
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;
+  std::mt19937_64* rng = nullptr;  ///< the worker's: backoff jitter draws from it (R-1)
 };
 
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);

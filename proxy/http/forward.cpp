@@ -2,6 +2,8 @@
 
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/idempotency/key.hpp"
+#include "proxy/retry/loop.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -14,6 +16,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <array>
 #include <optional>
 
 namespace rebound::http {
@@ -52,7 +55,7 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bht
 /// The response head as the client hop must see it; returns whether the client
 /// connection can stay open after this response.
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const response_parser& p, bool is_head,
-                             unsigned client_version, bool client_keep_alive) {
+                             unsigned client_version, bool client_keep_alive, unsigned attempts) {
   strip_hop_by_hop(res.base());
   add_via(res.base());
   auto const status = res.result_int();
@@ -66,6 +69,7 @@ bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const res
       client_keep_alive = false;  // an HTTP/1.0 client learns the end from the close
     }
   }
+  res.set("Rebound-Attempts", std::to_string(attempts));
   res.version(11);
   res.keep_alive(client_keep_alive);
   if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");
@@ -130,7 +134,11 @@ net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e,
   co_return !ec;
 }
 
-net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+namespace {
+
+/** Streams a request whose body is not kept (too large, chunked, or not retryable): one
+    attempt, the body relayed as it arrives, Expect: 100-continue passed through. */
+net::awaitable<bool> forward_streaming(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                              bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
                              std::string_view dependency, const config::policy& policy) {
   auto& req = parser.get();
@@ -276,7 +284,7 @@ net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& clie
     auto& res = rp->get();
     bool const upstream_keep_alive = rp->keep_alive();
     bool const client_keep_alive = prepare_client_response(
-        res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining());
+        res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
     bhttp::response_serializer<bhttp::buffer_body> rsr{res};
     auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
     if (!rr.ok()) {
@@ -293,6 +301,175 @@ net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& clie
     co_return client_keep_alive;
   }
   co_return false;  // unreachable: the second round never continues
+}
+
+
+}  // namespace
+
+namespace {
+
+/// The first of X-Request-ID and X-Correlation-ID the client sent (empty when none).
+std::string_view correlation_id(const bhttp::request<bhttp::buffer_body>& req) {
+  if (auto it = req.find("X-Request-ID"); it != req.end()) return it->value();
+  if (auto it = req.find("X-Correlation-ID"); it != req.end()) return it->value();
+  return {};
+}
+
+/** Reads the whole request body into `out` (its Content-Length is within max_retry_body),
+    so every attempt can send it again. Returns the answer for a client that failed. */
+net::awaitable<std::optional<error_reply>> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                                           bhttp::request_parser<bhttp::buffer_body>& parser,
+                                                           std::string& out, std::chrono::milliseconds idle) {
+  if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
+  std::array<char, 16 * 1024> chunk;
+  auto& body = parser.get().body();
+  while (!parser.is_done()) {
+    body.data = chunk.data();
+    body.size = chunk.size();
+    client.expires_after(idle);
+    auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
+    if (ec && ec != bhttp::error::need_buffer) {
+      if (ec == bhttp::error::body_limit) co_return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
+      if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() && ec != bhttp::error::partial_message)
+        co_return error_reply{400, error_type::bad_request, "malformed request body: " + ec.message(), {}, 0};
+      co_return error_reply{0, error_type::bad_request, "client went away", {}, 0};  // status 0: nobody to answer
+    }
+    out.append(chunk.data(), chunk.size() - body.size);
+  }
+  co_return std::nullopt;
+}
+
+/** A request whose body is none or kept in memory: attempts run in the retry loop and
+    the last response is streamed to the client. */
+net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+                                      beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                                      const request_target& target, retry::request_facts facts,
+                                      const config::policy& policy) {
+  auto& req = parser.get();
+  auto const idle = ctx.cfg->limits.idle_timeout;
+  bool const client_wants_keep_alive = req.keep_alive();
+  unsigned const client_version = req.version();
+  bool const is_head = req.method() == bhttp::verb::head;
+
+  std::string body;
+  if (!parser.is_done()) {
+    auto problem = co_await read_whole_body(client, buffer, parser, body, idle);
+    if (problem) {
+      if (problem->status != 0) {
+        problem->dependency = std::string(facts.dependency);
+        co_await send_error(client, *problem, false, idle);
+      }
+      co_return false;
+    }
+  }
+  prepare_upstream_request(req, parser, target);
+
+  auto const key = pool_key(target);
+  upstream::exchange ex;
+  auto const result = co_await retry::run_retry_loop(
+      policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port}, req, body, is_head,
+      *ctx.rng, *ctx.log, retry::wait_hooks{ctx.sessions->draining_flag(), guard.backoff_slot()}, ex);
+
+  bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
+  if (result.failure) {
+    auto const& f = *result.failure;
+    ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
+                                     {"error_type", to_string(f.type)}, {"attempts", result.attempts},
+                                     {"message", f.message}});
+    error_reply const reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
+    co_await send_error(client, reply, keep, idle);
+    co_return keep;
+  }
+  auto& rp = *ex.response;
+  auto& res = rp.get();
+  bool const upstream_keep_alive = rp.keep_alive();
+  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, result.attempts);
+  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
+  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, rsr, idle);
+  if (!rr.ok()) {
+    if (rr.read_error)
+      ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
+                                       {"error_type", "upstream_protocol_error"},
+                                       {"message", "response body cut short: " + rr.read_error.message()}});
+    co_return false;
+  }
+  if (upstream_keep_alive && ex.buffer.size() == 0) {
+    ex.stream->expires_never();
+    ctx.pool->put(key, std::move(*ex.stream));
+  }
+  co_return client_keep_alive;
+}
+
+}  // namespace
+
+net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                             const request_target& target, std::string_view dependency, const config::policy& policy) {
+  auto& req = parser.get();
+  auto const idle = ctx.cfg->limits.idle_timeout;
+  if (auto it = req.find(bhttp::field::expect); it != req.end() && req.version() >= 11 &&
+                                                !beast::iequals(it->value(), "100-continue")) {
+    error_reply const reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+    co_await send_error(client, reply, false, idle);
+    co_return false;
+  }
+
+  retry::request_facts facts;
+  facts.dependency = dependency;
+  facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
+  facts.path = loggable_path(target.origin_form);
+  facts.correlation_id = correlation_id(req);
+
+  // whether this request may be sent more than once.
+  auto const& key_header = policy.idempotency.header;
+  std::string injected_key;
+  if (auto it = req.find(key_header); it != req.end()) {
+    if (auto problem = idempotency::key_problem(it->value())) {
+      error_reply const reply{400, error_type::bad_request, *problem, std::string(dependency), 0};
+      co_await send_error(client, reply, parser.is_done() && req.keep_alive(), idle);
+      co_return parser.is_done() && req.keep_alive();
+    }
+    facts.idempotency_key = it->value();
+  }
+  if (idempotency::retry_safe_method(req.method())) {
+    facts.may_retry = true;
+  } else if (idempotency::needs_key(req.method())) {
+    if (!facts.idempotency_key.empty()) {
+      facts.may_retry = true;
+    } else if (policy.idempotency.inject) {
+      if (auto k = idempotency::new_key()) {
+        injected_key = std::move(*k);
+        req.set(key_header, injected_key);
+        facts.idempotency_key = injected_key;
+        facts.may_retry = true;
+      } else {
+        facts.why_not = "no idempotency key could be generated";
+      }
+    } else {
+      facts.why_not = "POST/PATCH without an idempotency key, and idempotency.inject is false (R-6)";
+    }
+  } else {
+    facts.why_not = "the method is not idempotent (R-6)";
+  }
+
+  // A body can be sent again only if it is kept; a chunked one or one over max_retry_body
+  // streams through once.
+  bool const has_body = !parser.is_done();
+  auto const cl = parser.content_length();
+  // With Expect: 100-continue the head must go upstream before the body is read (RFC 9110
+  // 10.1.1), so such a body streams through once too.
+  bool const expects_continue = has_body && req.version() >= 11 && req.count(bhttp::field::expect) > 0;
+  bool const keepable = !has_body || (!parser.chunked() && !expects_continue && cl && *cl <= policy.max_retry_body);
+  if (keepable && (facts.may_retry || !has_body))
+    co_return co_await forward_buffered(ctx, guard, client, buffer, parser, target, facts, policy);
+  if (facts.may_retry && policy.max_retries > 0)
+    ctx.log->info("retry_disabled",
+                  {{"correlation_id", facts.correlation_id}, {"dependency", dependency}, {"method", facts.method},
+                   {"path", facts.path},
+                   {"reason", parser.chunked()      ? "chunked body: not kept for a retry"
+                              : expects_continue    ? "Expect: 100-continue: the body streams through once"
+                                                    : "body larger than max_retry_body: sent once"}});
+  co_return co_await forward_streaming(ctx, client, buffer, parser, target, dependency, policy);
 }
 
 }  // namespace rebound::http

@@ -15,11 +15,12 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-/** Forwards the request whose head `parser` holds. Returns whether the client connection
+/** Forwards the request whose head `parser` holds: through the retry loop when its body is
+    none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
-net::awaitable<bool> forward(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                             bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
-                             std::string_view dependency, const config::policy& policy);
+net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                             const request_target& target, std::string_view dependency, const config::policy& policy);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

@@ -4,6 +4,7 @@
     A drain closes connections that sit idle between requests at once and lets busy ones
     finish their current exchange (they then close instead of reading another request).
     Used only on its worker's thread; `active()` alone is read from the control thread. */
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
@@ -15,6 +16,7 @@ class session_registry {
   struct entry {
     boost::beast::tcp_stream* stream;
     bool idle;
+    boost::asio::steady_timer* backoff = nullptr;  ///< a pending retry wait, cut short by a drain
   };
 
  public:
@@ -22,7 +24,7 @@ class session_registry {
 
   handle add(boost::beast::tcp_stream& s) {
     active_.fetch_add(1, std::memory_order_relaxed);
-    return entries_.insert(entries_.end(), entry{&s, true});
+    return entries_.insert(entries_.end(), entry{&s, true, nullptr});
   }
   void remove(handle h) {
     entries_.erase(h);
@@ -32,11 +34,13 @@ class session_registry {
   void set_idle(handle h, bool idle) { h->idle = idle; }
 
   bool draining() const { return draining_; }
+  const bool* draining_flag() const { return &draining_; }
 
   void begin_drain() {
     draining_ = true;
     for (auto& e : entries_) {
       if (e.idle) e.stream->close();
+      if (e.backoff) e.backoff->cancel();
     }
   }
 
@@ -56,6 +60,8 @@ class session_guard {
   session_guard(const session_guard&) = delete;
   session_guard& operator=(const session_guard&) = delete;
   void set_idle(bool idle) { r_.set_idle(h_, idle); }
+  /// Where the retry loop registers its pending backoff wait.
+  boost::asio::steady_timer** backoff_slot() { return &h_->backoff; }
 
  private:
   session_registry& r_;

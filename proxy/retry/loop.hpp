@@ -1,0 +1,45 @@
+#pragma once
+/** The retry loop (SPEC 4.2): the one coroutine that runs attempts and asks the pure
+    decisions of this folder whether and when to run another. */
+#include "config/config.hpp"
+#include "proxy/observe/log.hpp"
+#include "proxy/upstream/attempt.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <random>
+
+namespace rebound::retry {
+
+/// What the loop needs to know about the request, beyond its policy.
+struct request_facts {
+  bool may_retry = false;           ///< R-6 allows it and the body is buffered
+  std::string_view why_not;         ///< for the log, when !may_retry
+  std::string_view dependency;
+  std::string_view method;
+  std::string_view path;            ///< without the query (R-9)
+  std::string_view correlation_id;
+  std::string_view idempotency_key;
+};
+
+/// Where the loop's waits can be seen and cut short (a drain cancels a pending backoff).
+struct wait_hooks {
+  const bool* draining = nullptr;
+  net::steady_timer** current_wait = nullptr;  ///< set while a backoff wait is pending
+};
+
+struct loop_result {
+  unsigned attempts = 0;
+  std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
+};
+
+/** Runs attempts until one is final, retries are exhausted, or time is up. On return,
+    `ex` holds the last response head (to be streamed to the client), or `failure` says
+    why there is none. */
+net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
+                                           upstream::pool& pool, upstream::destination to,
+                                           upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
+                                           std::string_view body, bool is_head, std::mt19937_64& rng,
+                                           const observe::logger& log, wait_hooks hooks, upstream::exchange& ex);
+
+}  // namespace rebound::retry

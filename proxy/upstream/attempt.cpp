@@ -1,0 +1,76 @@
+#include "proxy/upstream/attempt.hpp"
+
+#include "proxy/upstream/connect.hpp"
+
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace rebound::upstream {
+
+constexpr std::uint32_t max_response_head = 64 * 1024;
+
+attempt_failure read_failure(const error_code& ec) {
+  if (ec == beast::error::timeout) return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
+  if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+      ec == bhttp::error::partial_message)
+    return {http::error_type::connect_reset, "upstream closed the connection before a complete response head"};
+  return {http::error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
+}
+
+net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
+                                                           bhttp::request<bhttp::buffer_body>& req, std::string_view body,
+                                                           bool is_head, clock::time_point deadline, exchange& out) {
+  for (int round = 0; round < 2; ++round) {
+    out.stream.reset();
+    out.response.reset();
+    out.buffer.consume(out.buffer.size());
+    if (round == 0) {
+      if (auto pooled = p.take(to.pool_key)) out.stream.emplace(std::move(*pooled));
+    }
+    bool const reused = out.stream.has_value();
+    if (!out.stream) {
+      auto c = co_await connect_to(to.host, to.port, deadline);
+      if (!c.stream) co_return attempt_failure{c.error, c.message};
+      out.stream.emplace(std::move(*c.stream));
+    }
+    auto& up = *out.stream;
+    // The body is sent from memory: a retry sends the same bytes again.
+    req.body().data = body.empty() ? nullptr : const_cast<char*>(body.data());
+    req.body().size = body.size();
+    req.body().more = false;
+    bhttp::request_serializer<bhttp::buffer_body> sr{req};
+    up.expires_at(deadline);
+    auto [wec, wn] = co_await bhttp::async_write(up, sr, use_tuple);
+    if (wec) {
+      if (reused && round == 0 && wec != beast::error::timeout) continue;
+      if (wec == beast::error::timeout) co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
+      co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
+    }
+    for (;;) {
+      out.response.emplace();
+      out.response->header_limit(max_response_head);
+      out.response->body_limit(boost::none);
+      if (is_head) out.response->skip(true);
+      up.expires_at(deadline);
+      auto [ec, n] = co_await bhttp::async_read_header(up, out.buffer, *out.response, use_tuple);
+      if (ec) {
+        bool const nothing_received = out.buffer.size() == 0 && !out.response->got_some();
+        out.response.reset();
+        if (reused && round == 0 && nothing_received && ec != beast::error::timeout) break;  // stale: go again
+        co_return read_failure(ec);
+      }
+      auto const status = out.response->get().result_int();
+      if (status == 101) {
+        out.response.reset();
+        co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
+      }
+      // Interim answers are not relayed here: an attempt that may be retried must not
+      // have told the client anything yet.
+      if (status >= 200) co_return std::nullopt;
+    }
+  }
+  co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
+}
+
+}  // namespace rebound::upstream

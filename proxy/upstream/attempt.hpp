@@ -1,0 +1,53 @@
+#pragma once
+/** One attempt at a request whose body is fully known (none, or buffered for retries):
+    take a pooled connection or connect, send head and body, and read the final response
+    head. The loop in retry/ decides whether there is another. */
+#include "proxy/http/error_response.hpp"
+#include "proxy/net.hpp"
+#include "proxy/upstream/pool.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rebound::upstream {
+
+namespace bhttp = boost::beast::http;
+using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+using clock = std::chrono::steady_clock;
+
+/// What an attempt leaves behind; the caller owns it so the last one can be streamed on.
+struct exchange {
+  std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;                 ///< bytes read past the response head
+  std::optional<response_parser> response;   ///< the final head, when one arrived
+};
+
+struct attempt_failure {
+  http::error_type type;
+  std::string message;
+};
+
+/// Where the upstream is and which pool slot its connections use.
+struct destination {
+  const std::string& pool_key;
+  const std::string& host;  ///< for the resolver
+  std::uint16_t port;
+};
+
+/** Runs one attempt into `out` (reset first). A pooled connection that turns out to be
+    closed before any response byte is replaced by a fresh one once, within the same
+    attempt: nothing of the request was processed. */
+net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
+                                                           bhttp::request<bhttp::buffer_body>& req, std::string_view body,
+                                                           bool is_head, clock::time_point deadline, exchange& out);
+
+/// The failure type of a response head that could not be read.
+attempt_failure read_failure(const error_code& ec);
+
+}  // namespace rebound::upstream
