@@ -251,15 +251,38 @@ void ScriptedUpstream::on_stop() {
     if (s.gate) s.gate->notify();
     if (s.mid_body_gate) s.mid_body_gate->notify();
   }
+  for (auto const& [path, seq] : sequences_)
+    for (auto const& s : seq) {
+      if (s.gate) s.gate->notify();
+      if (s.mid_body_gate) s.mid_body_gate->notify();
+    }
 }
 
 void ScriptedUpstream::on(const std::string& path, Script script) {
   std::lock_guard lock(mutex_);
+  sequences_.erase(path);
   scripts_[path] = std::move(script);
+}
+
+void ScriptedUpstream::on_sequence(const std::string& path, std::vector<Script> scripts) {
+  std::lock_guard lock(mutex_);
+  scripts_.erase(path);
+  sequence_pos_.erase(path);
+  if (scripts.empty()) {
+    sequences_.erase(path);
+  } else {
+    sequences_[path] = std::move(scripts);
+  }
 }
 
 Script ScriptedUpstream::script_for(const std::string& path) const {
   std::lock_guard lock(mutex_);
+  if (auto seq = sequences_.find(path); seq != sequences_.end()) {
+    std::size_t& pos = sequence_pos_[path];
+    std::size_t i = pos < seq->second.size() ? pos : seq->second.size() - 1;
+    ++pos;
+    return seq->second[i];
+  }
   auto it = scripts_.find(path);
   return it == scripts_.end() ? Script{} : it->second;
 }
@@ -308,6 +331,7 @@ void ScriptedUpstream::serve(Conn& conn, std::size_t connection_index) {
     for (auto const& f : m) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     r.chunked = p.chunked();
     r.connection = connection_index;
+    r.at = std::chrono::steady_clock::now();
     Script s = script_for(r.path());
     std::size_t index;
     {

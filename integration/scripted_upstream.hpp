@@ -129,6 +129,7 @@ struct ReceivedRequest {
   bool chunked = false;   // arrived with Transfer-Encoding: chunked
   bool complete = false;  // body fully read
   std::size_t connection = 0;
+  std::chrono::steady_clock::time_point at{};  // when the head was parsed
 
   std::string path() const { return target.substr(0, target.find('?')); }
   std::optional<std::string> header(std::string_view name) const { return find_field(headers, name); }
@@ -141,6 +142,8 @@ class ScriptedUpstream : public TcpServer {
   ~ScriptedUpstream() override;
 
   void on(const std::string& path, Script script);  // path without query
+  // Scripts used in order for successive requests to `path`; the last one repeats.
+  void on_sequence(const std::string& path, std::vector<Script> scripts);
   std::vector<ReceivedRequest> requests() const;
   std::size_t request_count() const;
   std::size_t request_count(const std::string& path) const;
@@ -157,6 +160,8 @@ class ScriptedUpstream : public TcpServer {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   std::map<std::string, Script> scripts_;
+  std::map<std::string, std::vector<Script>> sequences_;
+  mutable std::map<std::string, std::size_t> sequence_pos_;
   std::vector<ReceivedRequest> received_;
   std::atomic<std::size_t> next_connection_{0};
 };
