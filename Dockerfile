@@ -1,0 +1,48 @@
+# rebound container image: compiled on Debian 12, run on Debian 12 slim with only the shared
+# libraries the binary links (libssl3, libyaml-cpp0.7, libspdlog1.10 -> libfmt9; libstdc++6 and
+# libgcc-s1 are already in the base), as uid 10001.
+#
+#   docker build -t rebound .                  (podman: podman build --format docker -t rebound .)
+#   docker run --rm -p 3128:3128 -p 9901:9901 rebound
+#   curl -x http://127.0.0.1:3128 http://example.com/
+#
+# bench/oci-check.sh builds and checks this image with podman on a Debian 12 host.
+ARG BUILD_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
+
+FROM ${BUILD_IMAGE} AS build
+# The list of scripts/install-deps, minus what only developers use (ccache, curl, python3).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      g++ cmake ninja-build libboost1.81-dev libssl-dev libyaml-cpp-dev libspdlog-dev \
+      libgtest-dev libgmock-dev \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+# Release (-O3) by default; `--build-arg CMAKE_BUILD_TYPE=RelWithDebInfo` builds what
+# scripts/build builds (-O2; the debug info is stripped below).
+ARG CMAKE_BUILD_TYPE=Release
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
+ && cmake --build build --target rebound \
+ && strip --strip-unneeded build/rebound \
+ && build/rebound --version
+
+FROM ${RUNTIME_IMAGE}
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 ca-certificates curl \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
+ && groupadd --gid 10001 rebound \
+ && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin rebound
+COPY --from=build /src/build/rebound /usr/local/bin/rebound
+COPY docker/rebound.yaml /etc/rebound/rebound.yaml
+USER 10001:10001
+EXPOSE 3128 9901
+# SIGTERM: rebound fails /readyz, stops accepting, finishes in-flight requests within
+# drain_timeout and exits 0.
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["curl", "-fsS", "-o", "/dev/null", "--max-time", "2", "http://127.0.0.1:9901/healthz"]
+CMD ["rebound", "--config", "/etc/rebound/rebound.yaml"]
