@@ -56,8 +56,15 @@ class reader {
   }
 
   void check_keys_list(const YAML::Node& map, const std::string& path, const std::vector<std::string_view>& allowed) {
+    std::vector<std::pair<std::string, int>> seen;  // key, line: YAML forbids duplicates, yaml-cpp keeps the first silently
     for (auto const& kv : map) {
       auto const key = kv.first.Scalar();
+      auto const line = kv.first.Mark().line + 1;
+      if (auto it = std::find_if(seen.begin(), seen.end(), [&](auto const& k) { return k.first == key; }); it != seen.end()) {
+        error(kv.first, join(path, key), "duplicate key \"" + key + "\" (first at line " + std::to_string(it->second) + ")");
+        continue;
+      }
+      seen.emplace_back(key, line);
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       std::string msg = "unknown key \"" + key + "\"";
       std::string_view best;

@@ -270,6 +270,15 @@ int ReboundProcess::terminate() {
 }
 
 std::string ReboundProcess::stdout_text() const { return read_file(dir_ + "/stdout.log"); }
+
+bool ReboundProcess::wait_for_log(const std::string& needle, std::chrono::milliseconds timeout) const {
+  auto const deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (stdout_text().find(needle) != std::string::npos) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 std::string ReboundProcess::stderr_text() const { return read_file(dir_ + "/stderr.log"); }
 
 BadConfigRun run_with_config(const std::string& yaml, std::chrono::milliseconds timeout) {

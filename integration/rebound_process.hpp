@@ -66,6 +66,8 @@ class ReboundProcess {
   bool running() const { return pid_ > 0 && !exit_status_; }
 
   std::string stdout_text() const;
+  // Waits until rebound's stdout (its JSON log) contains `needle`; false on timeout.
+  bool wait_for_log(const std::string& needle, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
   std::string stderr_text() const;
 
  private:

@@ -501,6 +501,99 @@ TEST(Retry, LargeBodyIsForwardedOnceNotRetried) {
   EXPECT_TRUE(reqs[0].body == body);
 }
 
+std::string chunked_request(const std::string& method, const std::string& authority, const std::string& path,
+                            const std::string& body, const std::string& extra_headers = {}) {
+  std::string r = method + " http://" + authority + path + " HTTP/1.1\r\nHost: " + authority +
+                  "\r\nTransfer-Encoding: chunked\r\n" + extra_headers + "\r\n";
+  for (std::size_t at = 0; at < body.size(); at += 7000) {
+    auto piece = body.substr(at, 7000);
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    r += size + piece + "\r\n";
+  }
+  return r + "0\r\n\r\n";
+}
+
+TEST(Retry, R6_ChunkedBodyWithinMaxRetryBodyIsKeptAndResent) {
+  ScriptedUpstream up;
+  up.on_sequence("/chunked", {answer(503), answer(200, {}, "stored")});
+  ReboundProcess rb(retry_options());
+  std::string body = pattern(100 * 1024, 5);
+  auto r = raw_exchange(rb.port(), chunked_request("POST", up.authority(), "/chunked", body, "Idempotency-Key: k-77\r\n"), 30s);
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u) << describe(r);
+  EXPECT_EQ(attempts_header(r), "2");
+  auto reqs = up.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE("attempt " + std::to_string(i + 1));
+    EXPECT_TRUE(reqs[i].body == body) << "got " << reqs[i].body.size() << " bytes";
+    // Kept whole, the body goes out with its length: no chunked framing to re-send.
+    EXPECT_EQ(reqs[i].header("Content-Length").value_or("<none>"), std::to_string(body.size()));
+    EXPECT_FALSE(reqs[i].header("Transfer-Encoding"));
+    EXPECT_EQ(reqs[i].header("Idempotency-Key").value_or("<none>"), "k-77");
+  }
+}
+
+TEST(Retry, ChunkedBodyOverMaxRetryBodyStreamsThroughOnce) {
+  ScriptedUpstream up;
+  up.on("/chunked-big", answer(503, {}, "busy"));
+  ReboundProcess rb(retry_options("  max_retry_body: 64KiB\n"));
+  std::string body = pattern(1024 * 1024, 9);
+  auto r = raw_exchange(rb.port(), chunked_request("PUT", up.authority(), "/chunked-big", body), 30s);
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 503u) << describe(r);
+  EXPECT_EQ(r->body, "busy");
+  EXPECT_EQ(attempts_header(r), "1");
+  auto reqs = up.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_TRUE(reqs[0].complete);
+  EXPECT_TRUE(reqs[0].body == body) << "got " << reqs[0].body.size() << " of " << body.size() << " bytes";
+  EXPECT_TRUE(rb.wait_for_log("chunked body larger than max_retry_body"));
+}
+
+// ---- cancellation ----
+
+TEST(Retry, ClientHangingUpDuringBackoffCancelsTheRetry) {
+  ScriptedUpstream up;
+  up.on("/down", answer(503));
+  // Decorrelated jitter waits at least `base` before the first retry: 5 s, far longer than
+  // the client stays.
+  ReboundOptions o;
+  o.extra = "defaults:\n  backoff: {base: 5s, cap: 10s, jitter: decorrelated}\n";
+  ReboundProcess rb(o);
+  {
+    RawConnection c(rb.port());
+    ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/down")));
+    ASSERT_TRUE(up.wait_for_requests(1));
+    ASSERT_TRUE(rb.wait_for_log("\"retry_attempt\"")) << "the loop should be waiting to retry";
+  }  // the client hangs up
+  ASSERT_TRUE(rb.wait_for_log("\"retry_cancelled\"")) << rb.stdout_text();
+  EXPECT_EQ(up.request_count("/down"), 1u);
+  // The worker is free again: the next request is served at once.
+  up.on("/up", answer(200, {}, "fine"));
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/up"), 10s);
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+}
+
+TEST(Retry, PipelinedRequestDoesNotCancelTheBackoff) {
+  ScriptedUpstream up;
+  up.on_sequence("/once-503", {answer(503), answer(200, {}, "first")});
+  up.on("/second", answer(200, {}, "second"));
+  ReboundProcess rb(retry_options());
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/once-503") +
+                     absolute_request("GET", up.authority(), "/second")));
+  auto r1 = c.read_response(10s);
+  ASSERT_TRUE(r1) << c.last_error();
+  EXPECT_EQ(r1->body, "first");
+  EXPECT_EQ(attempts_header(r1), "2");
+  auto r2 = c.read_response(10s);
+  ASSERT_TRUE(r2) << c.last_error();
+  EXPECT_EQ(r2->body, "second");
+}
+
 // ---- a response cut mid-body ----
 
 TEST(Retry, ResetMidResponseIsNotRetried) {

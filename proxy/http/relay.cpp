@@ -13,9 +13,18 @@ constexpr std::size_t chunk_size = 16 * 1024;
 template <bool isRequest>
 net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, beast::tcp_stream& to,
-                                   bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle) {
+                                   bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle,
+                                   std::string_view prefix) {
   std::array<char, chunk_size> chunk;
   auto& body = p.get().body();
+  if (!prefix.empty()) {
+    body.data = const_cast<char*>(prefix.data());
+    body.size = prefix.size();
+    body.more = !p.is_done();
+    to.expires_after(idle);
+    auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
+    if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
+  }
   // The head goes out at once when no body bytes wait to go with it: a client should see
   // the status before a slow body. Otherwise head and first bytes share one write (one
   // syscall fewer per exchange, the common case for small messages).
@@ -55,15 +64,15 @@ net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& 
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                                 bhttp::request_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
-                                                std::chrono::milliseconds idle) {
-  return relay<true>(from, buffer, p, to, sr, idle);
+                                                std::chrono::milliseconds idle, std::string_view prefix) {
+  return relay<true>(from, buffer, p, to, sr, idle, prefix);
 }
 
 net::awaitable<relay_result> relay_response_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                                  bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,
                                                  std::chrono::milliseconds idle) {
-  return relay<false>(from, buffer, p, to, sr, idle);
+  return relay<false>(from, buffer, p, to, sr, idle, {});
 }
 
 }  // namespace rebound::http

@@ -10,6 +10,7 @@
 #include <boost/beast/http/serializer.hpp>
 
 #include <chrono>
+#include <string_view>
 
 namespace rebound::http {
 
@@ -23,11 +24,12 @@ struct relay_result {
 };
 
 /** Reads the rest of `p`'s message from `from` and writes it, header first if not yet sent,
-    through `sr` to `to`. Each read and each write must progress within `idle`. */
+    through `sr` to `to`. Each read and each write must progress within `idle`. `prefix` is
+    body already read from `from`; it goes out first. */
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                                 bhttp::request_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
-                                                std::chrono::milliseconds idle);
+                                                std::chrono::milliseconds idle, std::string_view prefix = {});
 
 net::awaitable<relay_result> relay_response_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                                  bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,

@@ -4,6 +4,7 @@
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/retry_after.hpp"
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 
 namespace rebound::retry {
@@ -19,14 +20,52 @@ std::string outcome_name(const attempt_outcome& o) {
   return std::string(http::to_string(*o.error));
 }
 
+enum class wait_end { elapsed, cancelled, client_gone };
+
+/** The backoff sleep. It also watches the client: one that hangs up while its retry waits
+    ends the loop (no retries for nobody). Bytes from the client are a pipelined request,
+    which waits its turn; from then on only the timer is watched. */
+net::awaitable<wait_end> backoff_wait(net::steady_timer& timer, tcp::socket* client) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  for (;;) {
+    if (!client) {
+      auto [ec] = co_await timer.async_wait(use_tuple);
+      co_return ec ? wait_end::cancelled : wait_end::elapsed;
+    }
+    auto expire = timer.async_wait(use_tuple);
+    auto readable = client->async_wait(tcp::socket::wait_read, use_tuple);
+    auto first = co_await (std::move(expire) || std::move(readable));
+    if (first.index() == 0) co_return std::get<0>(std::get<0>(first)) ? wait_end::cancelled : wait_end::elapsed;
+    if (std::get<0>(std::get<1>(first))) co_return wait_end::client_gone;
+    char probe;
+    error_code pec;
+    auto const n = client->receive(net::buffer(&probe, 1), tcp::socket::message_peek, pec);
+    if (pec == net::error::would_block || pec == net::error::try_again) continue;
+    if (pec || n == 0) co_return wait_end::client_gone;
+    client = nullptr;
+  }
+}
+
 }  // namespace
+
+dependency_gate& open_gate() {
+  static dependency_gate g;  // stateless: its methods only return their defaults
+  return g;
+}
+
+attempt_observer& silent_observer() {
+  static attempt_observer o;  // stateless
+  return o;
+}
 
 net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, wait_hooks hooks, upstream::exchange& ex) {
+                                           const observe::logger& log, loop_hooks hooks, upstream::exchange& ex) {
   loop_result result;
+  dependency_gate& gate = hooks.gate ? *hooks.gate : open_gate();
+  attempt_observer& observer = hooks.observer ? *hooks.observer : silent_observer();
   auto const start = clock::now();
   auto const total_deadline = start + policy.total_timeout;
   unsigned const max_attempts = 1 + (facts.may_retry ? policy.max_retries : 0);
@@ -45,6 +84,10 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
     attempt_outcome const outcome =
         failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex.response->get().result_int(), std::nullopt};
     result.failure = failure;
+    auto const took = std::chrono::duration_cast<duration>(clock::now() - attempt_start);
+    observer.attempt_done({result.attempts, outcome, took});
+    // The breaker counts what R-4 calls a transient failure, whatever retry_on narrows.
+    gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
 
     if (classify(outcome, policy.retry_on) != verdict::retryable) co_return result;
     if (!facts.may_retry) {
@@ -59,6 +102,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                    {"attempts", result.attempts}, {"max_attempts", max_attempts},
                                    {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key}});
+      observer.exhausted();
       co_return result;
     }
     if (hooks.draining && *hooks.draining) co_return result;
@@ -86,13 +130,24 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       if (failure) result.failure = upstream::attempt_failure{*plan.why_not, "no time left for another attempt"};
       co_return result;
     }
+    // the budget is asked last, so only a retry that would really go spends it.
+    if (!gate.allow_retry()) {
+      log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                    {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
+                                    {"reason", "retry budget exhausted (R-7)"}});
+      if (failure) result.failure = upstream::attempt_failure{http::error_type::budget_exhausted,
+                                                              "the dependency's retry budget is exhausted; last attempt: " +
+                                                                  failure->message};
+      co_return result;
+    }
     previous_wait = plan.wait;
+    observer.retry_scheduled(plan.wait);
     log.info("retry_attempt",
              {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
               {"attempt", result.attempts + 1}, {"max_attempts", max_attempts},
               {"backoff_ms", static_cast<long long>(plan.wait.count())}, {"error_type", outcome_name(outcome)},
               {"idempotency_key", facts.idempotency_key}, {"method", facts.method}, {"path", facts.path},
-              {"duration_ms", static_cast<long long>(std::chrono::duration_cast<duration>(clock::now() - attempt_start).count())}});
+              {"duration_ms", static_cast<long long>(took.count())}});
     // The failed attempt's response is dropped with its connection: reading its body only
     // to throw it away would spend the time the loop has left.
     ex.response.reset();
@@ -100,9 +155,15 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
     net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_after(plan.wait);
     if (hooks.current_wait) *hooks.current_wait = &timer;
-    auto [ec] = co_await timer.async_wait(use_tuple);
+    auto const ended = co_await backoff_wait(timer, hooks.client);
     if (hooks.current_wait) *hooks.current_wait = nullptr;
-    if (ec) {
+    if (ended == wait_end::client_gone) {
+      log.info("retry_cancelled", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                   {"attempts", result.attempts}, {"reason", "the client closed its connection"}});
+      result.client_gone = true;
+      co_return result;
+    }
+    if (ended == wait_end::cancelled) {
       // A drain cut the wait short. The failed attempt's response went with its
       // connection, so the client learns what it was from the message.
       if (!failure)

@@ -3,6 +3,7 @@
     decisions of this folder whether and when to run another. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/retry/loop_hooks.hpp"
 #include "proxy/upstream/attempt.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -22,15 +23,19 @@ struct request_facts {
   std::string_view idempotency_key;
 };
 
-/// Where the loop's waits can be seen and cut short (a drain cancels a pending backoff).
-struct wait_hooks {
-  const bool* draining = nullptr;
-  net::steady_timer** current_wait = nullptr;  ///< set while a backoff wait is pending
+/// What the loop shares with the session and the dependency. Null members are not used.
+struct loop_hooks {
+  const bool* draining = nullptr;              ///< a drain sends no further retry
+  net::steady_timer** current_wait = nullptr;  ///< set while a backoff wait is pending, so a drain can cut it short
+  tcp::socket* client = nullptr;               ///< watched during a backoff: a client that hangs up cancels the loop
+  dependency_gate* gate = nullptr;             ///< budget and breaker (R-7)
+  attempt_observer* observer = nullptr;        ///< metrics
 };
 
 struct loop_result {
   unsigned attempts = 0;
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
+  bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
 };
 
 /** Runs attempts until one is final, retries are exhausted, or time is up. On return,
@@ -40,6 +45,6 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, wait_hooks hooks, upstream::exchange& ex);
+                                           const observe::logger& log, loop_hooks hooks, upstream::exchange& ex);
 
 }  // namespace rebound::retry

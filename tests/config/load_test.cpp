@@ -129,3 +129,12 @@ TEST(Load, UnreadableFileIsMalformed) {
     EXPECT_TRUE(e.malformed());
   }
 }
+
+TEST(Load, DuplicateKeyIsAnErrorNamingTheFirst) {
+  // yaml-cpp keeps the first of two equal keys without a word; the second would be ignored.
+  auto d = errors_of("defaults:\n  backoff: {base: 10ms}\n  backoff: {base: 5s}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].path, "defaults.backoff");
+  EXPECT_EQ(d[0].line, 3);
+  EXPECT_NE(d[0].message.find("duplicate key \"backoff\" (first at line 2)"), std::string::npos) << d[0].message;
+}

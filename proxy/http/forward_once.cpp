@@ -1,0 +1,249 @@
+#include "proxy/http/forward_once.hpp"
+
+#include "proxy/http/forward.hpp"
+#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/message_rewrite.hpp"
+#include "proxy/http/relay.hpp"
+#include "proxy/upstream/connect.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <optional>
+
+namespace rebound::http {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+using clock = std::chrono::steady_clock;
+using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+
+/// How long an upstream may stay silent after an `Expect: 100-continue` head before the
+/// client is told to send its body anyway (curl waits 1 s itself).
+constexpr std::chrono::milliseconds expect_wait{1000};
+constexpr std::uint32_t max_response_head = 64 * 1024;
+
+/// Everything an attempt's failure needs to produce the answer and the log line.
+struct failure {
+  unsigned status;
+  error_type type;
+  std::string message;
+};
+
+failure upstream_read_failure(const error_code& ec) {
+  if (ec == beast::error::timeout) return {504, error_type::attempt_timeout, "no response head within attempt_timeout"};
+  if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+      ec == bhttp::error::partial_message)
+    return {502, error_type::connect_reset, "upstream closed the connection before a complete response head"};
+  return {502, error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
+}
+
+/** Reads response heads until a final one, passing interim 1xx answers to an HTTP/1.1
+    client (a 100 only if the client asked for it and has not had one). */
+net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_buffer& ubuf, std::optional<response_parser>& rp,
+                                           beast::tcp_stream& client, bool is_head, unsigned client_version,
+                                           bool& continue_sent, bool want_continue, bool return_on_continue,
+                                           clock::time_point deadline, std::chrono::milliseconds idle) {
+  for (;;) {
+    rp.emplace();
+    rp->header_limit(max_response_head);
+    rp->body_limit(boost::none);
+    if (is_head) rp->skip(true);
+    up.expires_at(deadline);
+    auto [ec, n] = co_await bhttp::async_read_header(up, ubuf, *rp, use_tuple);
+    if (ec) co_return ec;
+    auto const status = rp->get().result_int();
+    if (status >= 200) co_return error_code{};
+    if (status == 101) co_return bhttp::error::bad_status;  // rebound never forwards Upgrade
+    if (client_version < 11 || (status == 100 && (!want_continue || continue_sent))) continue;
+    bhttp::response<bhttp::empty_body> interim;
+    interim.version(11);
+    interim.result(status);  // by number: Beast 1.81's status enum has no 103
+    for (auto const& f : rp->get()) interim.insert(f.name_string(), f.value());
+    strip_hop_by_hop(interim.base());
+    client.expires_after(idle);
+    auto [wec, wn] = co_await bhttp::async_write(client, interim, use_tuple);
+    if (wec) co_return wec;
+    if (status == 100) {
+      continue_sent = true;
+      if (return_on_continue) co_return error_code{};
+    }
+  }
+}
+
+}  // namespace
+
+net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                  bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                                  std::string_view dependency, const config::policy& policy, std::string_view prefix) {
+  auto& req = parser.get();
+  auto const idle = ctx.cfg->limits.idle_timeout;
+  bool const client_wants_keep_alive = req.keep_alive();
+  unsigned const client_version = req.version();
+  bool const is_head = req.method() == bhttp::verb::head;
+  // Views, not copies: they are only read when an error is logged.
+  std::string_view const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
+  std::string_view const path = loggable_path(target.origin_form);
+
+  auto fail = [&](const failure& f) {
+    ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
+                                     {"error_type", to_string(f.type)}, {"status", f.status}, {"message", f.message}});
+    return error_reply{f.status, f.type, f.message, std::string(dependency), 1};
+  };
+
+  // Expect: 100-continue is end-to-end: forwarded, and answered per RFC 9110 section 10.1.1.
+  bool want_continue = false;
+  if (auto it = req.find(bhttp::field::expect); it != req.end()) {
+    if (client_version >= 11 && !beast::iequals(it->value(), "100-continue")) {
+      error_reply const reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+      co_await send_error(client, reply, false, idle);
+      co_return false;
+    }
+    want_continue = client_version >= 11 && !parser.is_done();
+    if (!want_continue) req.erase(bhttp::field::expect);
+  }
+  prepare_upstream_request(req, parser, target);
+
+  auto const key = pool_key(target);
+  auto deadline = clock::now() + policy.attempt_timeout;
+  // A pooled connection may have been closed by the upstream just as it was reused. A
+  // request without a body can then go again on a fresh connection: nothing of it was
+  // processed, and the client has nothing more to send.
+  for (int round = 0; round < 2; ++round) {
+    std::optional<beast::tcp_stream> up;
+    if (round == 0) {
+      if (auto pooled = ctx.pool->take(key)) up.emplace(std::move(*pooled));
+    }
+    bool const reused = up.has_value();
+    if (!up) {
+      auto c = co_await upstream::connect_to(target.connect_host, target.port, deadline);
+      if (!c.stream) {
+        bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
+        error_reply const reply = fail({default_status(c.error), c.error, c.message});
+        co_await send_error(client, reply, keep, idle);
+        co_return keep;
+      }
+      up.emplace(std::move(*c.stream));
+    }
+    beast::flat_buffer ubuf;
+    std::optional<response_parser> rp;
+    bhttp::request_serializer<bhttp::buffer_body> sr{req};
+    bool continue_sent = false;
+    bool body_skipped = false;  // the upstream answered before wanting the body
+
+    if (parser.is_done() && prefix.empty()) {
+      req.body().data = nullptr;
+      req.body().size = 0;
+      req.body().more = false;
+      up->expires_at(deadline);
+      auto [ec, n] = co_await bhttp::async_write(*up, sr, use_tuple);
+      if (ec) {
+        if (reused && round == 0) continue;
+        error_reply const reply = fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
+        co_await send_error(client, reply, false, idle);
+        co_return false;
+      }
+    } else {
+      if (want_continue) {
+        up->expires_at(deadline);
+        auto [ec, n] = co_await bhttp::async_write_header(*up, sr, use_tuple);
+        if (ec) {
+          error_reply const reply = fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
+          co_await send_error(client, reply, false, idle);
+          co_return false;
+        }
+        net::steady_timer timer(co_await net::this_coro::executor);
+        timer.expires_at(std::min(clock::now() + expect_wait, deadline));
+        auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
+        auto expire = timer.async_wait(use_tuple);
+        auto spoke = co_await (std::move(readable) || std::move(expire));
+        if (spoke.index() == 0) {
+          auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, true, true,
+                                              deadline, idle);
+          if (hec) {
+            error_reply const reply = fail(upstream_read_failure(hec));
+            co_await send_error(client, reply, false, idle);
+            co_return false;
+          }
+          auto const status = rp->get().result_int();
+          // A 100 read here was already relayed by read_final_head; the final status it
+          // read instead means the upstream refused the body.
+          if (continue_sent) rp.reset();
+          else body_skipped = status >= 200;
+        }
+        if (!continue_sent && !body_skipped) {
+          static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+          client.expires_after(idle);
+          auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
+          if (cec) co_return false;
+          continue_sent = true;
+        }
+      }
+      if (!body_skipped) {
+        auto const upload_start = clock::now();
+        auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix);
+        // The attempt timeout measures the upstream, not how slowly the client uploads.
+        deadline += clock::now() - upload_start;
+        if (rr.read_error) {
+          std::optional<error_reply> reply;
+          if (rr.read_error == bhttp::error::body_limit)
+            reply = error_reply{413, error_type::bad_request, "request body too large", std::string(dependency), 0};
+          else if (rr.read_error.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
+                   rr.read_error != bhttp::error::partial_message)
+            reply = error_reply{400, error_type::bad_request, "malformed request body: " + rr.read_error.message(),
+                                std::string(dependency), 0};
+          if (reply) co_await send_error(client, *reply, false, idle);
+          co_return false;
+        }
+        if (rr.write_error) {
+          error_reply const reply = fail({502, upstream::classify_connect_error(rr.write_error),
+                                            "sending the request body failed: " + rr.write_error.message()});
+          co_await send_error(client, reply, false, idle);
+          co_return false;
+        }
+      }
+    }
+
+    if (!rp) {
+      auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, want_continue,
+                                          false, deadline, idle);
+      if (hec) {
+        bool const nothing_received = ubuf.size() == 0 && !rp->got_some();
+        if (reused && round == 0 && nothing_received && hec != beast::error::timeout && parser.is_done()) continue;
+        error_reply const reply = fail(upstream_read_failure(hec));
+        co_await send_error(client, reply, false, idle);
+        co_return false;
+      }
+    }
+
+    auto& res = rp->get();
+    bool const upstream_keep_alive = rp->keep_alive();
+    bool const client_keep_alive = prepare_client_response(
+        res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
+    bhttp::response_serializer<bhttp::buffer_body> rsr{res};
+    auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
+    if (!rr.ok()) {
+      if (rr.read_error)
+        ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
+                                         {"error_type", "upstream_protocol_error"},
+                                         {"message", "response body cut short: " + rr.read_error.message()}});
+      co_return false;  // the client saw a partial response: only a close tells it so
+    }
+    if (upstream_keep_alive && !body_skipped && ubuf.size() == 0) {
+      up->expires_never();
+      ctx.pool->put(key, std::move(*up));
+    }
+    co_return client_keep_alive;
+  }
+  co_return false;  // unreachable: the second round never continues
+}
+
+
+}  // namespace rebound::http

@@ -1,0 +1,24 @@
+#pragma once
+/** The single-attempt path: a request whose body is not kept for a retry (larger than
+    max_retry_body, or sent with Expect: 100-continue) streams through once, the body relayed
+    as it arrives and Expect: 100-continue passed through (RFC 9110 section 10.1.1). */
+#include "proxy/http/client_session.hpp"
+#include "proxy/http/request_target.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <string_view>
+
+namespace rebound::http {
+
+namespace bhttp = boost::beast::http;
+
+/** Forwards the request in `parser` in one attempt. `prefix` is body already read from the
+    client (a chunked body that outgrew max_retry_body); it goes out before the rest. */
+net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                  bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                                  std::string_view dependency, const config::policy& policy, std::string_view prefix);
+
+}  // namespace rebound::http

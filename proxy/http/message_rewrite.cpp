@@ -1,0 +1,48 @@
+#include "proxy/http/message_rewrite.hpp"
+
+#include "proxy/http/hop_by_hop.hpp"
+
+namespace rebound::http {
+
+std::string pool_key(const request_target& t) {
+  return t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
+}
+
+std::string_view loggable_path(std::string_view origin_form) {
+  return origin_form.substr(0, origin_form.find('?'));
+}
+
+void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
+                              const request_target& t) {
+  strip_hop_by_hop(req.base());
+  req.target(t.origin_form);
+  req.set(bhttp::field::host, t.authority);
+  req.version(11);
+  if (p.chunked()) req.chunked(true);
+  else if (auto cl = p.content_length()) req.content_length(*cl);  // collapses a valid "42, 42"
+  add_via(req.base());
+}
+
+bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head,
+                             unsigned client_version, bool client_keep_alive, unsigned attempts) {
+  strip_hop_by_hop(res.base());
+  add_via(res.base());
+  auto const status = res.result_int();
+  bool const has_body = !(is_head || status / 100 == 1 || status == 204 || status == 304);
+  if (has_body) {
+    if (auto cl = p.content_length(); cl && !p.chunked()) {
+      res.content_length(*cl);
+    } else if (client_version >= 11) {
+      res.chunked(true);  // chunked or close-delimited upstream: re-framed so the client can keep the connection
+    } else {
+      client_keep_alive = false;  // an HTTP/1.0 client learns the end from the close
+    }
+  }
+  res.set("Rebound-Attempts", std::to_string(attempts));
+  res.version(11);
+  res.keep_alive(client_keep_alive);
+  if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");
+  return client_keep_alive;
+}
+
+}  // namespace rebound::http

@@ -1,0 +1,31 @@
+#pragma once
+/** How a proxy rewrites message heads between its two hops (RFC 9110 section 7.6, RFC 9112
+    section 3.2): origin-form target, Host, hop-by-hop fields, Via, framing. */
+#include "proxy/http/request_target.hpp"
+
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace rebound::http {
+
+namespace bhttp = boost::beast::http;
+
+/// The upstream pool slot of a target: one per (scheme, host, port).
+std::string pool_key(const request_target& t);
+
+/// The path without its query, the only part of a target that may be logged.
+std::string_view loggable_path(std::string_view origin_form);
+
+/// The request head as the upstream hop must see it.
+void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
+                              const request_target& t);
+
+/** The response head as the client hop must see it, with `Rebound-Attempts`; returns
+    whether the client connection can stay open after this response. */
+bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const bhttp::response_parser<bhttp::buffer_body>& p,
+                             bool is_head, unsigned client_version, bool client_keep_alive, unsigned attempts);
+
+}  // namespace rebound::http

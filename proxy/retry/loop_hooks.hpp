@@ -1,0 +1,51 @@
+#pragma once
+/** The retry loop's seams: what it asks of the dependency's shared state (the R-7 budget
+    and the circuit breaker) and what it tells whoever counts attempts (metrics). Both have
+    do-nothing defaults, so the loop runs the same with or without them. */
+#include "proxy/retry/classify.hpp"
+
+#include <chrono>
+
+namespace rebound::retry {
+
+using duration = std::chrono::milliseconds;
+
+/// What a dependency's breaker says of a new request.
+struct admission {
+  bool allowed = true;
+  duration retry_after{0};  ///< with !allowed: time until the breaker lets a probe through
+};
+
+/** Per-dependency admission, shared by every worker. The loop calls `admit` once before the
+    first attempt, `record` after every attempt, and `allow_retry` before it schedules a
+    retry; a retry that `allow_retry` refuses is not sent (R-7). */
+class dependency_gate {
+ public:
+  virtual ~dependency_gate() = default;
+  virtual admission admit() { return {}; }
+  virtual bool allow_retry() { return true; }
+  /// `failed`: the outcome is one R-4 calls retryable (the failures a breaker counts).
+  virtual void record(bool failed) { (void)failed; }
+};
+
+/// One finished attempt, as metrics see it.
+struct attempt_report {
+  unsigned attempt = 0;  ///< 1 for the first
+  attempt_outcome outcome;
+  duration took{0};
+};
+
+/// Counts what the loop does; every call happens on the worker running the request.
+class attempt_observer {
+ public:
+  virtual ~attempt_observer() = default;
+  virtual void attempt_done(const attempt_report& r) { (void)r; }
+  virtual void retry_scheduled(duration wait) { (void)wait; }
+  virtual void exhausted() {}
+};
+
+/// The do-nothing gate and observer the loop uses when it is given none.
+dependency_gate& open_gate();
+attempt_observer& silent_observer();
+
+}  // namespace rebound::retry
