@@ -5,6 +5,7 @@
 #include "proxy/observe/log.hpp"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <csignal>
 #include <cstring>
@@ -122,6 +123,12 @@ int main(int argc, char** argv) {
   // A fixed trim threshold keeps that memory for the next request.
   mallopt(M_TRIM_THRESHOLD, 8 << 20);
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // Every client and upstream connection is a descriptor; the usual soft limit of 1024
+  // would cap a sidecar at a few hundred waiting requests. The hard limit is the operator's.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   rebound::observe::logger log(log_level);
   try {
     return rebound::app::run(cfg, log);

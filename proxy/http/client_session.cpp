@@ -25,6 +25,52 @@ resolved resolve(const config::config& cfg, const request_target& t) {
   return {t.host + ":" + std::to_string(t.port), &cfg.defaults, false};
 }
 
+/// A request head checked and routed, or the answer that refuses it.
+struct vetted {
+  std::optional<error_reply> refusal;
+  bool keep_after_refusal = false;  ///< the connection may carry another request after the refusal
+  bool is_connect = false;
+  request_target target;
+  resolved dependency;
+};
+
+/** Checks framing and target and finds the dependency. A plain function, so its
+    temporaries stay off the session's coroutine frame, which lives as long as the
+    connection. */
+bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& parser, const config::config& cfg) {
+  auto const& req = parser.get();
+  if (auto problem = check_request_framing(req.base(), req.version())) {
+    v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
+    return false;
+  }
+  v.is_connect = req.method() == bhttp::verb::connect;
+  auto target = v.is_connect ? parse_connect_target(req.target())
+                             : parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
+                                                    req.count(bhttp::field::host), req.version());
+  if (!target.value) {
+    v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
+    return false;
+  }
+  v.target = std::move(*target.value);
+  auto const& t = v.target;
+  if (t.scheme == "https") {
+    v.refusal = error_reply{400, error_type::bad_request,
+                            "https:// targets travel in a CONNECT tunnel; to have rebound retry them, call http:// "
+                            "and configure the dependency's origin: https://...",
+                            {}, 0};
+    v.keep_after_refusal = parser.is_done();
+    return false;
+  }
+  v.dependency = resolve(cfg, t);
+  if (!v.dependency.known && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
+    v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
+                            v.dependency.name, 0};
+    v.keep_after_refusal = parser.is_done();
+    return false;
+  }
+  return true;
+}
+
 /// The answer to a request head Beast refused, or nullopt when there is nobody to answer.
 std::optional<error_reply> reply_for_read_error(const error_code& ec) {
   if (ec == bhttp::error::header_limit)
@@ -81,42 +127,15 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       if (auto reply = reply_for_read_error(ec)) co_await send_error(client, *reply, false, idle);
       break;
     }
-    auto& req = parser.get();
-
-    if (auto problem = check_request_framing(req.base(), req.version())) {
-      error_reply const reply{problem->status, error_type::bad_request, problem->message, {}, 0};
-      co_await send_error(client, reply, false, idle);
-      break;
-    }
-    bool const is_connect = req.method() == bhttp::verb::connect;
-    auto const target = is_connect
-        ? parse_connect_target(req.target())
-        : parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
-                               req.count(bhttp::field::host), req.version());
-    if (!target.value) {
-      error_reply const reply{400, error_type::bad_request, target.error, {}, 0};
-      co_await send_error(client, reply, false, idle);
-      break;
-    }
-    auto const& t = *target.value;
-    if (t.scheme == "https") {
-      error_reply const reply{400, error_type::bad_request,
-                              "https:// targets travel in a CONNECT tunnel; to have rebound retry them, call http:// "
-                              "and configure the dependency's origin: https://...",
-                              {}, 0};
-      co_await send_error(client, reply, parser.is_done(), idle);
-      if (!parser.is_done()) break;
+    vetted v;
+    if (!vet_request(v, parser, cfg)) {
+      co_await send_error(client, *v.refusal, v.keep_after_refusal, idle);
+      if (!v.keep_after_refusal) break;
       continue;
     }
-    auto const r = resolve(cfg, t);
-    if (!r.known && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
-      error_reply const reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
-                              r.name, 0};
-      co_await send_error(client, reply, parser.is_done(), idle);
-      if (!parser.is_done()) break;
-      continue;
-    }
-    if (is_connect) {
+    auto const& t = v.target;
+    auto const& r = v.dependency;
+    if (v.is_connect) {
       co_await run_tunnel(ctx, client, buffer, t, r.name, *r.policy);
       co_return;
     }

@@ -73,6 +73,42 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
   co_return kept_body{std::nullopt, out.size() > limit};
 }
 
+/** Streams the last attempt's response to the client, then pools its connection. Its own
+    coroutine: the serializer and relay state exist only while a response streams, not
+    in the frame of every request waiting for a retry. */
+net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
+                                          const retry::request_facts& facts, bool is_head, unsigned client_version,
+                                          bool keep, unsigned attempts, const std::string& key) {
+  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto& rp = *ex.response;
+  auto& res = rp.get();
+  bool const upstream_keep_alive = rp.keep_alive();
+  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts);
+  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
+  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, rsr, idle);
+  if (!rr.ok()) {
+    if (rr.read_error)
+      ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
+                                       {"error_type", "upstream_protocol_error"},
+                                       {"message", "response body cut short: " + rr.read_error.message()}});
+    co_return false;
+  }
+  if (upstream_keep_alive && ex.buffer.size() == 0) {
+    ex.stream->expires_never();
+    ctx.pool->put(key, std::move(*ex.stream));
+  }
+  co_return client_keep_alive;
+}
+
+/// rebound's answer when the loop left no response, logged.
+error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const retry::loop_result& result) {
+  auto const& f = *result.failure;
+  ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
+                                   {"error_type", to_string(f.type)}, {"attempts", result.attempts},
+                                   {"message", f.message}});
+  return error_reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
+}
+
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. */
 net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
@@ -115,49 +151,39 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
   if (result.failure) {
-    auto const& f = *result.failure;
-    ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
-                                     {"error_type", to_string(f.type)}, {"attempts", result.attempts},
-                                     {"message", f.message}});
-    error_reply const reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
-    co_await send_error(client, reply, keep, idle);
+    co_await send_error(client, failure_reply(ctx, facts, result), keep, idle);
     co_return keep;
   }
-  auto& rp = *ex.response;
-  auto& res = rp.get();
-  bool const upstream_keep_alive = rp.keep_alive();
-  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, result.attempts);
-  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
-  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, rsr, idle);
-  if (!rr.ok()) {
-    if (rr.read_error)
-      ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
-                                       {"error_type", "upstream_protocol_error"},
-                                       {"message", "response body cut short: " + rr.read_error.message()}});
-    co_return false;
-  }
-  if (upstream_keep_alive && ex.buffer.size() == 0) {
-    ex.stream->expires_never();
-    ctx.pool->put(key, std::move(*ex.stream));
-  }
-  co_return client_keep_alive;
+  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts, key);
 }
 
 }  // namespace
 
-net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
-                             const request_target& target, std::string_view dependency, const config::policy& policy) {
+namespace {
+
+/// How a request is to be forwarded, decided before anything is sent.
+struct forward_plan {
+  enum class route { refuse, buffered, once } how = route::buffered;
+  error_reply refusal;              ///< with route::refuse
+  bool keep_after_refusal = false;
+  retry::request_facts facts;
+  std::string injected_key;         ///< facts.idempotency_key views it when rebound made the key
+  std::string_view sent_once_why;   ///< with route::once
+};
+
+/** The decisions about a request head, in a plain function so their temporaries stay off
+    the coroutine frame that lives as long as the request (and its backoff waits). */
+void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                  std::string_view dependency, const config::policy& policy) {
   auto& req = parser.get();
-  auto const idle = ctx.cfg->limits.idle_timeout;
   if (auto it = req.find(bhttp::field::expect); it != req.end() && req.version() >= 11 &&
                                                 !beast::iequals(it->value(), "100-continue")) {
-    error_reply const reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
-    co_await send_error(client, reply, false, idle);
-    co_return false;
+    plan.how = forward_plan::route::refuse;
+    plan.refusal = error_reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+    return;
   }
 
-  retry::request_facts facts;
+  auto& facts = plan.facts;
   facts.dependency = dependency;
   facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   facts.path = loggable_path(target.origin_form);
@@ -165,12 +191,12 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, b
 
   // whether this request may be sent more than once.
   auto const& key_header = policy.idempotency.header;
-  std::string injected_key;
   if (auto it = req.find(key_header); it != req.end()) {
     if (auto problem = idempotency::key_problem(it->value())) {
-      error_reply const reply{400, error_type::bad_request, *problem, std::string(dependency), 0};
-      co_await send_error(client, reply, parser.is_done() && req.keep_alive(), idle);
-      co_return parser.is_done() && req.keep_alive();
+      plan.how = forward_plan::route::refuse;
+      plan.refusal = error_reply{400, error_type::bad_request, *problem, std::string(dependency), 0};
+      plan.keep_after_refusal = parser.is_done() && req.keep_alive();
+      return;
     }
     facts.idempotency_key = it->value();
   }
@@ -181,9 +207,9 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, b
       facts.may_retry = true;
     } else if (policy.idempotency.inject) {
       if (auto k = idempotency::new_key()) {
-        injected_key = std::move(*k);
-        req.set(key_header, injected_key);
-        facts.idempotency_key = injected_key;
+        plan.injected_key = std::move(*k);
+        req.set(key_header, plan.injected_key);
+        facts.idempotency_key = plan.injected_key;
         facts.may_retry = true;
       } else {
         facts.why_not = "no idempotency key could be generated";
@@ -204,11 +230,32 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, b
   bool const expects_continue = has_body && req.version() >= 11 && req.count(bhttp::field::expect) > 0;
   bool const keepable =
       !has_body || (!expects_continue && (parser.chunked() || (cl && *cl <= policy.max_retry_body)));
-  if (keepable && (facts.may_retry || !has_body))
-    co_return co_await forward_buffered(ctx, guard, client, buffer, parser, target, facts, policy);
-  log_sent_once(ctx, facts, policy,
-                expects_continue ? "Expect: 100-continue: the body streams through once"
-                                 : "body larger than max_retry_body: sent once");
+  if (keepable && (facts.may_retry || !has_body)) {
+    plan.how = forward_plan::route::buffered;
+    return;
+  }
+  plan.how = forward_plan::route::once;
+  plan.sent_once_why = expects_continue ? "Expect: 100-continue: the body streams through once"
+                                        : "body larger than max_retry_body: sent once";
+}
+
+}  // namespace
+
+net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                             const request_target& target, std::string_view dependency, const config::policy& policy) {
+  forward_plan plan;
+  plan_request(plan, parser, target, dependency, policy);
+  switch (plan.how) {
+    case forward_plan::route::refuse:
+      co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg->limits.idle_timeout);
+      co_return plan.keep_after_refusal;
+    case forward_plan::route::buffered:
+      co_return co_await forward_buffered(ctx, guard, client, buffer, parser, target, plan.facts, policy);
+    case forward_plan::route::once:
+      log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
+      break;
+  }
   co_return co_await forward_once(ctx, client, buffer, parser, target, dependency, policy, {});
 }
 
