@@ -48,6 +48,26 @@ struct idempotency_policy {
   bool inject = true;  ///< POST/PATCH without a key get a fresh UUIDv4 (R-6)
 };
 
+/// retries per dependency at most `ratio` of original requests over `window`, plus
+/// `min_retries` per window so a quiet dependency's rare failures are still retried.
+struct budget_policy {
+  double ratio = 0.2;
+  duration window = std::chrono::seconds(30);
+  unsigned min_retries = 10;
+};
+
+enum class breaker_mode { enforce, signal, off };
+
+struct breaker_policy {
+  breaker_mode mode = breaker_mode::enforce;
+  double failure_ratio = 0.5;
+  unsigned min_requests = 20;
+  duration window = std::chrono::seconds(10);
+  bool open_on_budget_exhausted = true;
+  duration open_for = std::chrono::seconds(30);
+  unsigned half_open_probes = 3;
+};
+
 /** The resolved per-request policy: dependency over defaults over the built-ins of its
     context (R-2, R-3). Computed once when the config loads. */
 struct policy {
@@ -60,6 +80,8 @@ struct policy {
   std::uint64_t max_retry_body = 1 << 20;
   idempotency_policy idempotency;
   std::string approval;  ///< R-2: recorded approval for max_retries above the range
+  budget_policy budget;             ///< tracked per dependency
+  breaker_policy circuit_breaker;   ///< tracked per dependency
 };
 
 /// R-2's default retries and R-3's total duration for a context.

@@ -149,11 +149,16 @@ class reader {
     std::optional<std::uint64_t> max_retry_body;
     std::optional<std::string> idempotency_header, approval;
     std::optional<bool> inject;
+    std::optional<double> budget_ratio, cb_failure_ratio;
+    std::optional<duration> budget_window, cb_window, cb_open_for;
+    std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
+    std::optional<breaker_mode> cb_mode;
+    std::optional<bool> cb_open_on_budget;
   };
 
   static std::vector<std::string_view> policy_keys() {
     return {"context", "max_retries", "backoff", "total_timeout", "attempt_timeout", "retry_on", "max_retry_body",
-            "idempotency", "approval"};
+            "idempotency", "approval", "budget", "circuit_breaker"};
   }
 
   template <class T, class Parse>
@@ -208,6 +213,50 @@ class reader {
         optional_typed(i, "inject", ipath, l.inject, parse_bool);
       }
     }
+    if (auto b = n["budget"]) {
+      auto const bpath = join(path, "budget");
+      if (b.IsScalar() && (b.Scalar() == "off" || b.Scalar() == "false" || b.Scalar() == "none")) {
+        error(b, bpath, "the retry budget may not be disabled: without it, retries multiply an outage", "R-7");
+      } else if (expect_map(b, bpath)) {
+        check_keys(b, bpath, {"ratio", "window", "min_retries"});
+        optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
+        if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
+          error(b["ratio"], join(bpath, "ratio"),
+                *l.budget_ratio == 0 ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
+                                     : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
+                "R-7");
+          l.budget_ratio.reset();
+        }
+        optional_typed(b, "window", bpath, l.budget_window, parse_duration);
+        optional_typed(b, "min_retries", bpath, l.budget_min_retries, parse_count);
+      }
+    }
+    if (auto cb = n["circuit_breaker"]) {
+      auto const cpath = join(path, "circuit_breaker");
+      if (expect_map(cb, cpath)) {
+        check_keys(cb, cpath, {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
+                               "half_open_probes"});
+        optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
+        optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
+        if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
+          error(cb["failure_ratio"], join(cpath, "failure_ratio"), "must be greater than 0");
+          l.cb_failure_ratio.reset();
+        }
+        optional_typed(cb, "min_requests", cpath, l.cb_min_requests, parse_count);
+        optional_typed(cb, "window", cpath, l.cb_window, parse_duration);
+        optional_typed(cb, "open_on_budget_exhausted", cpath, l.cb_open_on_budget, parse_bool);
+        optional_typed(cb, "open_for", cpath, l.cb_open_for, parse_duration);
+        optional_typed(cb, "half_open_probes", cpath, l.cb_probes, parse_count);
+        for (auto key : {"min_requests", "half_open_probes"}) {
+          auto const& v = std::string_view(key) == "min_requests" ? l.cb_min_requests : l.cb_probes;
+          if (v && *v == 0) error(cb[key], join(cpath, key), "must be at least 1");
+        }
+        for (auto key : {"window", "open_for"}) {
+          auto const& v = std::string_view(key) == "window" ? l.cb_window : l.cb_open_for;
+          if (v && v->count() == 0) error(cb[key], join(cpath, key), "must be greater than 0");
+        }
+      }
+    }
     if (auto r = n["retry_on"]) {
       auto const rpath = join(path, "retry_on");
       if (r.IsScalar() && r.Scalar() == "default") {
@@ -257,6 +306,20 @@ class reader {
     if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
     if (auto const* l = pick(&policy_layer::inject)) p.idempotency.inject = *l->inject;
     if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
+    if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
+    if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
+    if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;
+    if (auto const* l = pick(&policy_layer::cb_mode)) p.circuit_breaker.mode = *l->cb_mode;
+    if (auto const* l = pick(&policy_layer::cb_failure_ratio)) p.circuit_breaker.failure_ratio = *l->cb_failure_ratio;
+    if (auto const* l = pick(&policy_layer::cb_min_requests)) p.circuit_breaker.min_requests = *l->cb_min_requests;
+    if (auto const* l = pick(&policy_layer::cb_window)) p.circuit_breaker.window = *l->cb_window;
+    if (auto const* l = pick(&policy_layer::cb_open_on_budget)) p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
+    if (auto const* l = pick(&policy_layer::cb_open_for)) p.circuit_breaker.open_for = *l->cb_open_for;
+    if (auto const* l = pick(&policy_layer::cb_probes)) p.circuit_breaker.half_open_probes = *l->cb_probes;
+    if (p.budget.window.count() == 0) {
+      auto const* l = where(&policy_layer::budget_window);
+      error(l->node["budget"] ? l->node["budget"] : l->node, join(l->path, "budget.window"), "must be greater than 0", "R-7");
+    }
 
     auto at = [&](const policy_layer* l, std::string_view key) {
       auto n = l->node[std::string(key)];
@@ -351,6 +414,30 @@ class reader {
     if (ec != std::errc{} || end != s.data() + s.size() || v > 100)
       return parsed<unsigned>::fail("invalid max_retries \"" + std::string(s) + "\" (expected a whole number)");
     return parsed<unsigned>::ok(v);
+  }
+
+  /// A plain decimal between 0 and 1 (`0.2`, `1`).
+  static parsed<double> parse_ratio(std::string_view s) {
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
+    if (ec != std::errc{} || end != s.data() + s.size() || !(v >= 0 && v <= 1))
+      return parsed<double>::fail("invalid ratio \"" + std::string(s) + "\" (expected a number from 0 to 1, e.g. 0.2)");
+    return parsed<double>::ok(v);
+  }
+
+  static parsed<unsigned> parse_count(std::string_view s) {
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size() || v > 1000000)
+      return parsed<unsigned>::fail("invalid count \"" + std::string(s) + "\" (expected a whole number up to 1000000)");
+    return parsed<unsigned>::ok(v);
+  }
+
+  static parsed<breaker_mode> parse_breaker_mode(std::string_view s) {
+    if (s == "enforce") return parsed<breaker_mode>::ok(breaker_mode::enforce);
+    if (s == "signal") return parsed<breaker_mode>::ok(breaker_mode::signal);
+    if (s == "off") return parsed<breaker_mode>::ok(breaker_mode::off);
+    return parsed<breaker_mode>::fail("invalid mode \"" + std::string(s) + "\" (expected enforce, signal or off)");
   }
 
   static parsed<bool> parse_bool(std::string_view s) {

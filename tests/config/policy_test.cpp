@@ -104,3 +104,67 @@ TEST(Policy, R4_RetryOnNarrowsAndRefusesFinalClasses) {
   EXPECT_EQ(d[0].rule, "R-4");
   EXPECT_EQ(d[0].path, "defaults.retry_on[1]");
 }
+
+TEST(Policy, R7_BudgetAndBreakerDefaultsFollowSpec) {
+  auto c = load_config_text("", "t.yaml");
+  EXPECT_DOUBLE_EQ(c.defaults.budget.ratio, 0.2);
+  EXPECT_EQ(c.defaults.budget.window, 30s);
+  EXPECT_EQ(c.defaults.budget.min_retries, 10u);
+  auto const& cb = c.defaults.circuit_breaker;
+  EXPECT_EQ(cb.mode, breaker_mode::enforce);
+  EXPECT_DOUBLE_EQ(cb.failure_ratio, 0.5);
+  EXPECT_EQ(cb.min_requests, 20u);
+  EXPECT_EQ(cb.window, 10s);
+  EXPECT_TRUE(cb.open_on_budget_exhausted);
+  EXPECT_EQ(cb.open_for, 30s);
+  EXPECT_EQ(cb.half_open_probes, 3u);
+}
+
+TEST(Policy, R7_BudgetAndBreakerFieldsResolvePerField) {
+  auto c = load_config_text(
+      "defaults:\n  budget: {ratio: 0.1, min_retries: 0}\n  circuit_breaker: {mode: signal, open_for: 5s}\n"
+      "dependencies:\n  pay:\n    hosts: [pay.internal]\n    budget: {window: 10s}\n"
+      "    circuit_breaker: {failure_ratio: 0.25, min_requests: 5, half_open_probes: 1, open_on_budget_exhausted: false}\n",
+      "t.yaml");
+  auto const& p = c.dependencies.at(0).effective;
+  EXPECT_DOUBLE_EQ(p.budget.ratio, 0.1);
+  EXPECT_EQ(p.budget.min_retries, 0u);
+  EXPECT_EQ(p.budget.window, 10s);
+  EXPECT_EQ(p.circuit_breaker.mode, breaker_mode::signal);
+  EXPECT_EQ(p.circuit_breaker.open_for, 5s);
+  EXPECT_DOUBLE_EQ(p.circuit_breaker.failure_ratio, 0.25);
+  EXPECT_EQ(p.circuit_breaker.min_requests, 5u);
+  EXPECT_EQ(p.circuit_breaker.half_open_probes, 1u);
+  EXPECT_FALSE(p.circuit_breaker.open_on_budget_exhausted);
+  EXPECT_EQ(c.defaults.budget.window, 30s);
+}
+
+TEST(Policy, R7_BudgetRatioAboveTwentyPercentIsRefused) {
+  auto d = errors_of("defaults:\n  budget: {ratio: 0.5}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].path, "defaults.budget.ratio");
+  EXPECT_EQ(d[0].rule, "R-7");
+  EXPECT_EQ(d[0].line, 2);
+}
+
+TEST(Policy, R7_DisabledBudgetIsRefused) {
+  for (auto const* yaml : {"defaults:\n  budget: off\n", "defaults:\n  budget: {ratio: 0}\n",
+                           "dependencies:\n  a:\n    hosts: [a]\n    budget: false\n"}) {
+    SCOPED_TRACE(yaml);
+    auto d = errors_of(yaml);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].rule, "R-7");
+  }
+}
+
+TEST(Policy, BreakerValuesAreChecked) {
+  auto d = errors_of(
+      "defaults:\n  circuit_breaker: {mode: maybe, failure_ratio: 1.5, min_requests: 0, open_for: 0s, probes: 2}\n");
+  std::vector<std::string> paths;
+  for (auto const& x : d) paths.push_back(x.path);
+  EXPECT_EQ(d.size(), 5u);
+  for (auto const* want : {"defaults.circuit_breaker.mode", "defaults.circuit_breaker.failure_ratio",
+                           "defaults.circuit_breaker.min_requests", "defaults.circuit_breaker.open_for",
+                           "defaults.circuit_breaker.probes"})
+    EXPECT_NE(std::find(paths.begin(), paths.end(), want), paths.end()) << want;
+}
