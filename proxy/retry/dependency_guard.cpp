@@ -1,0 +1,97 @@
+#include "proxy/retry/dependency_guard.hpp"
+
+#include <random>
+
+namespace rebound::retry {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+dependency_guard::dependency_guard(std::string name, const config::policy& p, const observe::logger& log)
+    : name_(std::move(name)),
+      mode_(p.circuit_breaker.mode),
+      open_on_budget_exhausted_(p.circuit_breaker.open_on_budget_exhausted),
+      log_(log),
+      budget_(p.budget),
+      breaker_(p.circuit_breaker),
+      draws_(std::random_device{}()) {}
+
+double dependency_guard::draw() {
+  auto const x = splitmix64(draws_.fetch_add(1, std::memory_order_relaxed));
+  return static_cast<double>(x >> 11) * 0x1.0p-53;
+}
+
+void dependency_guard::report(const std::optional<breaker_transition>& t, std::string_view detail) {
+  if (!t) return;
+  auto const level = t->to == breaker_state::open ? spdlog::level::warn : spdlog::level::info;
+  log_.event(level, "circuit_breaker_changed",
+             {{"dependency", name_}, {"from", to_string(t->from)}, {"to", to_string(t->to)}, {"reason", t->reason},
+              {"mode", mode_ == config::breaker_mode::signal ? "signal" : "enforce"}, {"detail", detail}});
+}
+
+admission dependency_guard::admit() {
+  auto const now = clock::now();
+  auto d = breaker_.admit(now);
+  report(d.transition);
+  if (!d.allowed) return {false, d.retry_after};
+  budget_.deposit(now);
+  return {};
+}
+
+bool dependency_guard::allow_retry() {
+  if (!breaker_.allow_retry()) return false;
+  auto const now = clock::now();
+  if (budget_.try_withdraw(now)) return true;
+  if (open_on_budget_exhausted_) report(breaker_.budget_exhausted(now, draw()), "retry budget exhausted (R-7)");
+  return false;
+}
+
+void dependency_guard::record(bool failed) { report(breaker_.record(failed, clock::now(), draw())); }
+
+dependency_guard::snapshot dependency_guard::take_snapshot() const {
+  auto const now = clock::now();
+  snapshot s;
+  s.name = name_;
+  s.budget = budget_.in_window(now);
+  s.state = breaker_.state();
+  s.in_state = std::chrono::duration_cast<std::chrono::milliseconds>(now - breaker_.since());
+  s.mode = mode_;
+  return s;
+}
+
+guard_registry::guard_registry(const config::config& cfg, const observe::logger& log) : log_(log) {
+  for (auto const& d : cfg.dependencies) guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log));
+}
+
+dependency_guard& guard_registry::find(const std::string& name, const config::policy& p) {
+  std::lock_guard lock(mutex_);
+  if (auto it = guards_.find(name); it != guards_.end()) return *it->second;
+  std::string key = name;
+  if (unknown_ >= max_unknown_hosts) {
+    key = "(other hosts)";
+    if (auto it = guards_.find(key); it != guards_.end()) return *it->second;
+  }
+  ++unknown_;
+  auto [it, inserted] = guards_.emplace(key, std::make_unique<dependency_guard>(key, p, log_));
+  return *it->second;
+}
+
+std::vector<dependency_guard::snapshot> guard_registry::snapshots() const {
+  std::vector<dependency_guard::snapshot> out;
+  std::lock_guard lock(mutex_);
+  out.reserve(guards_.size());
+  for (auto const& [name, g] : guards_) out.push_back(g->take_snapshot());
+  std::sort(out.begin(), out.end(), [](auto const& a, auto const& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace rebound::retry

@@ -1,0 +1,100 @@
+#pragma once
+/** What rebound tracks per dependency across all workers (R-7): the retry budget and the
+    circuit breaker, and the gate the retry loop asks. Also the registry that finds a
+    dependency's guard by name.
+
+    The pure rules live in budget.hpp and breaker.hpp; this file adds the clock, the random
+    draw for the breaker's jitter, and the log events of breaker changes. */
+#include "config/config.hpp"
+#include "proxy/observe/log.hpp"
+#include "proxy/retry/breaker.hpp"
+#include "proxy/retry/budget.hpp"
+#include "proxy/retry/loop_hooks.hpp"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace rebound::retry {
+
+class dependency_guard final : public dependency_gate {
+ public:
+  dependency_guard(std::string name, const config::policy& p, const observe::logger& log);
+
+  admission admit() override;
+  bool allow_retry() override;
+  void record(bool failed) override;
+
+  const std::string& name() const { return name_; }
+
+  /// For GET /dependencies (SPEC 7).
+  struct snapshot {
+    std::string name;
+    retry_budget::usage budget;
+    breaker_state state = breaker_state::closed;
+    std::chrono::milliseconds in_state{0};
+    config::breaker_mode mode = config::breaker_mode::enforce;
+  };
+  snapshot take_snapshot() const;
+
+ private:
+  double draw();
+  void report(const std::optional<breaker_transition>& t, std::string_view detail = {});
+
+  std::string name_;
+  config::breaker_mode mode_;
+  bool open_on_budget_exhausted_;
+  const observe::logger& log_;
+  retry_budget budget_;
+  circuit_breaker breaker_;
+  std::atomic<std::uint64_t> draws_;  ///< a lock-free source for the breaker's jitter (splitmix64)
+};
+
+/** Every dependency's guard: the configured ones made at start-up, unknown hosts' on first
+    use. Workers keep their own cache in front of it, so its mutex is taken once per worker
+    and new host, never per request. */
+class guard_registry {
+ public:
+  /// At most this many unknown hosts get a guard each; beyond it they share one, named
+  /// `(other hosts)`, so a client inventing host names cannot grow memory without bound.
+  static constexpr std::size_t max_unknown_hosts = 4096;
+
+  guard_registry(const config::config& cfg, const observe::logger& log);
+  dependency_guard& find(const std::string& name, const config::policy& p);
+  std::vector<dependency_guard::snapshot> snapshots() const;
+
+ private:
+  const observe::logger& log_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<dependency_guard>> guards_;
+  std::size_t unknown_ = 0;
+};
+
+/// One worker's view of the registry.
+class guard_cache {
+ public:
+  explicit guard_cache(guard_registry& r) : registry_(r) {}
+  dependency_guard& find(std::string_view name, const config::policy& p) {
+    if (auto it = cache_.find(name); it != cache_.end()) return *it->second;
+    auto& g = registry_.find(std::string(name), p);
+    // Names past the registry's cap share one guard and are not cached either, so invented
+    // host names grow no worker's memory.
+    if (g.name() == name) cache_.emplace(std::string(name), &g);
+    return g;
+  }
+
+ private:
+  /// Lets the cache be searched with a string_view: no string is built per request.
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  guard_registry& registry_;
+  std::unordered_map<std::string, dependency_guard*, name_hash, std::equal_to<>> cache_;
+};
+
+}  // namespace rebound::retry

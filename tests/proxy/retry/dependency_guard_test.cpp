@@ -1,0 +1,86 @@
+#include "proxy/retry/dependency_guard.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
+
+using namespace rebound;
+
+namespace {
+
+struct captured_log {
+  std::ostringstream out;
+  observe::logger log{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(out))};
+};
+
+config::config with_dependency(std::string name, config::breaker_policy b) {
+  auto cfg = config::default_config();
+  config::dependency d;
+  d.name = std::move(name);
+  d.effective = cfg.defaults;
+  d.effective.circuit_breaker = b;
+  cfg.dependencies.push_back(d);
+  return cfg;
+}
+
+}  // namespace
+
+TEST(DependencyGuard, ConfiguredDependenciesExistBeforeTheirFirstRequest) {
+  captured_log c;
+  retry::guard_registry reg(with_dependency("payments", {}), c.log);
+  auto snaps = reg.snapshots();
+  ASSERT_EQ(snaps.size(), 1u);
+  EXPECT_EQ(snaps[0].name, "payments");
+  EXPECT_EQ(snaps[0].budget.allowed, 10u) << "min_retries by default";
+}
+
+TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
+  captured_log c;
+  auto cfg = config::default_config();
+  retry::guard_registry reg(cfg, c.log);
+  retry::guard_cache cache(reg);
+  for (std::size_t i = 0; i < retry::guard_registry::max_unknown_hosts; ++i)
+    EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults).name(), "h" + std::to_string(i) + ":80");
+  auto& a = cache.find("one-more:80", cfg.defaults);
+  auto& b = cache.find("and-another:80", cfg.defaults);
+  EXPECT_EQ(a.name(), "(other hosts)");
+  EXPECT_EQ(&a, &b);
+  EXPECT_EQ(reg.snapshots().size(), retry::guard_registry::max_unknown_hosts + 1);
+}
+
+TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
+  captured_log c;
+  config::breaker_policy b;
+  b.min_requests = 2;
+  b.failure_ratio = 0.5;
+  auto cfg = with_dependency("payments", b);
+  retry::guard_registry reg(cfg, c.log);
+  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  EXPECT_TRUE(g.admit().allowed);
+  g.record(true);
+  g.record(true);
+  auto const line = c.out.str();
+  EXPECT_NE(line.find("\"event\":\"circuit_breaker_changed\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"dependency\":\"payments\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"from\":\"closed\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"to\":\"open\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"reason\":\"failure_ratio\""), std::string::npos) << line;
+  auto const refused = g.admit();
+  EXPECT_FALSE(refused.allowed);
+  EXPECT_GT(refused.retry_after.count(), 0);
+  EXPECT_FALSE(g.allow_retry());
+}
+
+TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
+  captured_log c;
+  auto cfg = with_dependency("payments", {});
+  cfg.dependencies[0].effective.budget.min_retries = 0;
+  retry::guard_registry reg(cfg, c.log);
+  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  for (int i = 0; i < 5; ++i) g.admit();
+  EXPECT_TRUE(g.allow_retry());  // 20% of 5
+  EXPECT_FALSE(g.allow_retry());
+  EXPECT_EQ(g.take_snapshot().state, retry::breaker_state::open);
+  EXPECT_NE(c.out.str().find("\"reason\":\"budget_exhausted\""), std::string::npos) << c.out.str();
+}
