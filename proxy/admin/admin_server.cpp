@@ -8,10 +8,51 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "proxy/observe/json.hpp"
+
+#include <cstdio>
+
 namespace rebound::admin {
 namespace {
 
 namespace bhttp = boost::beast::http;
+
+std::string_view mode_name(config::breaker_mode m) {
+  switch (m) {
+    case config::breaker_mode::enforce: return "enforce";
+    case config::breaker_mode::signal: return "signal";
+    case config::breaker_mode::off: return "off";
+  }
+  return "enforce";
+}
+
+/// GET /dependencies: per dependency, the budget window and the breaker (SPEC 7).
+std::string dependencies_json(const std::vector<retry::dependency_guard::snapshot>& all) {
+  std::string out = "{\"dependencies\":[";
+  bool first = true;
+  for (auto const& s : all) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"name\":";
+    observe::append_json_string(out, s.name);
+    auto const left = s.budget.allowed > s.budget.retries ? s.budget.allowed - s.budget.retries : 0;
+    char numbers[256];
+    std::snprintf(numbers, sizeof numbers,
+                  ",\"requests_in_window\":%llu,\"retries_in_window\":%llu,\"retries_allowed\":%llu,"
+                  "\"budget_left\":%llu,\"budget_utilization\":%.4f",
+                  static_cast<unsigned long long>(s.budget.requests), static_cast<unsigned long long>(s.budget.retries),
+                  static_cast<unsigned long long>(s.budget.allowed), static_cast<unsigned long long>(left),
+                  s.budget.utilization());
+    out += numbers;
+    out += ",\"breaker\":{\"state\":";
+    observe::append_json_string(out, retry::to_string(s.state));
+    out += ",\"mode\":";
+    observe::append_json_string(out, mode_name(s.mode));
+    out += ",\"in_state_ms\":" + std::to_string(s.in_state.count()) + "}}";
+  }
+  out += "]}\n";
+  return out;
+}
 
 bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req, const admin_state& state) {
   auto make = [&](bhttp::status s, std::string_view type, std::string body) {
@@ -32,7 +73,9 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     return state.ready.load() ? make(bhttp::status::ok, "text/plain", "ready\n")
                               : make(bhttp::status::service_unavailable, "text/plain", "not ready\n");
   }
-  return make(bhttp::status::not_found, "text/plain", "not found; try /healthz or /readyz\n");
+  if (path == "/dependencies" && state.guards)
+    return make(bhttp::status::ok, "application/json", dependencies_json(state.guards->snapshots()));
+  return make(bhttp::status::not_found, "text/plain", "not found; try /healthz, /readyz or /dependencies\n");
 }
 
 net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {

@@ -2,6 +2,7 @@
 /** The admin API (SPEC section 7) on its own listener: health and readiness now; metrics,
     config and dependencies join it with their issues. */
 #include "proxy/net.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/observe/log.hpp"
 
 #include <atomic>
@@ -10,6 +11,7 @@ namespace rebound::admin {
 
 struct admin_state {
   std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
+  const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -37,6 +37,7 @@ struct worker {
   upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
   std::optional<tcp::acceptor> acceptor;
   std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
+  std::optional<retry::guard_cache> guards;
   std::thread thread;
 };
 
@@ -140,10 +141,13 @@ net::awaitable<void> wait_for_stop(net::io_context& control, net::signal_set& si
 
 int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
+  // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
+  retry::guard_registry guards(*cfg, log);
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
+    w->guards.emplace(guards);
     w->acceptor.emplace(bind_listener(w->ioc, ep, true));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
@@ -153,13 +157,14 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   tcp::acceptor admin_acceptor =
       bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false);
   admin::admin_state state;
+  state.guards = &guards;
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   net::co_spawn(control, wait_for_stop(control, signals, workers, state, admin_acceptor, *cfg, log),
                 report_failure{&log, "signals"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->pool, &log, &w->sessions, &w->rng};
+    http::session_context ctx{cfg, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

@@ -5,6 +5,7 @@
 #include "proxy/http/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/pool.hpp"
 
 #include <memory>
@@ -19,6 +20,7 @@ struct session_context {
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;
   std::mt19937_64* rng = nullptr;  ///< the worker's: backoff jitter draws from it (R-1)
+  retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
 };
 
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);

@@ -39,6 +39,7 @@ struct error_reply {
   std::string message;
   std::string dependency;  ///< empty when no dependency was resolved yet
   unsigned attempts = 0;
+  unsigned retry_after_s = 0;  ///< > 0: sent as Retry-After (circuit_open: time until a probe may go)
 };
 
 /** Builds the complete response. `keep_alive` false adds `Connection: close`: rebound

@@ -111,10 +111,10 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. */
-net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
                                       beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
                                       const request_target& target, retry::request_facts facts,
-                                      const config::policy& policy) {
+                                      const config::policy& policy, retry::dependency_guard& guard) {
   auto& req = parser.get();
   auto const idle = ctx.cfg->limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
@@ -133,7 +133,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     }
     if (kept.overflow) {
       log_sent_once(ctx, facts, policy, "chunked body larger than max_retry_body: sent once");
-      co_return co_await forward_once(ctx, client, buffer, parser, target, facts.dependency, policy, body);
+      co_return co_await forward_once(ctx, client, buffer, parser, target, facts.dependency, policy, body, guard);
     }
   }
   prepare_upstream_request(req, parser, target);
@@ -146,7 +146,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port}, req, body, is_head,
       *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), guard.backoff_slot(), &client.socket(), nullptr, nullptr}, ex);
+      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, nullptr}, ex);
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
@@ -239,24 +239,41 @@ void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>&
                                         : "body larger than max_retry_body: sent once";
 }
 
+/** An open breaker in enforce mode fails the request fast (503 circuit_open) with the time
+    until it lets a probe through as Retry-After; nothing reaches the upstream. */
+void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
+                            const bhttp::request_parser<bhttp::buffer_body>& parser) {
+  auto const a = guard.admit();
+  if (a.allowed) return;
+  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
+  plan.how = forward_plan::route::refuse;
+  plan.refusal = error_reply{503, error_type::circuit_open,
+                             "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
+                                 std::to_string(a.retry_after.count()) + " ms",
+                             guard.name(), 0, std::max(1u, secs)};
+  plan.keep_after_refusal = parser.is_done() && parser.get().keep_alive();
+}
+
 }  // namespace
 
-net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
+net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy) {
   forward_plan plan;
   plan_request(plan, parser, target, dependency, policy);
+  auto& guard = ctx.guards->find(dependency, policy);
+  if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
     case forward_plan::route::refuse:
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg->limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
-      co_return co_await forward_buffered(ctx, guard, client, buffer, parser, target, plan.facts, policy);
+      co_return co_await forward_buffered(ctx, session, client, buffer, parser, target, plan.facts, policy, guard);
     case forward_plan::route::once:
       log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
       break;
   }
-  co_return co_await forward_once(ctx, client, buffer, parser, target, dependency, policy, {});
+  co_return co_await forward_once(ctx, client, buffer, parser, target, dependency, policy, {}, guard);
 }
 
 }  // namespace rebound::http

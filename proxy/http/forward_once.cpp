@@ -4,6 +4,7 @@
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/retry/classify.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -82,7 +83,8 @@ net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_bu
 
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
-                                  std::string_view dependency, const config::policy& policy, std::string_view prefix) {
+                                  std::string_view dependency, const config::policy& policy, std::string_view prefix,
+                                  retry::dependency_gate& gate) {
   auto& req = parser.get();
   auto const idle = ctx.cfg->limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
@@ -93,6 +95,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   std::string_view const path = loggable_path(target.origin_form);
 
   auto fail = [&](const failure& f) {
+    gate.record(retry::classify({std::nullopt, f.type}, retry::retry_on::r4_default()) == retry::verdict::retryable);
     ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
                                      {"error_type", to_string(f.type)}, {"status", f.status}, {"message", f.message}});
     return error_reply{f.status, f.type, f.message, std::string(dependency), 1};
@@ -224,6 +227,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
 
     auto& res = rp->get();
+    gate.record(retry::classify({res.result_int(), std::nullopt}, retry::retry_on::r4_default()) ==
+                retry::verdict::retryable);
     bool const upstream_keep_alive = rp->keep_alive();
     bool const client_keep_alive = prepare_client_response(
         res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
