@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       if (auto it = response_head.find(boost::beast::http::field::retry_after); it != response_head.end())
         retry_after = retry::parse_retry_after(it->value(), std::chrono::system_clock::now());
       auto const plan = retry::plan_wait(backoff, retry_after, remaining, min_attempt);
-      bool const go = retryable && plan.retry && gate.allow_retry();
+      bool const go = retryable && plan.retry && gate.allow_retry().granted;
       observer.retry_scheduled(plan.wait);
       auto const t1 = clock_type::now();
       log.info("retry_attempt",

@@ -47,12 +47,13 @@ admission dependency_guard::admit() {
   return {};
 }
 
-bool dependency_guard::allow_retry() {
-  if (!breaker_.allow_retry()) return false;
+retry_permit dependency_guard::allow_retry() {
+  if (!breaker_.allow_retry())
+    return {false, http::error_type::circuit_open, "the circuit breaker is not closed: no retries"};
   auto const now = clock::now();
-  if (budget_.try_withdraw(now)) return true;
+  if (budget_.try_withdraw(now)) return {};
   if (open_on_budget_exhausted_) report(breaker_.budget_exhausted(now, draw()), "retry budget exhausted (R-7)");
-  return false;
+  return {false, http::error_type::budget_exhausted, "retry budget exhausted (R-7)"};
 }
 
 void dependency_guard::record(bool failed) { report(breaker_.record(failed, clock::now(), draw())); }

@@ -26,7 +26,7 @@ class dependency_guard final : public dependency_gate {
   dependency_guard(std::string name, const config::policy& p, const observe::logger& log);
 
   admission admit() override;
-  bool allow_retry() override;
+  retry_permit allow_retry() override;
   void record(bool failed) override;
 
   const std::string& name() const { return name_; }

@@ -108,13 +108,12 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
     return {};
   }
   // the budget is asked last, so only a retry that would really go spends it.
-  if (!st.gate.allow_retry()) {
+  if (auto const permit = st.gate.allow_retry(); !permit.granted) {
     st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                      {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
-                                     {"reason", "retry budget exhausted (R-7)"}});
+                                     {"reason", permit.why}});
     if (failure)
-      result.failure = upstream::attempt_failure{
-          http::error_type::budget_exhausted, "the dependency's retry budget is exhausted; last attempt: " + failure->message};
+      result.failure = upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
     return {};
   }
   st.previous_wait = plan.wait;

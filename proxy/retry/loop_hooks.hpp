@@ -16,6 +16,14 @@ struct admission {
   duration retry_after{0};  ///< with !allowed: time until the breaker lets a probe through
 };
 
+/// Whether a retry may go, and when not, why: the error type the client gets when the
+/// refused retry leaves it without a response, and the reason logged with `retry_suppressed`.
+struct retry_permit {
+  bool granted = true;
+  http::error_type refusal = http::error_type::budget_exhausted;
+  std::string_view why;
+};
+
 /** Per-dependency admission, shared by every worker. The loop calls `admit` once before the
     first attempt, `record` after every attempt, and `allow_retry` before it schedules a
     retry; a retry that `allow_retry` refuses is not sent (R-7). */
@@ -23,7 +31,7 @@ class dependency_gate {
  public:
   virtual ~dependency_gate() = default;
   virtual admission admit() { return {}; }
-  virtual bool allow_retry() { return true; }
+  virtual retry_permit allow_retry() { return {}; }
   /// `failed`: the outcome is one R-4 calls retryable (the failures a breaker counts).
   virtual void record(bool failed) { (void)failed; }
 };

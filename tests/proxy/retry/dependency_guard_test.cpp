@@ -69,7 +69,8 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   auto const refused = g.admit();
   EXPECT_FALSE(refused.allowed);
   EXPECT_GT(refused.retry_after.count(), 0);
-  EXPECT_FALSE(g.allow_retry());
+  EXPECT_FALSE(g.allow_retry().granted);
+  EXPECT_EQ(g.allow_retry().refusal, http::error_type::circuit_open);
 }
 
 TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
@@ -79,8 +80,10 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   retry::guard_registry reg(cfg, c.log);
   auto& g = reg.find("payments", cfg.dependencies[0].effective);
   for (int i = 0; i < 5; ++i) g.admit();
-  EXPECT_TRUE(g.allow_retry());  // 20% of 5
-  EXPECT_FALSE(g.allow_retry());
+  EXPECT_TRUE(g.allow_retry().granted);  // 20% of 5
+  auto const refused = g.allow_retry();
+  EXPECT_FALSE(refused.granted);
+  EXPECT_EQ(refused.refusal, http::error_type::budget_exhausted);
   EXPECT_EQ(g.take_snapshot().state, retry::breaker_state::open);
   EXPECT_NE(c.out.str().find("\"reason\":\"budget_exhausted\""), std::string::npos) << c.out.str();
 }
