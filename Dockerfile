@@ -15,7 +15,7 @@ FROM ${BUILD_IMAGE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build libboost1.81-dev libssl-dev libyaml-cpp-dev libspdlog-dev \
-      libgtest-dev libgmock-dev \
+      libgtest-dev libgmock-dev prometheus-cpp-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # Release (-O3) by default; `--build-arg CMAKE_BUILD_TYPE=RelWithDebInfo` builds what
 # scripts/build builds (-O2; the debug info is stripped below).
@@ -30,7 +30,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 ca-certificates curl \
+      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 ca-certificates curl \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 rebound \

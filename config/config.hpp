@@ -102,6 +102,7 @@ struct dependency {
 };
 
 struct config {
+  std::string service = "unknown_service";  ///< the `service` label of every metric
   endpoint listen{"127.0.0.1", 3128};
   endpoint admin{"127.0.0.1", 9901};
   unsigned workers = 0;  ///< 0 = one per core

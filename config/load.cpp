@@ -109,7 +109,8 @@ class reader {
   void read_top(const YAML::Node& root, config& c) {
     if (!root || root.IsNull()) return;  // an empty file means the built-in defaults
     if (!expect_map(root, "")) return;
-    check_keys(root, "", {"listen", "admin", "workers", "drain_timeout", "unknown_hosts", "limits", "defaults", "dependencies"});
+    check_keys(root, "", {"service", "listen", "admin", "workers", "drain_timeout", "unknown_hosts", "limits", "defaults", "dependencies"});
+    typed(root, "service", "", c.service, parse_service);
     typed(root, "listen", "", c.listen, parse_endpoint);
     typed(root, "admin", "", c.admin, parse_endpoint);
     typed(root, "workers", "", c.workers, parse_workers);
@@ -452,6 +453,16 @@ class reader {
     if (ec != std::errc{} || end != s.data() + s.size() || v > 256)
       return parsed<unsigned>::fail("invalid workers \"" + std::string(s) + "\" (expected 0 for one per core, or 1 to 256)");
     return parsed<unsigned>::ok(v);
+  }
+
+  /// The metrics' `service` label: a name, not free text, so dashboards can select on it.
+  static parsed<std::string> parse_service(std::string_view s) {
+    bool const ok = !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+    });
+    if (ok) return parsed<std::string>::ok(std::string(s));
+    return parsed<std::string>::fail("invalid value \"" + std::string(s) +
+                                     "\" (expected 1..128 letters, digits, '-', '_' or '.')");
   }
 
   static parsed<unknown_hosts_policy> parse_unknown_hosts(std::string_view s) {

@@ -75,7 +75,11 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
   }
   if (path == "/dependencies" && state.guards)
     return make(bhttp::status::ok, "application/json", dependencies_json(state.guards->snapshots()));
-  return make(bhttp::status::not_found, "text/plain", "not found; try /healthz, /readyz or /dependencies\n");
+  if (path == "/metrics" && state.metrics) {
+    if (state.guards) state.guards->publish();
+    return make(bhttp::status::ok, "text/plain; version=0.0.4; charset=utf-8", state.metrics->scrape());
+  }
+  return make(bhttp::status::not_found, "text/plain", "not found; try /healthz, /readyz, /metrics or /dependencies\n");
 }
 
 net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {

@@ -1,6 +1,6 @@
 #pragma once
-/** The admin API (SPEC section 7) on its own listener: health and readiness now; metrics,
-    config and dependencies join it with their issues. */
+/** The admin API (SPEC section 7) on its own listener: health, readiness, metrics and the
+    per-dependency state. */
 #include "proxy/net.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/observe/log.hpp"
@@ -12,6 +12,7 @@ namespace rebound::admin {
 struct admin_state {
   std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
+  const observe::metrics* metrics = nullptr;       ///< for GET /metrics
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

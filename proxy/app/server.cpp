@@ -142,7 +142,8 @@ net::awaitable<void> wait_for_stop(net::io_context& control, net::signal_set& si
 int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
-  retry::guard_registry guards(*cfg, log);
+  observe::metrics metrics(cfg->service);
+  retry::guard_registry guards(*cfg, log, metrics);
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
@@ -158,6 +159,7 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
       bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false);
   admin::admin_state state;
   state.guards = &guards;
+  state.metrics = &metrics;
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   net::co_spawn(control, wait_for_stop(control, signals, workers, state, admin_acceptor, *cfg, log),

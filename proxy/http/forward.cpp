@@ -126,6 +126,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     auto kept = co_await read_whole_body(client, buffer, parser, body, policy.max_retry_body, idle);
     if (kept.problem) {
       if (kept.problem->status != 0) {
+        guard.answered(kept.problem->status);
         kept.problem->dependency = std::string(facts.dependency);
         co_await send_error(client, *kept.problem, false, idle);
       }
@@ -146,14 +147,17 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port}, req, body, is_head,
       *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, nullptr}, ex);
+      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard}, ex);
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
   if (result.failure) {
-    co_await send_error(client, failure_reply(ctx, facts, result), keep, idle);
+    auto const reply = failure_reply(ctx, facts, result);
+    guard.answered(reply.status);
+    co_await send_error(client, reply, keep, idle);
     co_return keep;
   }
+  guard.answered(ex.response->get().result_int());
   co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts, key);
 }
 
@@ -265,6 +269,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
     case forward_plan::route::refuse:
+      guard.answered(plan.refusal.status);
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg->limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:

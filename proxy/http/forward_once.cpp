@@ -84,7 +84,7 @@ net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_bu
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
                                   std::string_view dependency, const config::policy& policy, std::string_view prefix,
-                                  retry::dependency_gate& gate) {
+                                  retry::dependency_guard& guard) {
   auto& req = parser.get();
   auto const idle = ctx.cfg->limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
@@ -94,8 +94,14 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   std::string_view const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   std::string_view const path = loggable_path(target.origin_form);
 
+  clock::time_point attempt_start;  // set where the attempt begins, before the connect
+  auto attempt_over = [&](const retry::attempt_outcome& o) {
+    guard.record(retry::classify(o, retry::retry_on::r4_default()) == retry::verdict::retryable);
+    guard.attempt_done({1, o, std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start)});
+  };
   auto fail = [&](const failure& f) {
-    gate.record(retry::classify({std::nullopt, f.type}, retry::retry_on::r4_default()) == retry::verdict::retryable);
+    attempt_over({std::nullopt, f.type});
+    guard.answered(f.status);
     ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
                                      {"error_type", to_string(f.type)}, {"status", f.status}, {"message", f.message}});
     return error_reply{f.status, f.type, f.message, std::string(dependency), 1};
@@ -115,7 +121,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   prepare_upstream_request(req, parser, target);
 
   auto const key = pool_key(target);
-  auto deadline = clock::now() + policy.attempt_timeout;
+  attempt_start = clock::now();
+  auto deadline = attempt_start + policy.attempt_timeout;
   // A pooled connection may have been closed by the upstream just as it was reused. A
   // request without a body can then go again on a fresh connection: nothing of it was
   // processed, and the client has nothing more to send.
@@ -227,8 +234,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
 
     auto& res = rp->get();
-    gate.record(retry::classify({res.result_int(), std::nullopt}, retry::retry_on::r4_default()) ==
-                retry::verdict::retryable);
+    attempt_over({res.result_int(), std::nullopt});
+    guard.answered(res.result_int());
     bool const upstream_keep_alive = rp->keep_alive();
     bool const client_keep_alive = prepare_client_response(
         res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);

@@ -4,7 +4,7 @@
     as it arrives and Expect: 100-continue passed through (RFC 9110 section 10.1.1). */
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/retry/loop_hooks.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -18,10 +18,11 @@ namespace bhttp = boost::beast::http;
 
 /** Forwards the request in `parser` in one attempt. `prefix` is body already read from the
     client (a chunked body that outgrew max_retry_body); it goes out before the rest. The
-    attempt's outcome is recorded with `gate`, so the breaker counts it like any other. */
+    attempt's outcome is recorded with `guard`, so the breaker and the metrics count it like
+    any other. */
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
                                   std::string_view dependency, const config::policy& policy, std::string_view prefix,
-                                  retry::dependency_gate& gate);
+                                  retry::dependency_guard& guard);
 
 }  // namespace rebound::http

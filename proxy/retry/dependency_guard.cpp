@@ -16,11 +16,13 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 }  // namespace
 
-dependency_guard::dependency_guard(std::string name, const config::policy& p, const observe::logger& log)
+dependency_guard::dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
+                                   observe::dependency_metrics& metrics)
     : name_(std::move(name)),
       mode_(p.circuit_breaker.mode),
       open_on_budget_exhausted_(p.circuit_breaker.open_on_budget_exhausted),
       log_(log),
+      metrics_(metrics),
       budget_(p.budget),
       breaker_(p.circuit_breaker),
       draws_(std::random_device{}()) {}
@@ -32,6 +34,7 @@ double dependency_guard::draw() {
 
 void dependency_guard::report(const std::optional<breaker_transition>& t, std::string_view detail) {
   if (!t) return;
+  metrics_.set_breaker_state(static_cast<int>(t->to));
   auto const level = t->to == breaker_state::open ? spdlog::level::warn : spdlog::level::info;
   log_.event(level, "circuit_breaker_changed",
              {{"dependency", name_}, {"from", to_string(t->from)}, {"to", to_string(t->to)}, {"reason", t->reason},
@@ -58,6 +61,11 @@ retry_permit dependency_guard::allow_retry() {
 
 void dependency_guard::record(bool failed) { report(breaker_.record(failed, clock::now(), draw())); }
 
+void dependency_guard::publish() const {
+  metrics_.set_budget_utilization(budget_.in_window(clock::now()).utilization());
+  metrics_.set_breaker_state(static_cast<int>(breaker_.state()));
+}
+
 dependency_guard::snapshot dependency_guard::take_snapshot() const {
   auto const now = clock::now();
   snapshot s;
@@ -69,8 +77,15 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
   return s;
 }
 
-guard_registry::guard_registry(const config::config& cfg, const observe::logger& log) : log_(log) {
-  for (auto const& d : cfg.dependencies) guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log));
+guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics)
+    : log_(log), metrics_(metrics) {
+  for (auto const& d : cfg.dependencies)
+    guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
+}
+
+void guard_registry::publish() const {
+  std::lock_guard lock(mutex_);
+  for (auto const& [name, g] : guards_) g->publish();
 }
 
 dependency_guard& guard_registry::find(const std::string& name, const config::policy& p) {
@@ -82,7 +97,7 @@ dependency_guard& guard_registry::find(const std::string& name, const config::po
     if (auto it = guards_.find(key); it != guards_.end()) return *it->second;
   }
   ++unknown_;
-  auto [it, inserted] = guards_.emplace(key, std::make_unique<dependency_guard>(key, p, log_));
+  auto [it, inserted] = guards_.emplace(key, std::make_unique<dependency_guard>(key, p, log_, metrics_.dependency(key)));
   return *it->second;
 }
 

@@ -7,6 +7,7 @@
     draw for the breaker's jitter, and the log events of breaker changes. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/observe/metrics.hpp"
 #include "proxy/retry/breaker.hpp"
 #include "proxy/retry/budget.hpp"
 #include "proxy/retry/loop_hooks.hpp"
@@ -21,13 +22,23 @@
 
 namespace rebound::retry {
 
-class dependency_guard final : public dependency_gate {
+class dependency_guard final : public dependency_gate, public attempt_observer {
  public:
-  dependency_guard(std::string name, const config::policy& p, const observe::logger& log);
+  dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
+                   observe::dependency_metrics& metrics);
 
   admission admit() override;
   retry_permit allow_retry() override;
   void record(bool failed) override;
+
+  void attempt_done(const attempt_report& r) override { metrics_.attempt(r.attempt, r.took); }
+  void retry_scheduled(duration wait) override { metrics_.backoff(wait); }
+  void exhausted() override { metrics_.exhausted(); }
+  /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
+  void answered(unsigned code) { metrics_.answered(code); }
+  /// Sets the gauges that describe a moment (budget utilization, breaker state); a scrape
+  /// calls it, so they are as fresh as the scrape.
+  void publish() const;
 
   const std::string& name() const { return name_; }
 
@@ -49,6 +60,7 @@ class dependency_guard final : public dependency_gate {
   config::breaker_mode mode_;
   bool open_on_budget_exhausted_;
   const observe::logger& log_;
+  observe::dependency_metrics& metrics_;
   retry_budget budget_;
   circuit_breaker breaker_;
   std::atomic<std::uint64_t> draws_;  ///< a lock-free source for the breaker's jitter (splitmix64)
@@ -63,12 +75,15 @@ class guard_registry {
   /// `(other hosts)`, so a client inventing host names cannot grow memory without bound.
   static constexpr std::size_t max_unknown_hosts = 4096;
 
-  guard_registry(const config::config& cfg, const observe::logger& log);
+  guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics);
   dependency_guard& find(const std::string& name, const config::policy& p);
   std::vector<dependency_guard::snapshot> snapshots() const;
+  /// publish() of every guard, before a scrape.
+  void publish() const;
 
  private:
   const observe::logger& log_;
+  observe::metrics& metrics_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::unique_ptr<dependency_guard>> guards_;
   std::size_t unknown_ = 0;

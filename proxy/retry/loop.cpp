@@ -61,7 +61,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   attempt_outcome const outcome =
       failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex.response->get().result_int(), std::nullopt};
   result.failure = failure;
-  auto const took = std::chrono::duration_cast<duration>(clock::now() - attempt_start);
+  auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start);
   st.observer.attempt_done({result.attempts, outcome, took});
   // The breaker counts what R-4 calls a transient failure, whatever retry_on narrows.
   st.gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
@@ -123,7 +123,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
                                 {"backoff_ms", static_cast<long long>(plan.wait.count())},
                                 {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key},
                                 {"method", facts.method}, {"path", facts.path},
-                                {"duration_ms", static_cast<long long>(took.count())}});
+                                {"duration_ms", static_cast<long long>(took.count() / 1000)}});
   return {true, plan.wait, failure ? std::string() : outcome_name(outcome)};
 }
 

@@ -40,7 +40,7 @@ class dependency_gate {
 struct attempt_report {
   unsigned attempt = 0;  ///< 1 for the first
   attempt_outcome outcome;
-  duration took{0};
+  std::chrono::microseconds took{0};  ///< from the connect to the response head, or to the failure
 };
 
 /// Counts what the loop does; every call happens on the worker running the request.

@@ -12,6 +12,7 @@ namespace {
 struct captured_log {
   std::ostringstream out;
   observe::logger log{std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(out))};
+  observe::metrics metrics{"checkout"};
 };
 
 config::config with_dependency(std::string name, config::breaker_policy b) {
@@ -28,7 +29,7 @@ config::config with_dependency(std::string name, config::breaker_policy b) {
 
 TEST(DependencyGuard, ConfiguredDependenciesExistBeforeTheirFirstRequest) {
   captured_log c;
-  retry::guard_registry reg(with_dependency("payments", {}), c.log);
+  retry::guard_registry reg(with_dependency("payments", {}), c.log, c.metrics);
   auto snaps = reg.snapshots();
   ASSERT_EQ(snaps.size(), 1u);
   EXPECT_EQ(snaps[0].name, "payments");
@@ -38,7 +39,7 @@ TEST(DependencyGuard, ConfiguredDependenciesExistBeforeTheirFirstRequest) {
 TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
   captured_log c;
   auto cfg = config::default_config();
-  retry::guard_registry reg(cfg, c.log);
+  retry::guard_registry reg(cfg, c.log, c.metrics);
   retry::guard_cache cache(reg);
   for (std::size_t i = 0; i < retry::guard_registry::max_unknown_hosts; ++i)
     EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults).name(), "h" + std::to_string(i) + ":80");
@@ -55,7 +56,7 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   b.min_requests = 2;
   b.failure_ratio = 0.5;
   auto cfg = with_dependency("payments", b);
-  retry::guard_registry reg(cfg, c.log);
+  retry::guard_registry reg(cfg, c.log, c.metrics);
   auto& g = reg.find("payments", cfg.dependencies[0].effective);
   EXPECT_TRUE(g.admit().allowed);
   g.record(true);
@@ -66,6 +67,9 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   EXPECT_NE(line.find("\"from\":\"closed\""), std::string::npos) << line;
   EXPECT_NE(line.find("\"to\":\"open\""), std::string::npos) << line;
   EXPECT_NE(line.find("\"reason\":\"failure_ratio\""), std::string::npos) << line;
+  EXPECT_NE(c.metrics.scrape().find("circuit_breaker_state{dependency=\"payments\",service=\"checkout\"} 2"),
+            std::string::npos)
+      << c.metrics.scrape();
   auto const refused = g.admit();
   EXPECT_FALSE(refused.allowed);
   EXPECT_GT(refused.retry_after.count(), 0);
@@ -77,7 +81,7 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   captured_log c;
   auto cfg = with_dependency("payments", {});
   cfg.dependencies[0].effective.budget.min_retries = 0;
-  retry::guard_registry reg(cfg, c.log);
+  retry::guard_registry reg(cfg, c.log, c.metrics);
   auto& g = reg.find("payments", cfg.dependencies[0].effective);
   for (int i = 0; i < 5; ++i) g.admit();
   EXPECT_TRUE(g.allow_retry().granted);  // 20% of 5
@@ -86,4 +90,20 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   EXPECT_EQ(refused.refusal, http::error_type::budget_exhausted);
   EXPECT_EQ(g.take_snapshot().state, retry::breaker_state::open);
   EXPECT_NE(c.out.str().find("\"reason\":\"budget_exhausted\""), std::string::npos) << c.out.str();
+}
+
+TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
+  captured_log c;
+  auto cfg = with_dependency("payments", {});
+  cfg.dependencies[0].effective.budget.min_retries = 4;
+  retry::guard_registry reg(cfg, c.log, c.metrics);
+  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  g.admit();
+  EXPECT_TRUE(g.allow_retry().granted);  // 1 of the 4 allowed
+  reg.publish();
+  auto const text = c.metrics.scrape();
+  EXPECT_NE(text.find("retry_budget_utilization_ratio{dependency=\"payments\",service=\"checkout\"} 0.25"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("circuit_breaker_state{dependency=\"payments\",service=\"checkout\"} 0"), std::string::npos) << text;
 }

@@ -1,0 +1,149 @@
+#include "proxy/observe/metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+
+namespace rebound::observe {
+namespace {
+
+using prometheus::Histogram;
+
+/// Backoff waits: R-1's base of a few ms up to the 5 minute caps of async contexts.
+const Histogram::BucketBoundaries& backoff_buckets() {
+  static const Histogram::BucketBoundaries b{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                             1,     2.5,    5,     10,   30,    60,   120, 300};
+  return b;
+}
+
+/// Upstream attempts: a loopback answer (100 us) up to the longest attempt_timeout worth having.
+const Histogram::BucketBoundaries& latency_buckets() {
+  static const Histogram::BucketBoundaries b{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                             0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+  return b;
+}
+
+/// The counters whose series appear only with their first event, with their help text.
+struct counter_name {
+  const char* name;
+  const char* help;
+};
+constexpr counter_name attempts_total{"retry_attempts_total", "Upstream attempts, by attempt number (1 = the original request)"};
+constexpr counter_name exhausted_total{"retry_exhausted_total", "Requests whose retries ran out (max_retries) while still failing"};
+constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
+constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
+
+prometheus::Family<prometheus::Counter>& counter(const counter_name& c, prometheus::Registry& r) {
+  return prometheus::BuildCounter().Name(c.name).Help(c.help).Register(r);
+}
+
+template <class T>
+T& lazily(std::atomic<T*>& slot, prometheus::Family<T>& family, const prometheus::Labels& labels) {
+  if (auto* c = slot.load(std::memory_order_acquire)) return *c;
+  // Family::Add returns the existing child for equal labels, so two workers racing here
+  // store the same pointer.
+  auto& c = family.Add(labels);
+  slot.store(&c, std::memory_order_release);
+  return c;
+}
+
+}  // namespace
+
+dependency_metrics::dependency_metrics(metrics& owner, std::string name)
+    : owner_(owner),
+      name_(std::move(name)),
+      exhausted_(owner.exhausted_.Add(owner.labels(name_))),
+      backoff_(owner.backoff_.Add(owner.labels(name_), backoff_buckets())),
+      upstream_duration_(owner.upstream_duration_.Add(owner.labels(name_), latency_buckets())),
+      budget_utilization_(owner.budget_utilization_.Add(owner.labels(name_))),
+      breaker_state_(owner.breaker_state_.Add(owner.labels(name_))) {}
+
+void dependency_metrics::attempt(unsigned attempt_number, std::chrono::microseconds took) {
+  auto labels = [&] {
+    auto l = owner_.labels(name_);
+    l.emplace("attempt_number", std::to_string(attempt_number));
+    return l;
+  };
+  if (attempt_number >= 1 && attempt_number <= attempt_slots)
+    lazily(attempts_[attempt_number - 1], owner_.attempts_, labels()).Increment();
+  else
+    owner_.attempts_.Add(labels()).Increment();
+  upstream_duration_.Observe(std::chrono::duration<double>(took).count());
+}
+
+void dependency_metrics::backoff(std::chrono::milliseconds wait) {
+  backoff_.Observe(std::chrono::duration<double>(wait).count());
+}
+
+void dependency_metrics::exhausted() { exhausted_.Increment(); }
+
+void dependency_metrics::answered(unsigned code) {
+  if (code < 100 || code > 599) return;
+  constexpr std::uint64_t address_mask = (std::uint64_t{1} << 48) - 1;
+  auto const child = [&]() -> prometheus::Counter& {
+    auto l = owner_.labels(name_);
+    l.emplace("code", std::to_string(code));
+    return owner_.requests_.Add(l);
+  };
+  for (unsigned i = 0; i < code_slots; ++i) {
+    auto& slot = codes_[(code + i) % code_slots];
+    auto word = slot.load(std::memory_order_acquire);
+    if (word == 0) {
+      auto& c = child();
+      auto const mine = (std::uint64_t{code} << 48) | reinterpret_cast<std::uintptr_t>(&c);
+      if (slot.compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return c.Increment();
+      // Another worker filled the slot first: `word` now holds its entry.
+    }
+    if ((word >> 48) == code) return reinterpret_cast<prometheus::Counter*>(word & address_mask)->Increment();
+  }
+  child().Increment();
+}
+
+void dependency_metrics::set_budget_utilization(double ratio) { budget_utilization_.Set(ratio); }
+void dependency_metrics::set_breaker_state(int state) { breaker_state_.Set(state); }
+
+metrics::metrics(std::string service)
+    : service_(std::move(service)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      attempts_(counter(attempts_total, *registry_)),
+      exhausted_(counter(exhausted_total, *registry_)),
+      backoff_(prometheus::BuildHistogram()
+                   .Name("retry_backoff_duration_seconds")
+                   .Help("Waits scheduled before a retry")
+                   .Register(*registry_)),
+      budget_utilization_(prometheus::BuildGauge()
+                              .Name("retry_budget_utilization_ratio")
+                              .Help("Retries spent over retries allowed in the budget window (R-7)")
+                              .Register(*registry_)),
+      dlq_messages_(counter(dlq_total, *registry_)),
+      breaker_state_(prometheus::BuildGauge()
+                         .Name("circuit_breaker_state")
+                         .Help("Circuit breaker state: 0 closed, 1 half-open, 2 open")
+                         .Register(*registry_)),
+      requests_(counter(requests_total, *registry_)),
+      upstream_duration_(prometheus::BuildHistogram()
+                             .Name("upstream_request_duration_seconds")
+                             .Help("Upstream attempts, from connect to the response head")
+                             .Register(*registry_)) {}
+
+dependency_metrics& metrics::dependency(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto& slot = dependencies_[name];
+  if (!slot) slot = std::make_unique<dependency_metrics>(*this, name);
+  return *slot;
+}
+
+std::string metrics::scrape() const {
+  auto families = registry_->Collect();
+  auto text = prometheus::TextSerializer().Serialize(families);
+  // prometheus-cpp leaves out a family with no series yet (no attempt made, no message
+  // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
+  // the name from the first scrape on and no series has to be invented to carry it.
+  for (auto const& c : {attempts_total, exhausted_total, dlq_total, requests_total}) {
+    bool const present = std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
+    if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";
+  }
+  return text;
+}
+
+}  // namespace rebound::observe

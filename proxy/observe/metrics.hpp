@@ -1,0 +1,93 @@
+#pragma once
+/** R-10's metrics (SPEC section 8), kept in a prometheus-cpp registry and served as text by
+    the admin listener. The registry is the one piece of process-wide mutable state rebound
+    has; everything else is per worker or per dependency.
+
+    A request never looks a metric up by its labels: each dependency's children are found
+    once, when the dependency is first used, and held in a dependency_metrics; status codes
+    and attempt numbers have slots filled on first use. */
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace rebound::observe {
+
+class metrics;
+
+/// One dependency's metric children.
+class dependency_metrics {
+ public:
+  /// A finished attempt: retry_attempts_total{attempt_number}, upstream_request_duration_seconds.
+  void attempt(unsigned attempt_number, std::chrono::microseconds took);
+  /// A scheduled retry's wait: retry_backoff_duration_seconds.
+  void backoff(std::chrono::milliseconds wait);
+  /// retry_exhausted_total.
+  void exhausted();
+  /// A request answered, by rebound or by the upstream: proxy_requests_total{code}.
+  void answered(unsigned code);
+  void set_budget_utilization(double ratio);
+  void set_breaker_state(int state);  ///< 0 closed, 1 half-open, 2 open
+
+  dependency_metrics(metrics& owner, std::string name);
+
+ private:
+  static constexpr unsigned attempt_slots = 32;
+
+  metrics& owner_;
+  std::string name_;
+  prometheus::Counter& exhausted_;
+  prometheus::Histogram& backoff_;
+  prometheus::Histogram& upstream_duration_;
+  prometheus::Gauge& budget_utilization_;
+  prometheus::Gauge& breaker_state_;
+  std::array<std::atomic<prometheus::Counter*>, attempt_slots> attempts_{};
+  /// proxy_requests_total's children by code: a tiny open-addressed table, each word a
+  /// code (high 16 bits) and its counter's address (low 48), so 4,096 dependencies do not
+  /// carry 500 slots each. Codes beyond its size take Family::Add's lock.
+  static constexpr unsigned code_slots = 16;
+  std::array<std::atomic<std::uint64_t>, code_slots> codes_{};
+};
+
+class metrics {
+ public:
+  explicit metrics(std::string service);
+  metrics(const metrics&) = delete;
+  metrics& operator=(const metrics&) = delete;
+
+  /// The children of `dependency`, made on first use; the reference stays valid.
+  dependency_metrics& dependency(const std::string& name);
+
+  /// The Prometheus text exposition format (version 0.0.4) of everything.
+  std::string scrape() const;
+
+ private:
+  friend class dependency_metrics;
+  prometheus::Labels labels(const std::string& dependency) const { return {{"service", service_}, {"dependency", dependency}}; }
+
+  std::string service_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& attempts_;
+  prometheus::Family<prometheus::Counter>& exhausted_;
+  prometheus::Family<prometheus::Histogram>& backoff_;
+  prometheus::Family<prometheus::Gauge>& budget_utilization_;
+  prometheus::Family<prometheus::Counter>& dlq_messages_;
+  prometheus::Family<prometheus::Gauge>& breaker_state_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& upstream_duration_;
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<dependency_metrics>> dependencies_;
+};
+
+}  // namespace rebound::observe
