@@ -103,6 +103,7 @@ struct dependency {
 
 struct config {
   std::string service = "unknown_service";  ///< the `service` label of every metric
+  std::string log_level = "info";            ///< trace|debug|info|warn|error|off; --log-level wins
   endpoint listen{"127.0.0.1", 3128};
   endpoint admin{"127.0.0.1", 9901};
   unsigned workers = 0;  ///< 0 = one per core

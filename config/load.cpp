@@ -109,8 +109,9 @@ class reader {
   void read_top(const YAML::Node& root, config& c) {
     if (!root || root.IsNull()) return;  // an empty file means the built-in defaults
     if (!expect_map(root, "")) return;
-    check_keys(root, "", {"service", "listen", "admin", "workers", "drain_timeout", "unknown_hosts", "limits", "defaults", "dependencies"});
+    check_keys(root, "", {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "unknown_hosts", "limits", "defaults", "dependencies"});
     typed(root, "service", "", c.service, parse_service);
+    typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
     typed(root, "admin", "", c.admin, parse_endpoint);
     typed(root, "workers", "", c.workers, parse_workers);
@@ -463,6 +464,13 @@ class reader {
     if (ok) return parsed<std::string>::ok(std::string(s));
     return parsed<std::string>::fail("invalid value \"" + std::string(s) +
                                      "\" (expected 1..128 letters, digits, '-', '_' or '.')");
+  }
+
+  static parsed<std::string> parse_log_level(std::string_view s) {
+    for (auto const* l : {"trace", "debug", "info", "warn", "error", "off"})
+      if (s == l) return parsed<std::string>::ok(std::string(s));
+    return parsed<std::string>::fail("invalid value \"" + std::string(s) +
+                                     "\" (expected trace, debug, info, warn, error or off)");
   }
 
   static parsed<unknown_hosts_policy> parse_unknown_hosts(std::string_view s) {

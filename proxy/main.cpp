@@ -62,7 +62,7 @@ int check(const std::string& file, std::string_view format) {
 
 int main(int argc, char** argv) {
   std::string config_path;
-  std::string log_level = "info";
+  std::string log_level;  // empty: the config's log_level
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     auto value = [&](std::string_view name) -> std::string {
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
+  if (!log_level.empty() && log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
       log_level != "error" && log_level != "off") {
     std::cerr << "rebound: --log-level must be one of trace, debug, info, warn, error, off\n";
     return 2;
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  rebound::observe::logger log(log_level);
+  rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
   try {
     return rebound::app::run(cfg, log);
   } catch (const std::system_error& e) {

@@ -180,7 +180,7 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   control.run();
   for (auto& w : workers) w->ioc.stop();
   for (auto& w : workers) w->thread.join();
-  log.info("stopped");
+  log.info("stopped", {{"log_lines_dropped", log.dropped()}});
   log.flush();
   return 0;
 }

@@ -4,6 +4,7 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/idempotency/key.hpp"
+#include "proxy/observe/correlation.hpp"
 #include "proxy/retry/loop.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -34,12 +35,6 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
                                    {"method", facts.method}, {"path", facts.path}, {"reason", reason}});
 }
 
-/// The first of X-Request-ID and X-Correlation-ID the client sent (empty when none).
-std::string_view correlation_id(const bhttp::request<bhttp::buffer_body>& req) {
-  if (auto it = req.find("X-Request-ID"); it != req.end()) return it->value();
-  if (auto it = req.find("X-Correlation-ID"); it != req.end()) return it->value();
-  return {};
-}
 
 /// How reading a body to keep it ended.
 struct kept_body {
@@ -88,9 +83,8 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, rsr, idle);
   if (!rr.ok()) {
     if (rr.read_error)
-      ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
-                                       {"error_type", "upstream_protocol_error"},
-                                       {"message", "response body cut short: " + rr.read_error.message()}});
+      log_upstream_error(ctx, facts, "upstream_protocol_error", 0, attempts,
+                         "response body cut short: " + rr.read_error.message());
     co_return false;
   }
   if (upstream_keep_alive && ex.buffer.size() == 0) {
@@ -100,12 +94,21 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   co_return client_keep_alive;
 }
 
+}  // namespace
+
+void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
+                        unsigned status, unsigned attempts, std::string_view message) {
+  ctx.log->warn("upstream_error", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                   {"method", facts.method}, {"path", facts.path}, {"error_type", error_type},
+                                   {"status", status}, {"attempts", attempts}, {"message", message}});
+}
+
+namespace {
+
 /// rebound's answer when the loop left no response, logged.
 error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const retry::loop_result& result) {
   auto const& f = *result.failure;
-  ctx.log->warn("upstream_error", {{"dependency", facts.dependency}, {"method", facts.method}, {"path", facts.path},
-                                   {"error_type", to_string(f.type)}, {"attempts", result.attempts},
-                                   {"message", f.message}});
+  log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
   return error_reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
 }
 
@@ -134,7 +137,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     }
     if (kept.overflow) {
       log_sent_once(ctx, facts, policy, "chunked body larger than max_retry_body: sent once");
-      co_return co_await forward_once(ctx, client, buffer, parser, target, facts.dependency, policy, body, guard);
+      co_return co_await forward_once(ctx, client, buffer, parser, target, facts, policy, body, guard);
     }
   }
   prepare_upstream_request(req, parser, target);
@@ -172,13 +175,33 @@ struct forward_plan {
   bool keep_after_refusal = false;
   retry::request_facts facts;
   std::string injected_key;         ///< facts.idempotency_key views it when rebound made the key
+  std::string made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
   std::string_view sent_once_why;   ///< with route::once
 };
 
 /** The decisions about a request head, in a plain function so their temporaries stay off
     the coroutine frame that lives as long as the request (and its backoff waits). */
+/// the request's correlation id (see observe/correlation.hpp), made and sent upstream
+/// as X-Request-ID when the client gave none that can be used.
+void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std::mt19937_64& rng) {
+  for (auto const* name : {"X-Request-ID", "X-Correlation-ID"})
+    if (auto it = req.find(name); it != req.end() && observe::usable_correlation_id(it->value())) {
+      plan.facts.correlation_id = it->value();
+      return;
+    }
+  if (auto it = req.find("traceparent"); it != req.end()) {
+    if (auto const trace = observe::trace_id_of(it->value()); !trace.empty()) {
+      plan.facts.correlation_id = trace;
+      return;
+    }
+  }
+  plan.made_correlation_id = observe::new_correlation_id(rng);
+  req.set("X-Request-ID", plan.made_correlation_id);
+  plan.facts.correlation_id = plan.made_correlation_id;
+}
+
 void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
-                  std::string_view dependency, const config::policy& policy) {
+                  std::string_view dependency, const config::policy& policy, std::mt19937_64& rng) {
   auto& req = parser.get();
   if (auto it = req.find(bhttp::field::expect); it != req.end() && req.version() >= 11 &&
                                                 !beast::iequals(it->value(), "100-continue")) {
@@ -191,7 +214,7 @@ void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>&
   facts.dependency = dependency;
   facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   facts.path = loggable_path(target.origin_form);
-  facts.correlation_id = correlation_id(req);
+  correlate(plan, req, rng);
 
   // whether this request may be sent more than once.
   auto const& key_header = policy.idempotency.header;
@@ -264,7 +287,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
                              beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy) {
   forward_plan plan;
-  plan_request(plan, parser, target, dependency, policy);
+  plan_request(plan, parser, target, dependency, policy, *ctx.rng);
   auto& guard = ctx.guards->find(dependency, policy);
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
@@ -278,7 +301,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
       log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
       break;
   }
-  co_return co_await forward_once(ctx, client, buffer, parser, target, dependency, policy, {}, guard);
+  co_return co_await forward_once(ctx, client, buffer, parser, target, plan.facts, policy, {}, guard);
 }
 
 }  // namespace rebound::http

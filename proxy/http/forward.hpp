@@ -4,6 +4,7 @@
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/error_response.hpp"
 #include "proxy/http/request_target.hpp"
+#include "proxy/retry/loop.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -21,6 +22,11 @@ namespace bhttp = boost::beast::http;
 net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy);
+
+/// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
+/// request's facts (no header value, no query string) and the failure go in.
+void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
+                        unsigned status, unsigned attempts, std::string_view message);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

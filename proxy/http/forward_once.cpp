@@ -83,16 +83,14 @@ net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_bu
 
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
-                                  std::string_view dependency, const config::policy& policy, std::string_view prefix,
+                                  const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
                                   retry::dependency_guard& guard) {
   auto& req = parser.get();
   auto const idle = ctx.cfg->limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
   unsigned const client_version = req.version();
   bool const is_head = req.method() == bhttp::verb::head;
-  // Views, not copies: they are only read when an error is logged.
-  std::string_view const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
-  std::string_view const path = loggable_path(target.origin_form);
+  std::string_view const dependency = facts.dependency;
 
   clock::time_point attempt_start;  // set where the attempt begins, before the connect
   auto attempt_over = [&](const retry::attempt_outcome& o) {
@@ -102,8 +100,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   auto fail = [&](const failure& f) {
     attempt_over({std::nullopt, f.type});
     guard.answered(f.status);
-    ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
-                                     {"error_type", to_string(f.type)}, {"status", f.status}, {"message", f.message}});
+    log_upstream_error(ctx, facts, to_string(f.type), f.status, 1, f.message);
     return error_reply{f.status, f.type, f.message, std::string(dependency), 1};
   };
 
@@ -243,9 +240,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
     if (!rr.ok()) {
       if (rr.read_error)
-        ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", method}, {"path", path},
-                                         {"error_type", "upstream_protocol_error"},
-                                         {"message", "response body cut short: " + rr.read_error.message()}});
+        log_upstream_error(ctx, facts, "upstream_protocol_error", 0, 1,
+                           "response body cut short: " + rr.read_error.message());
       co_return false;  // the client saw a partial response: only a close tells it so
     }
     if (upstream_keep_alive && !body_skipped && ubuf.size() == 0) {

@@ -5,6 +5,7 @@
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/dependency_guard.hpp"
+#include "proxy/retry/loop.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -22,7 +23,7 @@ namespace bhttp = boost::beast::http;
     any other. */
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
-                                  std::string_view dependency, const config::policy& policy, std::string_view prefix,
+                                  const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
                                   retry::dependency_guard& guard);
 
 }  // namespace rebound::http

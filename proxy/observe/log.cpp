@@ -2,6 +2,7 @@
 
 #include "proxy/observe/json.hpp"
 
+#include <spdlog/async.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <chrono>
@@ -9,14 +10,24 @@
 
 namespace rebound::observe {
 
-logger::logger(std::string_view level) {
-  sink_ = std::make_shared<spdlog::logger>("rebound", std::make_shared<spdlog::sinks::stdout_sink_mt>());
+logger::logger(std::string_view level) : pool_(std::make_shared<spdlog::details::thread_pool>(queue_lines, 1)) {
+  // The stdout sink flushes after every line itself, on the logging thread.
+  sink_ = std::make_shared<spdlog::async_logger>("rebound", std::make_shared<spdlog::sinks::stdout_sink_mt>(), pool_,
+                                                 spdlog::async_overflow_policy::overrun_oldest);
   sink_->set_pattern("%v");
   sink_->set_level(spdlog::level::from_str(std::string(level)));
-  sink_->flush_on(spdlog::level::trace);
 }
 
 logger::logger(std::shared_ptr<spdlog::logger> sink) : sink_(std::move(sink)) {}
+
+// The queue holds the async logger alive until its lines are written; releasing the logger
+// first and the pool last lets the pool's destructor drain the queue and join its thread.
+logger::~logger() {
+  sink_.reset();
+  pool_.reset();
+}
+
+std::size_t logger::dropped() const { return pool_ ? pool_->overrun_counter() : 0; }
 
 void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> fields) const {
   if (!sink_->should_log(lvl)) return;

@@ -3,8 +3,17 @@
 
     A call names the event and passes only typed fields, so a request body or a header
     value can never be logged by accident (R-9). The logger is an object owned by the app
-    and handed down, not a global. */
+    and handed down, not a global.
+
+    The line is built on the calling worker; writing it to stdout happens on a logging
+    thread, so a slow reader of stdout never stalls a worker. When that thread falls more
+    than `queue_lines` behind, the oldest waiting lines are dropped rather than the worker
+    made to wait; dropped() counts them. */
 #include <spdlog/logger.h>
+
+namespace spdlog::details {
+class thread_pool;
+}
 
 #include <initializer_list>
 #include <memory>
@@ -28,8 +37,13 @@ struct field {
 
 class logger {
  public:
-  /// Writes to stdout; `level` is one of trace, debug, info, warn, error, off.
+  static constexpr std::size_t queue_lines = 16384;
+
+  /// Writes to stdout from its own thread; `level` is one of trace, debug, info, warn, error, off.
   explicit logger(std::string_view level);
+  ~logger();
+  logger(const logger&) = delete;
+  logger& operator=(const logger&) = delete;
   /// Writes to an existing spdlog logger (tests capture output this way).
   explicit logger(std::shared_ptr<spdlog::logger> sink);
 
@@ -39,8 +53,11 @@ class logger {
   void error(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::err, name, fields); }
   bool enabled(spdlog::level::level_enum lvl) const { return sink_->should_log(lvl); }
   void flush() const { sink_->flush(); }
+  /// Lines dropped because the logging thread fell behind.
+  std::size_t dropped() const;
 
  private:
+  std::shared_ptr<spdlog::details::thread_pool> pool_;  ///< destroyed last: it drains the queue
   std::shared_ptr<spdlog::logger> sink_;
 };
 

@@ -1,0 +1,29 @@
+#pragma once
+/** The correlation id that joins rebound's log lines for a request with the application's
+    and the upstream's (SPEC section 9, R-10).
+
+    Taken from the request's X-Request-ID, X-Correlation-ID or W3C traceparent (its
+    trace-id), in that order. A header value is only used when it looks like an id: 1..128
+    visible ASCII characters. Anything else (a long or binary value, a value with spaces
+    that could pass for something else in a log search) is not logged: rebound makes its own
+    id and sends it upstream as X-Request-ID (replacing an unusable X-Request-ID), so the
+    upstream's logs carry the id rebound's do. */
+#include <random>
+#include <string>
+#include <string_view>
+
+namespace rebound::observe {
+
+constexpr std::size_t max_correlation_id = 128;
+
+/// Whether a client's header value may serve as the correlation id.
+bool usable_correlation_id(std::string_view value);
+
+/// The trace-id of a traceparent header (`00-<32 hex>-<16 hex>-<2 hex>`), or empty when the
+/// value is not one (W3C Trace Context: an all-zero trace-id is invalid).
+std::string_view trace_id_of(std::string_view traceparent);
+
+/// A new id: 32 lowercase hex digits. Not a secret, so the worker's generator suffices.
+std::string new_correlation_id(std::mt19937_64& rng);
+
+}  // namespace rebound::observe

@@ -1,0 +1,43 @@
+#include "proxy/observe/correlation.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::observe;
+
+TEST(Correlation, AnIdLikeValueIsUsable) {
+  EXPECT_TRUE(usable_correlation_id("req-42"));
+  EXPECT_TRUE(usable_correlation_id("3f1c2a9e-8d7b-4c6a-9e5f-0a1b2c3d4e5f"));
+  EXPECT_TRUE(usable_correlation_id(std::string(128, 'a')));
+}
+
+TEST(Correlation, HostileValuesAreNotLogged) {
+  EXPECT_FALSE(usable_correlation_id(""));
+  EXPECT_FALSE(usable_correlation_id(std::string(129, 'a')));
+  EXPECT_FALSE(usable_correlation_id("two words"));
+  EXPECT_FALSE(usable_correlation_id("line\nbreak"));
+  EXPECT_FALSE(usable_correlation_id("caf\xc3\xa9"));
+}
+
+TEST(Correlation, TraceparentGivesItsTraceId) {
+  EXPECT_EQ(trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "4bf92f3577b34da6a3ce929d0e0e4736");
+  // A later version may carry more fields.
+  EXPECT_EQ(trace_id_of("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+TEST(Correlation, MalformedTraceparentGivesNothing) {
+  EXPECT_EQ(trace_id_of(""), "");
+  EXPECT_EQ(trace_id_of("00-00000000000000000000000000000000-00f067aa0ba902b7-01"), "");  // all-zero trace-id
+  EXPECT_EQ(trace_id_of("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"), "");  // upper case
+  EXPECT_EQ(trace_id_of("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "");  // forbidden version
+  EXPECT_EQ(trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x"), "");
+  EXPECT_EQ(trace_id_of("00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"), "");
+}
+
+TEST(Correlation, NewIdsAre32HexDigitsAndDiffer) {
+  std::mt19937_64 rng(7);
+  auto a = new_correlation_id(rng), b = new_correlation_id(rng);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(a, b);
+}
