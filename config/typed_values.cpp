@@ -57,6 +57,21 @@ parsed<std::uint64_t> parse_size(std::string_view text) {
   return parsed<std::uint64_t>::ok(n * scale);
 }
 
+std::string format_duration(duration d) {
+  auto const ms = static_cast<std::uint64_t>(d.count());
+  if (ms != 0 && ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms != 0 && ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms != 0 && ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+std::string format_size(std::uint64_t bytes) {
+  if (bytes != 0 && bytes % (1ull << 30) == 0) return std::to_string(bytes >> 30) + "GiB";
+  if (bytes != 0 && bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "MiB";
+  if (bytes != 0 && bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "KiB";
+  return std::to_string(bytes) + "B";
+}
+
 parsed<endpoint> parse_endpoint(std::string_view text) {
   auto const accepted = " (expected IP:PORT, e.g. 127.0.0.1:3128 or [::1]:3128)";
   auto const colon = text.rfind(':');

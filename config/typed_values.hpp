@@ -28,6 +28,10 @@ parsed<std::uint64_t> parse_size(std::string_view text);
 /// `127.0.0.1:3128`, `[::1]:3128`, `0.0.0.0:0`: an IP literal and a port (0 = any free port).
 parsed<endpoint> parse_endpoint(std::string_view text);
 
+/// The inverses, in the largest unit that is exact: 90000ms -> "90s", 1048576 -> "1MiB".
+std::string format_duration(duration d);
+std::string format_size(std::uint64_t bytes);
+
 /// Levenshtein distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 

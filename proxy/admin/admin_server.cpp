@@ -8,6 +8,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "config/describe.hpp"
 #include "proxy/observe/json.hpp"
 
 #include <cstdio>
@@ -79,7 +80,9 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     if (state.guards) state.guards->publish();
     return make(bhttp::status::ok, "text/plain; version=0.0.4; charset=utf-8", state.metrics->scrape());
   }
-  return make(bhttp::status::not_found, "text/plain", "not found; try /healthz, /readyz, /metrics or /dependencies\n");
+  if (path == "/config" && state.cfg) return make(bhttp::status::ok, "application/json", config::effective_config_json(*state.cfg));
+  return make(bhttp::status::not_found, "text/plain",
+              "not found; try /healthz, /readyz, /metrics, /dependencies or /config\n");
 }
 
 net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {

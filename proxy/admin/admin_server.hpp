@@ -1,6 +1,6 @@
 #pragma once
-/** The admin API (SPEC section 7) on its own listener: health, readiness, metrics and the
-    per-dependency state. */
+/** The admin API (SPEC section 7) on its own listener: health, readiness, metrics, the
+    per-dependency state and the effective config. */
 #include "proxy/net.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/observe/log.hpp"
@@ -13,6 +13,7 @@ struct admin_state {
   std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
   const observe::metrics* metrics = nullptr;       ///< for GET /metrics
+  const config::config* cfg = nullptr;             ///< for GET /config
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -160,6 +160,7 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   admin::admin_state state;
   state.guards = &guards;
   state.metrics = &metrics;
+  state.cfg = cfg.get();
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   net::co_spawn(control, wait_for_stop(control, signals, workers, state, admin_acceptor, *cfg, log),

@@ -36,6 +36,13 @@ retry_on retry_on::r4_default() {
   return r;
 }
 
+std::vector<std::string_view> retry_on::names() const {
+  std::vector<std::string_view> out;
+  for (auto const& n : retryable_names)
+    if (contains(n.c)) out.push_back(n.name);
+  return out;
+}
+
 retry_on::parse_result retry_on::parse(std::string_view entry) {
   for (auto const& n : retryable_names)
     if (n.name == entry) return {n.c, {}};

@@ -6,6 +6,7 @@
 #include <bitset>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace rebound::retry {
 
@@ -41,6 +42,9 @@ class retry_on {
     std::string error;
   };
   static parse_result parse(std::string_view entry);
+
+  /// The config spelling of each class in the set, in R-4's table order.
+  std::vector<std::string_view> names() const;
 
   void add(cls c) { bits_.set(static_cast<std::size_t>(c)); }
   bool contains(cls c) const { return bits_.test(static_cast<std::size_t>(c)); }

@@ -122,7 +122,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
                                 {"attempt", result.attempts + 1}, {"max_attempts", st.max_attempts},
                                 {"backoff_ms", static_cast<long long>(plan.wait.count())},
                                 {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key},
-                                {"method", facts.method}, {"path", facts.path},
+                                {"method", facts.method}, {"path", facts.path}, {"status", outcome.status.value_or(0)},
                                 {"duration_ms", static_cast<long long>(took.count() / 1000)}});
   return {true, plan.wait, failure ? std::string() : outcome_name(outcome)};
 }

@@ -1,0 +1,164 @@
+#include "config/describe.hpp"
+
+#include "config/typed_values.hpp"
+#include "proxy/observe/json.hpp"
+
+#include <cstdio>
+
+namespace rebound::config {
+namespace {
+
+/// Just enough of a JSON object writer: commas and quoting, nothing else.
+class object_writer {
+ public:
+  explicit object_writer(std::string& out) : out_(out) { out_ += '{'; }
+  ~object_writer() { out_ += '}'; }
+  object_writer(const object_writer&) = delete;
+  object_writer& operator=(const object_writer&) = delete;
+
+  void string(std::string_view k, std::string_view v) {
+    key(k);
+    observe::append_json_string(out_, v);
+  }
+  void number(std::string_view k, double v) {
+    key(k);
+    char buf[32];
+    auto const n = std::snprintf(buf, sizeof buf, "%.6g", v);
+    out_.append(buf, static_cast<std::size_t>(n));
+  }
+  void integer(std::string_view k, std::uint64_t v) {
+    key(k);
+    out_ += std::to_string(v);
+  }
+  void boolean(std::string_view k, bool v) {
+    key(k);
+    out_ += v ? "true" : "false";
+  }
+  void strings(std::string_view k, const auto& list) {
+    key(k);
+    out_ += '[';
+    bool first = true;
+    for (std::string_view s : list) {
+      if (!first) out_ += ',';
+      first = false;
+      observe::append_json_string(out_, s);
+    }
+    out_ += ']';
+  }
+  /// Starts a nested value under `k`; the caller writes it.
+  std::string& nested(std::string_view k) {
+    key(k);
+    return out_;
+  }
+
+ private:
+  void key(std::string_view k) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    observe::append_json_string(out_, k);
+    out_ += ':';
+  }
+  std::string& out_;
+  bool first_ = true;
+};
+
+std::string_view name(context_kind c) {
+  switch (c) {
+    case context_kind::sync: return "sync";
+    case context_kind::async: return "async";
+    case context_kind::webhook: return "webhook";
+    case context_kind::batch: return "batch";
+  }
+  return "sync";
+}
+
+std::string_view name(breaker_mode m) {
+  switch (m) {
+    case breaker_mode::enforce: return "enforce";
+    case breaker_mode::signal: return "signal";
+    case breaker_mode::off: return "off";
+  }
+  return "enforce";
+}
+
+std::string endpoint_text(const endpoint& e) {
+  auto const host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
+  return host + ":" + std::to_string(e.port);
+}
+
+/// Into `w`, the policy's keys as they would stand in the YAML.
+void write_policy(object_writer& w, const policy& p) {
+  w.string("context", name(p.context));
+  w.integer("max_retries", p.max_retries);
+  {
+    object_writer b(w.nested("backoff"));
+    b.string("base", format_duration(p.backoff.base));
+    b.string("cap", format_duration(p.backoff.cap));
+    b.string("jitter", p.backoff.jitter == jitter_kind::full ? "full" : "decorrelated");
+  }
+  w.string("total_timeout", format_duration(p.total_timeout));
+  w.string("attempt_timeout", format_duration(p.attempt_timeout));
+  w.strings("retry_on", p.retry_on.names());
+  w.string("max_retry_body", format_size(p.max_retry_body));
+  {
+    object_writer i(w.nested("idempotency"));
+    i.string("header", p.idempotency.header);
+    i.boolean("inject", p.idempotency.inject);
+  }
+  {
+    object_writer b(w.nested("budget"));
+    b.number("ratio", p.budget.ratio);
+    b.string("window", format_duration(p.budget.window));
+    b.integer("min_retries", p.budget.min_retries);
+  }
+  {
+    auto const& cb = p.circuit_breaker;
+    object_writer c(w.nested("circuit_breaker"));
+    c.string("mode", name(cb.mode));
+    c.number("failure_ratio", cb.failure_ratio);
+    c.integer("min_requests", cb.min_requests);
+    c.string("window", format_duration(cb.window));
+    c.boolean("open_on_budget_exhausted", cb.open_on_budget_exhausted);
+    c.string("open_for", format_duration(cb.open_for));
+    c.integer("half_open_probes", cb.half_open_probes);
+  }
+  if (!p.approval.empty()) w.string("approval", p.approval);
+}
+
+}  // namespace
+
+std::string effective_config_json(const config& cfg) {
+  std::string out;
+  {
+    object_writer w(out);
+    w.string("listen", endpoint_text(cfg.listen));
+    w.string("admin", endpoint_text(cfg.admin));
+    w.string("service", cfg.service);
+    w.string("log_level", cfg.log_level);
+    w.integer("workers", cfg.workers);
+    w.string("drain_timeout", format_duration(cfg.drain_timeout));
+    w.string("unknown_hosts", cfg.unknown_hosts == unknown_hosts_policy::allow ? "allow" : "deny");
+    {
+      object_writer l(w.nested("limits"));
+      l.string("max_request_head", format_size(cfg.limits.max_request_head));
+      l.string("max_request_body", format_size(cfg.limits.max_request_body));
+      l.string("idle_timeout", format_duration(cfg.limits.idle_timeout));
+    }
+    {
+      object_writer d(w.nested("defaults"));
+      write_policy(d, cfg.defaults);
+    }
+    {
+      object_writer deps(w.nested("dependencies"));
+      for (auto const& d : cfg.dependencies) {
+        object_writer one(deps.nested(d.name));
+        one.strings("hosts", d.hosts);
+        write_policy(one, d.effective);
+      }
+    }
+  }
+  out += '\n';
+  return out;
+}
+
+}  // namespace rebound::config

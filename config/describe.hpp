@@ -1,0 +1,18 @@
+#pragma once
+/** The effective configuration as JSON, for the admin API's `GET /config` (SPEC 7).
+
+    Written field by field from an allow-list, never by walking the YAML: a key added to the
+    config shows up here only when someone writes it here, so a secret added later (a client
+    secret, a token) cannot leak by default. Secrets are written as "<redacted>" (R-9).
+    The output is itself a valid config (JSON is YAML) with every policy resolved: each
+    dependency carries its effective policy, so loading it gives back the same behaviour.
+    Durations and sizes use the YAML's own spelling. */
+#include "config/config.hpp"
+
+#include <string>
+
+namespace rebound::config {
+
+std::string effective_config_json(const config& cfg);
+
+}  // namespace rebound::config
