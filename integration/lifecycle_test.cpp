@@ -25,6 +25,16 @@ TEST(Admin, HealthzAndReadyzAnswer200WhileServing) {
   EXPECT_EQ(admin_get_status(rb.admin_port(), "/readyz"), 200u);
 }
 
+TEST(Startup, ListenAddressInUseExits1WithAClearMessage) {
+  TcpServer holder(echo_handler());  // holds the port rebound is told to listen on
+  auto const admin = free_port();
+  auto r = run_with_config("listen: " + holder.authority() + "\nadmin: 127.0.0.1:" + std::to_string(admin) + "\n");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rebound: cannot start: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+}
+
 TEST(Admin, WorkersZeroStartsAndServes) {
   ScriptedUpstream up;
   ReboundOptions o;

@@ -132,7 +132,9 @@ int main(int argc, char** argv) {
   rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
   try {
     return rebound::app::run(cfg, log);
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {
+    // Start-up only (binding the listeners, starting threads): Boost.Asio throws
+    // boost::system::system_error, which is not a std::system_error.
     log.error("startup_failed", {{"message", e.what()}});
     std::cerr << "rebound: cannot start: " << e.what() << "\n";
     return 1;

@@ -15,6 +15,7 @@
 
 #include <csignal>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -82,13 +83,28 @@ net::awaitable<void> sweep_pool(worker& w) {
   }
 }
 
-tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port) {
+std::string to_string(const tcp::endpoint& ep);
+
+/// Start-up only, so a failure throws; the message names the key and the address, not
+/// Asio's source location.
+tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key) {
   tcp::acceptor a(ioc);
-  a.open(ep.protocol());
-  a.set_option(net::socket_base::reuse_address(true));
-  if (share_port) a.set_option(reuse_port(true));
-  a.bind(ep);
-  a.listen(net::socket_base::max_listen_connections);
+  error_code ec;
+  auto const step = [&](std::string_view what) {
+    if (ec) throw std::runtime_error(std::string(key) + " " + to_string(ep) + ": " + std::string(what) + ": " + ec.message());
+  };
+  a.open(ep.protocol(), ec);
+  step("socket");
+  a.set_option(net::socket_base::reuse_address(true), ec);
+  step("SO_REUSEADDR");
+  if (share_port) {
+    a.set_option(reuse_port(true), ec);
+    step("SO_REUSEPORT");
+  }
+  a.bind(ep, ec);
+  step("bind");
+  a.listen(net::socket_base::max_listen_connections, ec);
+  step("listen");
   return a;
 }
 
@@ -149,14 +165,14 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
     w->guards.emplace(guards);
-    w->acceptor.emplace(bind_listener(w->ioc, ep, true));
+    w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
     workers.push_back(std::move(w));
   }
   net::io_context control{1};
   tcp::acceptor admin_acceptor =
-      bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false);
+      bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false, "admin");
   admin::admin_state state;
   state.guards = &guards;
   state.metrics = &metrics;
