@@ -3,9 +3,9 @@
 
 usage: logging_cost.py [REBOUND_BINARY] [SECONDS] [ROUNDS]   (defaults: build/rebound, 10, 5)
 
-wrk -> rebound -> nginx on 127.0.0.1, two rebound processes on the same config, one started
-with `--log-level info`, one with `--log-level off`, measured in alternating order each round
-(so drift in the machine's load hits both). Two workloads:
+wrk -> rebound -> nginx on 127.0.0.1, rebound on the same config started with `--log-level info`
+or `--log-level off`, a fresh process for every measurement, the two levels in alternating
+order each round (so drift in the machine's load hits both). Two workloads:
 
   success   GET of a 1 KiB file: rebound logs nothing per request at info (the quiet path)
   retried   GET of a path nginx always answers 503, `max_retries: 1` with 1-2 ms backoff and
@@ -99,7 +99,7 @@ dependencies:
     budget: {{min_retries: 1000000, window: 1s}}
     circuit_breaker: {{mode: off}}
 """)
-    log = open(os.path.join(tmp, f"rebound-{level}.log"), "w")
+    log = open(os.path.join(tmp, f"rebound-{level}-{port}.log"), "w")
     proc = subprocess.Popen([binary, "--config", config, "--log-level", level], stdout=log, stderr=subprocess.STDOUT)
     wait_port(port, proc, f"rebound ({level})")
     return proc, port, log
@@ -133,23 +133,27 @@ def main():
         nginx, nginx_port = start_nginx(tmp)
         procs.append(nginx)
         upstream = f"127.0.0.1:{nginx_port}"
-        rebound = {}
-        for level in ("info", "off"):
-            proc, port, log = start_rebound(binary, tmp, level, upstream)
-            procs.append(proc)
-            rebound[level] = port
         workloads = {"success": f"http://{upstream}/index.html", "retried": f"http://{upstream}/fail"}
-        results = {(w, l): [] for w in workloads for l in rebound}
+        levels = ("info", "off")
+        results = {(w, l): [] for w in workloads for l in levels}
+        lines = 0
+        # A fresh process per measurement: two long-lived processes differ by several percent
+        # whatever they log (placement, caches), more than the effect measured here.
         for w, url in workloads.items():
-            for level in rebound:  # warm-up, unrecorded
-                run_wrk(rebound[level], url, 2)
             for r in range(rounds):
-                order = ["info", "off"] if r % 2 == 0 else ["off", "info"]
-                for level in order:
-                    rps = run_wrk(rebound[level], url, seconds)
+                for level in (levels if r % 2 == 0 else levels[::-1]):
+                    proc, port, log = start_rebound(binary, tmp, level, upstream)
+                    try:
+                        run_wrk(port, url, 1)  # warm-up, unrecorded
+                        rps = run_wrk(port, url, seconds)
+                    finally:
+                        proc.terminate()
+                        proc.wait(timeout=20)
+                        log.close()
+                    if level == "info":
+                        lines += sum(1 for _ in open(log.name))
                     results[(w, level)].append(rps)
                     print(f"logging_cost: {w} {level} round {r + 1}: {rps:,.0f} req/s", file=sys.stderr)
-        lines = sum(1 for _ in open(os.path.join(tmp, "rebound-info.log")))
         print(f"wrk -t2 -c64, {rounds} rounds of {seconds} s per workload and level, alternating order; "
               f"rebound workers: 1. Median req/s:\n")
         print("| workload | log lines per request | info | off | info / off |")
@@ -158,7 +162,8 @@ def main():
             info, off = statistics.median(results[(w, "info")]), statistics.median(results[(w, "off")])
             per = "0" if w == "success" else "2"
             print(f"| {w} | {per} | {info:,.0f} | {off:,.0f} | {info / off:.3f} |")
-        print(f"\nThe info process wrote {lines:,} log lines in all.")
+        print(f"\nThe info processes wrote {lines:,} log lines in all. The success row logs nothing at either "
+              "level: its ratio is the noise between two runs of the same work.")
     finally:
         for p in procs:
             p.terminate()

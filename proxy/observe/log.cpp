@@ -2,73 +2,126 @@
 
 #include "proxy/observe/json.hpp"
 
-#include <spdlog/async.h>
-#include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <thread>
 
 namespace rebound::observe {
-namespace {
 
-/** stdout for the logging thread: lines gather in a buffer that is written when the queue
-    behind them is empty or the buffer is full. An idle proxy's line goes out at once; a busy
-    one's go out many per write(2), where a flush per line cost a system call per line (8% of
-    throughput with two lines per request, bench/logging_cost.py). Only the logging thread
-    calls it, hence the null mutex. */
-class stdout_batch_sink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+/** The asynchronous stdout sink: a worker appends its line to a buffer under a mutex and goes
+    on; a writing thread takes the whole buffer at once and writes it with one write(2).
+
+    spdlog's own async logger (a queue of messages and a condition variable) woke its thread
+    for nearly every line and wrote one line per system call; with two lines per request
+    that cost 9% of throughput (bench/logging_cost.py). Here the thread is woken only when
+    the buffer goes from empty to not empty, then waits `batch_window` to gather more, so a
+    busy proxy writes at most ~100 times a second and an idle one not at all. A line reaches
+    stdout at most ~10 ms after it was logged. When stdout cannot keep up and `max_pending`
+    bytes are waiting, new lines are dropped (and counted) rather than a worker made to wait. */
+class batch_sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  explicit stdout_batch_sink(spdlog::details::thread_pool& pool) : pool_(pool) { buffer_.reserve(batch_bytes); }
-  ~stdout_batch_sink() override { write_out(); }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    buffer_.append(msg.payload.data(), msg.payload.size());
-    buffer_ += '\n';
-    if (buffer_.size() >= batch_bytes || pool_.queue_size() == 0) write_out();
+  explicit batch_sink(int fd) : fd_(fd), thread_([this] { run(); }) {}
+  ~batch_sink() override {
+    {
+      std::lock_guard lk(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+    drain();
   }
-  void flush_() override { write_out(); }
+  batch_sink(const batch_sink&) = delete;
+  batch_sink& operator=(const batch_sink&) = delete;
 
- private:
-  static constexpr std::size_t batch_bytes = 64 * 1024;
-
-  void write_out() {
+  /// Writes every line logged so far, in order, before returning.
+  void drain() {
+    std::lock_guard order(write_mutex_);
+    {
+      std::lock_guard lk(mutex_);
+      writing_.swap(pending_);
+    }
     std::size_t done = 0;
-    while (done < buffer_.size()) {
-      auto const n = ::write(STDOUT_FILENO, buffer_.data() + done, buffer_.size() - done);
+    while (done < writing_.size()) {
+      auto const n = ::write(fd_, writing_.data() + done, writing_.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // stdout closed or broken: the lines are lost, the proxy goes on
       done += static_cast<std::size_t>(n);
     }
-    buffer_.clear();
+    writing_.clear();
   }
 
-  spdlog::details::thread_pool& pool_;
-  std::string buffer_;
+  std::size_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Called with mutex_ held (base_sink).
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (pending_.size() + msg.payload.size() + 1 > max_pending) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    bool const was_empty = pending_.empty();
+    pending_.append(msg.payload.data(), msg.payload.size());
+    pending_ += '\n';
+    if (was_empty) wake_.notify_one();
+  }
+  // logger::flush() calls drain(), which need not hold the sink's mutex while writing.
+  void flush_() override {}
+
+ private:
+  static constexpr std::size_t max_pending = 8u << 20;
+  static constexpr auto batch_window = std::chrono::milliseconds(10);
+
+  void run() {
+    std::unique_lock lk(mutex_);
+    for (;;) {
+      wake_.wait(lk, [&] { return stop_ || !pending_.empty(); });
+      if (stop_) return;
+      lk.unlock();
+      std::this_thread::sleep_for(batch_window);
+      drain();
+      lk.lock();
+    }
+  }
+
+  int const fd_;
+  std::mutex write_mutex_;  ///< keeps batches in order between the thread and drain()
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::string pending_;  ///< guarded by mutex_
+  std::string writing_;  ///< guarded by write_mutex_
+  std::atomic<std::size_t> dropped_{0};
+  std::thread thread_;  ///< last: it starts once everything above exists
 };
 
-}  // namespace
+logger::logger(std::string_view level) : logger(level, STDOUT_FILENO) {}
 
-logger::logger(std::string_view level) : pool_(std::make_shared<spdlog::details::thread_pool>(queue_lines, 1)) {
-  sink_ = std::make_shared<spdlog::async_logger>("rebound", std::make_shared<stdout_batch_sink>(*pool_), pool_,
-                                                 spdlog::async_overflow_policy::overrun_oldest);
+logger::logger(std::string_view level, int fd) : batch_(std::make_shared<batch_sink>(fd)) {
+  sink_ = std::make_shared<spdlog::logger>("rebound", batch_);
   sink_->set_level(spdlog::level::from_str(std::string(level)));
 }
 
 logger::logger(std::shared_ptr<spdlog::logger> sink) : sink_(std::move(sink)) {}
 
-// The queue holds the async logger alive until its lines are written; releasing the logger
-// first and the pool last lets the pool's destructor drain the queue and join its thread.
+// The spdlog logger first (it refers to the sink), then the sink: its destructor writes
+// what is still waiting and joins its thread.
 logger::~logger() {
   sink_.reset();
-  pool_.reset();
+  batch_.reset();
 }
 
-std::size_t logger::dropped() const { return pool_ ? pool_->overrun_counter() : 0; }
+void logger::flush() const {
+  if (batch_) batch_->drain();
+  else sink_->flush();
+}
+
+std::size_t logger::dropped() const { return batch_ ? batch_->dropped() : 0; }
 
 void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> fields) const {
   if (!sink_->should_log(lvl)) return;
@@ -103,7 +156,7 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
         f.value);
   }
   line += '}';
-  sink_->log(lvl, "{}", line);
+  sink_->log(lvl, spdlog::string_view_t(line));
 }
 
 }  // namespace rebound::observe

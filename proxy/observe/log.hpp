@@ -6,14 +6,11 @@
     and handed down, not a global.
 
     The line is built on the calling worker; writing it to stdout happens on a logging
-    thread, so a slow reader of stdout never stalls a worker. When that thread falls more
-    than `queue_lines` behind, the oldest waiting lines are dropped rather than the worker
-    made to wait; dropped() counts them. */
+    thread, in batches, so a slow reader of stdout never stalls a worker (see batch_sink in
+    log.cpp). When 8 MiB of lines wait unwritten, new lines are dropped rather than the
+    worker made to wait; dropped() counts them. */
 #include <spdlog/logger.h>
 
-namespace spdlog::details {
-class thread_pool;
-}
 
 #include <initializer_list>
 #include <memory>
@@ -35,12 +32,14 @@ struct field {
   field(std::string_view k, bool v) : key(k), value(v) {}
 };
 
+class batch_sink;
+
 class logger {
  public:
-  static constexpr std::size_t queue_lines = 16384;
-
   /// Writes to stdout from its own thread; `level` is one of trace, debug, info, warn, error, off.
   explicit logger(std::string_view level);
+  /// The same, writing to `fd` (tests use a pipe). The caller keeps `fd` open.
+  logger(std::string_view level, int fd);
   ~logger();
   logger(const logger&) = delete;
   logger& operator=(const logger&) = delete;
@@ -52,12 +51,13 @@ class logger {
   void warn(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::warn, name, fields); }
   void error(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::err, name, fields); }
   bool enabled(spdlog::level::level_enum lvl) const { return sink_->should_log(lvl); }
-  void flush() const { sink_->flush(); }
-  /// Lines dropped because the logging thread fell behind.
+  /// Writes every line logged so far before returning.
+  void flush() const;
+  /// Lines dropped because stdout did not keep up.
   std::size_t dropped() const;
 
  private:
-  std::shared_ptr<spdlog::details::thread_pool> pool_;  ///< destroyed last: it drains the queue
+  std::shared_ptr<batch_sink> batch_;  ///< null when writing to a caller's spdlog logger
   std::shared_ptr<spdlog::logger> sink_;
 };
 
