@@ -54,6 +54,7 @@ struct budget_policy {
   double ratio = 0.2;
   duration window = std::chrono::seconds(30);
   unsigned min_retries = 10;
+  bool operator==(const budget_policy&) const = default;
 };
 
 enum class breaker_mode { enforce, signal, off };
@@ -66,6 +67,7 @@ struct breaker_policy {
   bool open_on_budget_exhausted = true;
   duration open_for = std::chrono::seconds(30);
   unsigned half_open_probes = 3;
+  bool operator==(const breaker_policy&) const = default;
 };
 
 /** The resolved per-request policy: dependency over defaults over the built-ins of its

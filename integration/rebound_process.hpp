@@ -57,6 +57,8 @@ class ReboundProcess {
   std::uint16_t admin_port() const { return admin_port_; }
   pid_t pid() const { return pid_; }
   const std::string& config_text() const { return yaml_; }
+  // The file given to --config; tests rewrite it before a SIGHUP.
+  std::string config_path() const { return dir_ + "/rebound.yaml"; }
 
   void signal(int sig);
   // Exit status once the process ended within `timeout` (code, or -signal); nullopt if still running.

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   }
   rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
   try {
-    return rebound::app::run(cfg, log);
+    return rebound::app::run(cfg, log, {config_path, !log_level.empty()});
   } catch (const std::exception& e) {
     // Start-up only (binding the listeners, starting threads): Boost.Asio throws
     // boost::system::system_error, which is not a std::system_error.

@@ -13,7 +13,7 @@ struct admin_state {
   std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
   const observe::metrics* metrics = nullptr;       ///< for GET /metrics
-  const config::config* cfg = nullptr;             ///< for GET /config
+  std::shared_ptr<const config::config> cfg;       ///< for GET /config; a reload replaces it
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -1,5 +1,6 @@
 #include "proxy/app/server.hpp"
 
+#include "config/load.hpp"
 #include "proxy/admin/admin_server.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/session_registry.hpp"
@@ -39,6 +40,7 @@ struct worker {
   std::optional<tcp::acceptor> acceptor;
   std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
+  std::shared_ptr<const config::config> cfg;  ///< current; only this worker's thread touches it
   std::thread thread;
 };
 
@@ -113,20 +115,88 @@ std::string to_string(const tcp::endpoint& ep) {
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
 }
 
-/** Two phases, as userver does it: readiness fails first, then the listeners close and
-    busy connections finish their exchange, up to drain_timeout. */
-net::awaitable<void> wait_for_stop(net::io_context& control, net::signal_set& signals,
-                                   std::vector<std::unique_ptr<worker>>& workers, admin::admin_state& state,
-                                   tcp::acceptor& admin_acceptor, const config::config& cfg, const observe::logger& log) {
+/// What the control thread shares with its signal handling.
+struct control_state {
+  std::vector<std::unique_ptr<worker>>& workers;
+  admin::admin_state& admin;
+  retry::guard_registry& guards;
+  observe::logger& log;
+  const run_options& options;
+};
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (auto const& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+/** SIGHUP (SPEC 1): load and check the file again. A valid file takes over for new requests
+    (in-flight ones finish on the config they started with); an invalid one changes nothing
+    and is logged. Keys bound at start-up keep their running values until a restart. */
+void reload(control_state& cs) {
+  auto& log = cs.log;
+  auto const& path = cs.options.config_path;
+  if (path.empty()) {
+    log.error("config_reload_failed", {{"message", "no --config file: rebound runs on its built-in defaults"}});
+    return;
+  }
+  config::config next;
+  try {
+    next = config::load_config_file(path);
+  } catch (const std::exception& e) {  // config_error, with every finding; the old config serves on
+    log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
+    return;
+  }
+  auto const& running = *cs.admin.cfg;
+  std::vector<std::string> restart;
+  auto pin = [&](auto config::config::*key, const char* name) {
+    if (next.*key == running.*key) return;
+    restart.push_back(name);
+    next.*key = running.*key;
+  };
+  auto same_endpoint = [](const config::endpoint& a, const config::endpoint& b) { return a.host == b.host && a.port == b.port; };
+  if (!same_endpoint(next.listen, running.listen)) restart.push_back("listen"), next.listen = running.listen;
+  if (!same_endpoint(next.admin, running.admin)) restart.push_back("admin"), next.admin = running.admin;
+  pin(&config::config::workers, "workers");
+  pin(&config::config::service, "service");  // the label of every metric series already made
+  if (cs.options.log_level_pinned) next.log_level = running.log_level;
+  else log.set_level(next.log_level);
+
+  auto const current = std::make_shared<const config::config>(std::move(next));
+  auto const report = cs.guards.reconfigure(*current);
+  for (auto& w : cs.workers) {
+    worker* wp = w.get();
+    net::post(wp->ioc, [wp, current] {
+      wp->cfg = current;
+      wp->guards->clear();
+    });
+  }
+  cs.admin.cfg = current;
+  log.info("config_reloaded", {{"file", path}, {"dependencies", current->dependencies.size()},
+                               {"kept", joined(report.kept)}, {"reset", joined(report.reset)},
+                               {"added", joined(report.added)}, {"removed", joined(report.removed)}});
+  if (!restart.empty())
+    log.warn("config_restart_needed", {{"keys", joined(restart)},
+                                       {"message", "changed keys bound at start-up keep their running values until a restart"}});
+}
+
+/** SIGHUP reloads; SIGTERM/SIGINT drain in two phases, as userver does it: readiness fails
+    first, then the listeners close and busy connections finish their exchange, up to
+    drain_timeout. */
+net::awaitable<void> handle_signals(net::io_context& control, net::signal_set& signals, control_state& cs,
+                                    tcp::acceptor& admin_acceptor) {
+  auto& log = cs.log;
+  auto& workers = cs.workers;
+  auto& state = cs.admin;
   int sig = 0;
   for (;;) {
     auto [ec, s] = co_await signals.async_wait(use_tuple);
     if (ec) co_return;
     sig = s;
     if (sig != SIGHUP) break;
-    // Reload is its own piece of work (SPEC 1); until it lands SIGHUP must not kill the process.
-    log.warn("reload_unsupported", {{"message", "SIGHUP received; this build does not reload its config, restart to apply changes"}});
+    reload(cs);
   }
+  auto const& cfg = *state.cfg;
   state.ready = false;
   log.info("drain_started", {{"signal", sig}, {"drain_timeout_ms", static_cast<long long>(cfg.drain_timeout.count())}});
   for (auto& w : workers) {
@@ -155,7 +225,7 @@ net::awaitable<void> wait_for_stop(net::io_context& control, net::signal_set& si
 
 }  // namespace
 
-int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
+int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const run_options& options) {
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
@@ -165,6 +235,7 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
     w->guards.emplace(guards);
+    w->cfg = cfg;
     w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
@@ -176,14 +247,14 @@ int run(std::shared_ptr<const config::config> cfg, const observe::logger& log) {
   admin::admin_state state;
   state.guards = &guards;
   state.metrics = &metrics;
-  state.cfg = cfg.get();
+  state.cfg = cfg;
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
-  net::co_spawn(control, wait_for_stop(control, signals, workers, state, admin_acceptor, *cfg, log),
-                report_failure{&log, "signals"});
+  control_state cs{workers, state, guards, log, options};
+  net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), report_failure{&log, "signals"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
+    http::session_context ctx{cfg, &w->cfg, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

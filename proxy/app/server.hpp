@@ -11,8 +11,14 @@
 
 namespace rebound::app {
 
-/** Binds the listeners (throws std::system_error if one cannot be bound), serves until
-    SIGTERM/SIGINT and a drain, and returns the process exit code. */
-int run(std::shared_ptr<const config::config> cfg, const observe::logger& log);
+struct run_options {
+  std::string config_path;         ///< what SIGHUP reloads; empty = built-in defaults
+  bool log_level_pinned = false;   ///< --log-level given: a reload does not change the level
+};
+
+/** Binds the listeners (throws std::runtime_error naming the address if one cannot be
+    bound), serves until SIGTERM/SIGINT and a drain, reloading the config on SIGHUP, and
+    returns the process exit code. */
+int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const run_options& options);
 
 }  // namespace rebound::app

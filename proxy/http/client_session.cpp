@@ -109,12 +109,13 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
   error_code ignored;
   client.socket().set_option(tcp::no_delay(true), ignored);
   session_guard guard(*ctx.sessions, client);
-  auto const& cfg = *ctx.cfg;
-  auto const idle = cfg.limits.idle_timeout;
   beast::flat_buffer buffer;
 
   for (;;) {
     if (ctx.sessions->draining()) break;
+    if (ctx.latest) ctx.cfg = *ctx.latest;
+    auto const& cfg = *ctx.cfg;
+    auto const idle = cfg.limits.idle_timeout;
     guard.set_idle(true);
     bhttp::request_parser<bhttp::buffer_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(cfg.limits.max_request_head));

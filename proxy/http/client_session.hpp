@@ -15,7 +15,10 @@ namespace rebound::http {
 
 /// What a worker gives each of its sessions.
 struct session_context {
-  std::shared_ptr<const config::config> cfg;
+  std::shared_ptr<const config::config> cfg;  ///< the config this request runs on
+  /// The worker's current config, taken at the start of each request: a reload changes it
+  /// for new requests while a request in flight finishes on the one it started with.
+  const std::shared_ptr<const config::config>* latest = nullptr;
   upstream::pool* pool = nullptr;
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;

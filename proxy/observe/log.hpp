@@ -51,6 +51,8 @@ class logger {
   void warn(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::warn, name, fields); }
   void error(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::err, name, fields); }
   bool enabled(spdlog::level::level_enum lvl) const { return sink_->should_log(lvl); }
+  /// A new level (a reloaded config's log_level); safe while other threads log.
+  void set_level(std::string_view level) { sink_->set_level(spdlog::level::from_str(std::string(level))); }
   /// Writes every line logged so far before returning.
   void flush() const;
   /// Lines dropped because stdout did not keep up.

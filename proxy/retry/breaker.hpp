@@ -42,6 +42,7 @@ class circuit_breaker {
   using duration = std::chrono::milliseconds;
 
   explicit circuit_breaker(const config::breaker_policy& p);
+  const config::breaker_policy& policy() const { return policy_; }
 
   struct decision {
     bool allowed = true;

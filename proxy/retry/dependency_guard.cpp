@@ -1,5 +1,6 @@
 #include "proxy/retry/dependency_guard.hpp"
 
+#include <algorithm>
 #include <random>
 
 namespace rebound::retry {
@@ -79,8 +80,54 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
 
 guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics)
     : log_(log), metrics_(metrics) {
-  for (auto const& d : cfg.dependencies)
+  for (auto const& d : cfg.dependencies) {
     guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
+    configured_.emplace(d.name, true);
+  }
+}
+
+guard_registry::reload_report guard_registry::reconfigure(const config::config& cfg) {
+  reload_report r;
+  std::lock_guard lock(mutex_);
+  auto replace = [&](const std::string& name, const config::policy& p) {
+    auto& slot = guards_[name];
+    if (slot) retired_.push_back(std::move(slot));
+    slot = std::make_unique<dependency_guard>(name, p, log_, metrics_.dependency(name));
+  };
+  std::unordered_map<std::string, bool> configured;
+  for (auto const& d : cfg.dependencies) {
+    configured.emplace(d.name, true);
+    auto it = guards_.find(d.name);
+    if (it == guards_.end()) {
+      replace(d.name, d.effective);
+      r.added.push_back(d.name);
+    } else if (it->second->same_settings(d.effective)) {
+      r.kept.push_back(d.name);
+    } else {
+      replace(d.name, d.effective);
+      r.reset.push_back(d.name);
+    }
+  }
+  for (auto it = guards_.begin(); it != guards_.end();) {
+    if (configured.count(it->first)) {
+      ++it;
+      continue;
+    }
+    if (configured_.count(it->first)) {
+      r.removed.push_back(it->first);
+    } else if (it->second->same_settings(cfg.defaults)) {
+      ++it;  // an unknown host whose defaults did not change keeps its state
+      continue;
+    } else {
+      --unknown_;
+    }
+    // Removed, or an unknown host under changed defaults: made afresh on its next request.
+    retired_.push_back(std::move(it->second));
+    it = guards_.erase(it);
+  }
+  configured_ = std::move(configured);
+  for (auto* list : {&r.kept, &r.reset, &r.added, &r.removed}) std::sort(list->begin(), list->end());
+  return r;
 }
 
 void guard_registry::publish() const {

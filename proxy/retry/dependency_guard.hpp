@@ -41,6 +41,10 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   void publish() const;
 
   const std::string& name() const { return name_; }
+  /// Whether `p` sets this guard's budget and breaker as they are (a reload may keep it).
+  bool same_settings(const config::policy& p) const {
+    return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker;
+  }
 
   /// For GET /dependencies (SPEC 7).
   struct snapshot {
@@ -77,6 +81,20 @@ class guard_registry {
 
   guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics);
   dependency_guard& find(const std::string& name, const config::policy& p);
+
+  /// What a reload did to the guards, by dependency name.
+  struct reload_report {
+    std::vector<std::string> kept;     ///< same budget and breaker settings: state carried over
+    std::vector<std::string> reset;    ///< settings changed: a fresh budget and breaker
+    std::vector<std::string> added;    ///< newly configured
+    std::vector<std::string> removed;  ///< no longer configured
+  };
+  /** A new config (SIGHUP). Guards of dependencies that still exist with the same budget and
+      breaker settings keep their state; the others are replaced, and unknown hosts' guards
+      follow `defaults` the same way. A replaced guard stays alive (requests in flight and
+      worker caches may still hold it) until the registry goes; workers must clear their
+      caches afterwards. */
+  reload_report reconfigure(const config::config& cfg);
   std::vector<dependency_guard::snapshot> snapshots() const;
   /// publish() of every guard, before a scrape.
   void publish() const;
@@ -86,6 +104,8 @@ class guard_registry {
   observe::metrics& metrics_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::unique_ptr<dependency_guard>> guards_;
+  std::unordered_map<std::string, bool> configured_;  ///< names the current config names
+  std::vector<std::unique_ptr<dependency_guard>> retired_;
   std::size_t unknown_ = 0;
 };
 
@@ -93,6 +113,8 @@ class guard_registry {
 class guard_cache {
  public:
   explicit guard_cache(guard_registry& r) : registry_(r) {}
+  /// After the registry's reconfigure(), on the worker's own thread.
+  void clear() { cache_.clear(); }
   dependency_guard& find(std::string_view name, const config::policy& p) {
     if (auto it = cache_.find(name); it != cache_.end()) return *it->second;
     auto& g = registry_.find(std::string(name), p);

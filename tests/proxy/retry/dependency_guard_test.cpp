@@ -107,3 +107,75 @@ TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
       << text;
   EXPECT_NE(text.find("circuit_breaker_state{dependency=\"payments\",service=\"checkout\"} 0"), std::string::npos) << text;
 }
+
+namespace {
+
+config::config two_dependencies(unsigned payments_min_requests) {
+  auto cfg = config::default_config();
+  for (auto const* name : {"payments", "search"}) {
+    config::dependency d;
+    d.name = name;
+    d.effective = cfg.defaults;
+    cfg.dependencies.push_back(d);
+  }
+  cfg.dependencies[0].effective.circuit_breaker.min_requests = payments_min_requests;
+  return cfg;
+}
+
+}  // namespace
+
+TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange) {
+  captured_log c;
+  retry::guard_registry reg(two_dependencies(20), c.log, c.metrics);
+  auto const& payments = reg.find("payments", {});
+  auto& search = reg.find("search", {});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(search.admit().allowed);
+  ASSERT_TRUE(search.allow_retry().granted);
+
+  auto cfg = two_dependencies(20);
+  cfg.dependencies.pop_back();            // search removed ...
+  config::dependency orders;              // ... orders added
+  orders.name = "orders";
+  orders.effective = cfg.defaults;
+  cfg.dependencies.push_back(orders);
+  cfg.limits.idle_timeout = std::chrono::seconds(5);  // not a guard setting
+  auto const r = reg.reconfigure(cfg);
+
+  EXPECT_EQ(r.kept, std::vector<std::string>{"payments"});
+  EXPECT_EQ(r.added, std::vector<std::string>{"orders"});
+  EXPECT_EQ(r.removed, std::vector<std::string>{"search"});
+  EXPECT_TRUE(r.reset.empty());
+  EXPECT_EQ(&reg.find("payments", {}), &payments) << "the same guard, with its state";
+  std::vector<std::string> names;
+  for (auto const& s : reg.snapshots()) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"orders", "payments"}));
+}
+
+TEST(DependencyGuard, ReloadWithChangedBreakerSettingsStartsThatDependencyAfresh) {
+  captured_log c;
+  retry::guard_registry reg(two_dependencies(20), c.log, c.metrics);
+  auto& payments = reg.find("payments", {});
+  auto const& search = reg.find("search", {});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(payments.admit().allowed);
+  auto const r = reg.reconfigure(two_dependencies(40));
+  EXPECT_EQ(r.reset, std::vector<std::string>{"payments"});
+  EXPECT_EQ(r.kept, std::vector<std::string>{"search"});
+  auto const& fresh = reg.find("payments", {});
+  EXPECT_NE(&fresh, &payments);
+  EXPECT_EQ(&reg.find("search", {}), &search);
+  EXPECT_EQ(fresh.take_snapshot().budget.requests, 0u);
+  EXPECT_EQ(payments.take_snapshot().budget.requests, 5u) << "the old guard lives on for requests in flight";
+}
+
+TEST(DependencyGuard, ReloadKeepsUnknownHostsUnlessTheDefaultsChanged) {
+  captured_log c;
+  auto cfg = config::default_config();
+  retry::guard_registry reg(cfg, c.log, c.metrics);
+  auto const& host = reg.find("10.0.0.1:80", cfg.defaults);
+  EXPECT_TRUE(reg.reconfigure(cfg).removed.empty());
+  EXPECT_EQ(&reg.find("10.0.0.1:80", cfg.defaults), &host);
+  cfg.defaults.budget.min_retries = 3;
+  reg.reconfigure(cfg);
+  EXPECT_TRUE(reg.snapshots().empty()) << "made afresh on its next request";
+  EXPECT_EQ(reg.find("10.0.0.1:80", cfg.defaults).take_snapshot().budget.allowed, 3u);
+}
