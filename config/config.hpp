@@ -97,10 +97,24 @@ retry_range allowed_retries(context_kind c);
 /// R-3's upper bound on total_timeout for a context.
 duration max_total_timeout(context_kind c);
 
+/** A route of a dependency (SPEC 2): requests it matches get its policy. Its budget and
+    breaker are the dependency's, which R-7 tracks per dependency. */
+struct route {
+  std::string path_prefix;           ///< a plain prefix of the path (no query); empty = every path
+  std::vector<std::string> methods;  ///< exact, case-sensitive; empty = every method
+  policy effective;                  ///< resolved: route over dependency over defaults
+
+  bool matches(std::string_view method, std::string_view path) const;
+};
+
 struct dependency {
   std::string name;
   std::vector<std::string> hosts;  ///< as written: `host` or `host:port`
   policy effective;                ///< resolved: dependency over defaults
+  std::vector<route> routes;       ///< in file order: the first that matches wins
+
+  /// The policy of the first route matching the request, else the dependency's own.
+  const policy& policy_for(std::string_view method, std::string_view path) const;
 };
 
 struct config {

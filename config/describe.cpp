@@ -86,8 +86,9 @@ std::string endpoint_text(const endpoint& e) {
   return host + ":" + std::to_string(e.port);
 }
 
-/// Into `w`, the policy's keys as they would stand in the YAML.
-void write_policy(object_writer& w, const policy& p) {
+/// Into `w`, the policy's keys as they would stand in the YAML; a route has no budget or
+/// breaker of its own (R-7 tracks them per dependency).
+void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   w.string("context", name(p.context));
   w.integer("max_retries", p.max_retries);
   {
@@ -105,13 +106,13 @@ void write_policy(object_writer& w, const policy& p) {
     i.string("header", p.idempotency.header);
     i.boolean("inject", p.idempotency.inject);
   }
-  {
+  if (with_guards) {
     object_writer b(w.nested("budget"));
     b.number("ratio", p.budget.ratio);
     b.string("window", format_duration(p.budget.window));
     b.integer("min_retries", p.budget.min_retries);
   }
-  {
+  if (with_guards) {
     auto const& cb = p.circuit_breaker;
     object_writer c(w.nested("circuit_breaker"));
     c.string("mode", name(cb.mode));
@@ -154,6 +155,22 @@ std::string effective_config_json(const config& cfg) {
         object_writer one(deps.nested(d.name));
         one.strings("hosts", d.hosts);
         write_policy(one, d.effective);
+        if (!d.routes.empty()) {
+          auto& list = one.nested("routes");
+          list += '[';
+          for (std::size_t i = 0; i < d.routes.size(); ++i) {
+            if (i) list += ',';
+            auto const& r = d.routes[i];
+            object_writer route(list);
+            {
+              object_writer match(route.nested("match"));
+              if (!r.path_prefix.empty()) match.string("path_prefix", r.path_prefix);
+              if (!r.methods.empty()) match.strings("methods", r.methods);
+            }
+            write_policy(route, r.effective, false);
+          }
+          list += ']';
+        }
       }
     }
   }

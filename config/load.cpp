@@ -365,9 +365,11 @@ class reader {
       if (!expect_map(body, dpath)) continue;
       auto keys = policy_keys();
       keys.push_back("hosts");
+      keys.push_back("routes");
       check_keys_list(body, dpath, keys);
       auto const layer = read_policy_layer(body, dpath);
       d.effective = resolve({&layer, &defaults});
+      if (auto routes = body["routes"]) read_routes(routes, join(dpath, "routes"), d, layer, defaults);
       auto const hosts = body["hosts"];
       if (!hosts || !hosts.IsSequence() || hosts.size() == 0) {
         error(hosts ? hosts : kv.first, join(dpath, "hosts"), "expected a non-empty list of host or host:port values");
@@ -391,6 +393,74 @@ class reader {
         d.hosts.push_back(*h);
       }
       c.dependencies.push_back(std::move(d));
+    }
+  }
+
+  void read_routes(const YAML::Node& n, const std::string& path, dependency& d, const policy_layer& dep,
+                   const policy_layer& defaults) {
+    if (!n.IsSequence()) {
+      error(n, path, "expected a list of routes, each with `match` and the policy keys it overrides");
+      return;
+    }
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      auto const rpath = path + "[" + std::to_string(i) + "]";
+      auto const body = n[i];
+      if (!expect_map(body, rpath)) continue;
+      auto keys = policy_keys();
+      keys.push_back("match");
+      check_keys_list(body, rpath, keys);
+      // R-7 tracks budgets and breakers per dependency: a route cannot have its own.
+      for (auto const* key : {"budget", "circuit_breaker"})
+        if (body[key])
+          error(body[key], join(rpath, key),
+                std::string(key) + " is tracked per dependency, not per route: set it on the dependency", "R-7");
+      route r;
+      if (auto m = body["match"]) read_match(m, join(rpath, "match"), r);
+      auto const layer = read_policy_layer(body, rpath);
+      r.effective = resolve({&layer, &dep, &defaults});
+      r.effective.budget = d.effective.budget;
+      r.effective.circuit_breaker = d.effective.circuit_breaker;
+      d.routes.push_back(std::move(r));
+    }
+  }
+
+  void read_match(const YAML::Node& m, const std::string& path, route& r) {
+    if (!expect_map(m, path)) return;
+    check_keys(m, path, {"path_prefix", "methods"});
+    if (auto p = m["path_prefix"]) {
+      auto const ppath = join(path, "path_prefix");
+      if (auto v = scalar(p, ppath)) {
+        if (v->empty() || v->front() != '/' || v->find_first_of("?# ") != std::string::npos)
+          error(p, ppath, "invalid path_prefix \"" + *v + "\" (expected a path starting with /, without query or spaces)");
+        else r.path_prefix = *v;
+      }
+    }
+    if (auto ms = m["methods"]) {
+      auto const mpath = join(path, "methods");
+      if (!ms.IsSequence() || ms.size() == 0) {
+        error(ms, mpath, "expected a non-empty list of methods, e.g. [POST, PATCH]");
+        return;
+      }
+      for (std::size_t k = 0; k < ms.size(); ++k) {
+        auto const epath = mpath + "[" + std::to_string(k) + "]";
+        auto const v = scalar(ms[k], epath);
+        if (!v) continue;
+        bool const token = !v->empty() && std::all_of(v->begin(), v->end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+        });
+        if (!token) {
+          error(ms[k], epath, "invalid method \"" + *v + "\"");
+          continue;
+        }
+        bool const upper = std::none_of(v->begin(), v->end(), [](char ch) { return std::islower(static_cast<unsigned char>(ch)); });
+        if (!upper) {
+          std::string up = *v;
+          for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+          error(ms[k], epath, "methods are case-sensitive: \"" + *v + "\" would match no standard method; did you mean \"" + up + "\"?");
+          continue;
+        }
+        r.methods.push_back(*v);
+      }
     }
   }
 
@@ -521,6 +591,17 @@ config load_config_file(const std::string& path) {
 }
 
 config default_config() { return config{}; }
+
+bool route::matches(std::string_view method, std::string_view path) const {
+  if (!path.starts_with(path_prefix)) return false;
+  return methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end();
+}
+
+const policy& dependency::policy_for(std::string_view method, std::string_view path) const {
+  for (auto const& r : routes)
+    if (r.matches(method, path)) return r.effective;
+  return effective;
+}
 
 const dependency* config::find_dependency(std::string_view host, std::uint16_t port) const {
   if (host_index.empty()) return nullptr;

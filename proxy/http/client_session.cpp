@@ -20,8 +20,11 @@ struct resolved {
   bool known = false;
 };
 
-resolved resolve(const config::config& cfg, const request_target& t) {
-  if (auto const* d = cfg.find_dependency(t.host, t.port)) return {d->name, &d->effective, true};
+resolved resolve(const config::config& cfg, const request_target& t, std::string_view method) {
+  if (auto const* d = cfg.find_dependency(t.host, t.port)) {
+    auto const path = std::string_view(t.origin_form).substr(0, t.origin_form.find('?'));
+    return {d->name, &d->policy_for(method, path), true};
+  }
   return {t.host + ":" + std::to_string(t.port), &cfg.defaults, false};
 }
 
@@ -61,7 +64,7 @@ bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& par
     v.keep_after_refusal = parser.is_done();
     return false;
   }
-  v.dependency = resolve(cfg, t);
+  v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
   if (!v.dependency.known && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
     v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
                             v.dependency.name, 0};
