@@ -16,6 +16,7 @@ std::string to_string(const diagnostic& d) {
   std::string out = d.file;
   if (d.line > 0) out += ":" + std::to_string(d.line) + ":" + std::to_string(d.column);
   out += ": ";
+  if (d.warning) out += "warning: ";
   if (!d.path.empty()) out += d.path + ": ";
   out += d.message;
   if (!d.rule.empty()) out += " (" + d.rule + ")";
@@ -49,6 +50,17 @@ class reader {
     bool const known = mark.line >= 0;
     diags_.push_back({file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule)});
   }
+
+  /// A warning is reported once per place, however many dependencies and routes inherit it.
+  void warn(const YAML::Node& at, const std::string& path, std::string message, std::string rule) {
+    auto const mark = at.Mark();
+    bool const known = mark.line >= 0;
+    diagnostic d{file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule), true};
+    for (auto const& w : warnings_)
+      if (w.line == d.line && w.column == d.column && w.path == d.path && w.message == d.message) return;
+    warnings_.push_back(std::move(d));
+  }
+  std::vector<diagnostic>& warnings() { return warnings_; }
 
   /// Reports keys of `map` not in `allowed`, with the closest allowed key when one is near.
   void check_keys(const YAML::Node& map, const std::string& path, std::initializer_list<std::string_view> allowed) {
@@ -336,6 +348,21 @@ class reader {
                 (p.max_retries > range.high ? "; above the range needs `approval: <record id>`" : ""),
             "R-2");
     }
+    if (p.max_retries > range.high && !p.approval.empty()) {
+      auto [n, kp] = at(where(&policy_layer::max_retries), "max_retries");
+      warn(n, kp,
+           "max_retries " + std::to_string(p.max_retries) + " is above " + std::to_string(range.low) + ".." +
+               std::to_string(range.high) + " for this context, allowed by approval \"" + p.approval + "\"",
+           "R-2");
+    }
+    if (!p.idempotency.inject && p.max_retries > 0) {
+      auto const* l = where(&policy_layer::inject);
+      auto n = l->node["idempotency"] ? l->node["idempotency"] : l->node;
+      warn(n, join(l->path, "idempotency.inject"),
+           "POST and PATCH requests that carry no " + p.idempotency.header +
+               " header are forwarded once: rebound injects no key (inject: false)",
+           "R-6");
+    }
     if (p.total_timeout > max_total_timeout(p.context)) {
       auto [n, kp] = at(where(&policy_layer::total_timeout), "total_timeout");
       error(n, kp,
@@ -552,12 +579,18 @@ class reader {
  private:
   std::string file_;
   std::vector<diagnostic> diags_;
+  std::vector<diagnostic> warnings_;
 };
 
-config load(const YAML::Node& root, reader& r) {
+config load(const YAML::Node& root, reader& r, std::vector<diagnostic>* warnings) {
   config c = default_config();
   r.read_top(root, c);
-  if (!r.diagnostics().empty()) throw config_error(std::move(r.diagnostics()));
+  if (!r.diagnostics().empty()) {
+    auto all = std::move(r.diagnostics());
+    all.insert(all.end(), r.warnings().begin(), r.warnings().end());
+    throw config_error(std::move(all));
+  }
+  if (warnings) *warnings = std::move(r.warnings());
   return c;
 }
 
@@ -576,18 +609,18 @@ YAML::Node parse_yaml(std::string_view text, const std::string& name) {
 config_error::config_error(std::vector<diagnostic> diagnostics, bool malformed)
     : std::runtime_error(join_messages(diagnostics)), diagnostics_(std::move(diagnostics)), malformed_(malformed) {}
 
-config load_config_text(std::string_view yaml, const std::string& name) {
+config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings) {
   auto const root = parse_yaml(yaml, name);
   reader r(name);
-  return load(root, r);
+  return load(root, r, warnings);
 }
 
-config load_config_file(const std::string& path) {
+config load_config_file(const std::string& path, std::vector<diagnostic>* warnings) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw config_error({diagnostic{path, 0, 0, "", "cannot read the file", ""}}, true);
   std::ostringstream text;
   text << in.rdbuf();
-  return load_config_text(text.str(), path);
+  return load_config_text(text.str(), path, warnings);
 }
 
 config default_config() { return config{}; }

@@ -20,14 +20,16 @@ struct diagnostic {
   std::string path;     ///< e.g. `defaults.attempt_timeout`
   std::string message;
   std::string rule;     ///< e.g. `R-1`; empty for schema problems
+  bool warning = false; ///< SPEC 2.1's warning level: reported, the file still loads
 };
 
-/// `FILE:LINE:COL: path.to.key: message (rule)`
+/// `FILE:LINE:COL: path.to.key: message (rule)`, with `warning: ` before the path for a warning
 std::string to_string(const diagnostic& d);
 
 class config_error : public std::runtime_error {
  public:
   /// `malformed`: the file could not be read or is not YAML (check exits 2, not 1).
+  /// `diagnostics` holds at least one error, and the file's warnings too.
   explicit config_error(std::vector<diagnostic> diagnostics, bool malformed = false);
   const std::vector<diagnostic>& diagnostics() const noexcept { return diagnostics_; }
   bool malformed() const noexcept { return malformed_; }
@@ -37,10 +39,11 @@ class config_error : public std::runtime_error {
   bool malformed_;
 };
 
-/// Reads and validates FILE. Throws config_error (unreadable, malformed, or invalid).
-config load_config_file(const std::string& path);
+/// Reads and validates FILE. Throws config_error (unreadable, malformed, or invalid). A
+/// valid file's warning-level findings go to `warnings` when given.
+config load_config_file(const std::string& path, std::vector<diagnostic>* warnings = nullptr);
 
 /// Same, from text; `name` stands for the file name in diagnostics.
-config load_config_text(std::string_view yaml, const std::string& name);
+config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings = nullptr);
 
 }  // namespace rebound::config

@@ -24,36 +24,46 @@ constexpr std::string_view usage =
     "Without --config, rebound runs on its built-in defaults: the forward proxy on\n"
     "127.0.0.1:3128 (HTTP_PROXY=http://127.0.0.1:3128) and the admin API on 127.0.0.1:9901.\n";
 
+/// `check --format json`: one object, stable for CI annotations (README: rebound check).
+std::string findings_json(const std::string& file, bool valid, const std::vector<rebound::config::diagnostic>& ds) {
+  using rebound::observe::append_json_string;
+  std::string out = "{\"file\":";
+  append_json_string(out, file);
+  out += valid ? ",\"valid\":true" : ",\"valid\":false";
+  out += ",\"findings\":[";
+  bool first = true;
+  for (auto const& d : ds) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"level\":";
+    out += d.warning ? "\"warning\"" : "\"error\"";
+    out += ",\"line\":" + std::to_string(d.line) + ",\"column\":" + std::to_string(d.column) + ",\"path\":";
+    append_json_string(out, d.path);
+    out += ",\"rule\":";
+    append_json_string(out, d.rule);
+    out += ",\"message\":";
+    append_json_string(out, d.message);
+    out += '}';
+  }
+  out += "]}\n";
+  return out;
+}
+
+/// SPEC 1: exit 0 clean or warnings only, 1 errors, 2 unreadable or malformed.
 int check(const std::string& file, std::string_view format) {
+  std::vector<rebound::config::diagnostic> warnings;
   try {
-    rebound::config::load_config_file(file);
-    if (format == "json") std::cout << "{\"file\":" << [&] { std::string s; rebound::observe::append_json_string(s, file); return s; }()
-                                    << ",\"valid\":true,\"findings\":[]}\n";
-    else std::cout << file << ": ok\n";
+    rebound::config::load_config_file(file, &warnings);
+    if (format == "json") {
+      std::cout << findings_json(file, true, warnings);
+    } else {
+      for (auto const& w : warnings) std::cout << rebound::config::to_string(w) << "\n";
+      std::cout << file << ": ok" << (warnings.empty() ? "" : " (" + std::to_string(warnings.size()) + " warnings)") << "\n";
+    }
     return 0;
   } catch (const rebound::config::config_error& e) {
-    if (format == "json") {
-      std::string out = "{\"file\":";
-      rebound::observe::append_json_string(out, file);
-      out += ",\"valid\":false,\"findings\":[";
-      bool first = true;
-      for (auto const& d : e.diagnostics()) {
-        if (!first) out += ',';
-        first = false;
-        out += "{\"level\":\"error\",\"line\":" + std::to_string(d.line) + ",\"column\":" + std::to_string(d.column) +
-               ",\"path\":";
-        rebound::observe::append_json_string(out, d.path);
-        out += ",\"rule\":";
-        rebound::observe::append_json_string(out, d.rule);
-        out += ",\"message\":";
-        rebound::observe::append_json_string(out, d.message);
-        out += '}';
-      }
-      out += "]}\n";
-      std::cout << out;
-    } else {
-      std::cerr << e.what();
-    }
+    if (format == "json") std::cout << findings_json(file, false, e.diagnostics());
+    else std::cerr << e.what();
     return e.malformed() ? 2 : 1;
   }
 }
@@ -110,9 +120,11 @@ int main(int argc, char** argv) {
   }
 
   std::shared_ptr<const rebound::config::config> cfg;
+  std::vector<rebound::config::diagnostic> warnings;
   try {
-    cfg = std::make_shared<const rebound::config::config>(
-        config_path.empty() ? rebound::config::default_config() : rebound::config::load_config_file(config_path));
+    cfg = std::make_shared<const rebound::config::config>(config_path.empty()
+                                                              ? rebound::config::default_config()
+                                                              : rebound::config::load_config_file(config_path, &warnings));
   } catch (const rebound::config::config_error& e) {
     std::cerr << e.what();
     return 2;
@@ -130,6 +142,7 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
   rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
+  for (auto const& w : warnings) log.warn("config_warning", {{"finding", rebound::config::to_string(w)}, {"rule", w.rule}});
   try {
     return rebound::app::run(cfg, log, {config_path, !log_level.empty()});
   } catch (const std::exception& e) {

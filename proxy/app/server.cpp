@@ -141,12 +141,14 @@ void reload(control_state& cs) {
     return;
   }
   config::config next;
+  std::vector<config::diagnostic> warnings;
   try {
-    next = config::load_config_file(path);
+    next = config::load_config_file(path, &warnings);
   } catch (const std::exception& e) {  // config_error, with every finding; the old config serves on
     log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
     return;
   }
+  for (auto const& w : warnings) log.warn("config_warning", {{"finding", config::to_string(w)}, {"rule", w.rule}});
   auto const& running = *cs.admin.cfg;
   std::vector<std::string> restart;
   auto pin = [&](auto config::config::*key, const char* name) {

@@ -168,3 +168,39 @@ TEST(Policy, BreakerValuesAreChecked) {
                            "defaults.circuit_breaker.probes"})
     EXPECT_NE(std::find(paths.begin(), paths.end(), want), paths.end()) << want;
 }
+
+TEST(Policy, R2_AboveTheRangeWithApprovalIsAWarningReportedOncePerPlace) {
+  std::vector<diagnostic> warnings;
+  auto c = load_config_text(R"(
+defaults:
+  max_retries: 8
+  approval: ADR-9
+dependencies:
+  a: {hosts: [a]}
+  b: {hosts: [b], routes: [{match: {path_prefix: /x}}]}
+)", "t.yaml", &warnings);
+  EXPECT_EQ(c.dependencies[1].routes[0].effective.max_retries, 8u);
+  ASSERT_EQ(warnings.size(), 1u) << "defaults, two dependencies and a route inherit one setting";
+  EXPECT_TRUE(warnings[0].warning);
+  EXPECT_EQ(warnings[0].rule, "R-2");
+  EXPECT_EQ(warnings[0].path, "defaults.max_retries");
+  EXPECT_EQ(to_string(warnings[0]), "t.yaml:3:16: warning: defaults.max_retries: max_retries 8 is above 1..5 for this "
+                                    "context, allowed by approval \"ADR-9\" (R-2)");
+}
+
+TEST(Policy, R6_InjectOffIsAWarningUnlessNothingIsRetried) {
+  std::vector<diagnostic> warnings;
+  load_config_text("defaults:\n  idempotency: {inject: false}\n", "t.yaml", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rule, "R-6");
+  EXPECT_EQ(warnings[0].path, "defaults.idempotency.inject");
+}
+
+TEST(Policy, AnInvalidFileCarriesItsWarningsWithItsErrors) {
+  auto const e = errors_of("defaults:\n  max_retries: 8\n  approval: ADR-9\n  backoff: {jitter: none}\n");
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_FALSE(e[0].warning);
+  EXPECT_EQ(e[0].rule, "R-1");
+  EXPECT_TRUE(e[1].warning);
+  EXPECT_EQ(e[1].rule, "R-2");
+}
