@@ -58,7 +58,9 @@ int check(const std::string& file, std::string_view format) {
       std::cout << findings_json(file, true, warnings);
     } else {
       for (auto const& w : warnings) std::cout << rebound::config::to_string(w) << "\n";
-      std::cout << file << ": ok" << (warnings.empty() ? "" : " (" + std::to_string(warnings.size()) + " warnings)") << "\n";
+      std::cout << file << ": ok" << (warnings.empty() ? ""
+                                          : " (" + std::to_string(warnings.size()) +
+                                                (warnings.size() == 1 ? " warning)" : " warnings)")) << "\n";
     }
     return 0;
   } catch (const rebound::config::config_error& e) {
