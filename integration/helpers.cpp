@@ -2,6 +2,13 @@
 
 namespace itest {
 
+Script respond(unsigned status) {
+  Script s;
+  s.status = status;
+  s.body = "x";
+  return s;
+}
+
 std::string absolute_request(std::string_view method, std::string_view authority, std::string_view path,
                              std::string_view extra, std::string_view body) {
   std::string out;

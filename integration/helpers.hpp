@@ -20,6 +20,9 @@ namespace itest {
 std::string absolute_request(std::string_view method, std::string_view authority, std::string_view path,
                              std::string_view extra = {}, std::string_view body = {});
 
+// A scripted answer with `status` and the body "x".
+Script respond(unsigned status);
+
 // Checks status, `Rebound-Error` ∈ types, and the JSON body
 // {"error": {"type": <same>, "message": "...", "dependency": "...", "attempts": N}}.
 ::testing::AssertionResult IsReboundError(const std::optional<Response>& r, unsigned status,

@@ -7,13 +7,6 @@
 namespace itest {
 namespace {
 
-Script answer(unsigned status) {
-  Script s;
-  s.status = status;
-  s.body = "x";
-  return s;
-}
-
 ReboundOptions fast_retries() {
   ReboundOptions o;
   o.extra = "defaults:\n  backoff: {base: 1ms, cap: 2ms}\n";
@@ -39,7 +32,7 @@ std::string text_of(const Json& j, std::string_view key) {
 
 TEST(Logs, R10_ClientRequestIdIsForwardedUnchangedAndLogged) {
   ScriptedUpstream up;
-  up.on_sequence("/a", {answer(503), answer(200)});
+  up.on_sequence("/a", {respond(503), respond(200)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   EXPECT_EQ(client.get("http://" + up.authority() + "/a", {{"X-Request-ID", "req-42.alpha"}}).status, 200u);
@@ -55,7 +48,7 @@ TEST(Logs, R10_ClientRequestIdIsForwardedUnchangedAndLogged) {
 
 TEST(Logs, R10_CorrelationIdHeaderIsUsedWhenThereIsNoRequestId) {
   ScriptedUpstream up;
-  up.on_sequence("/a", {answer(503), answer(200)});
+  up.on_sequence("/a", {respond(503), respond(200)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   EXPECT_EQ(client.get("http://" + up.authority() + "/a", {{"X-Correlation-ID", "corr-7"}}).status, 200u);
@@ -65,7 +58,7 @@ TEST(Logs, R10_CorrelationIdHeaderIsUsedWhenThereIsNoRequestId) {
 
 TEST(Logs, R10_WithoutAnIdOneIsMadeSentUpstreamOnEveryAttemptAndLogged) {
   ScriptedUpstream up;
-  up.on_sequence("/a", {answer(503), answer(503), answer(200)});
+  up.on_sequence("/a", {respond(503), respond(503), respond(200)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   EXPECT_EQ(client.get("http://" + up.authority() + "/a").status, 200u);
@@ -81,7 +74,7 @@ TEST(Logs, R10_WithoutAnIdOneIsMadeSentUpstreamOnEveryAttemptAndLogged) {
   for (auto const& a : attempts) EXPECT_EQ(text_of(a, "correlation_id"), id);
 
   // The next request gets another id.
-  up.on("/b", answer(200));
+  up.on("/b", respond(200));
   EXPECT_EQ(client.get("http://" + up.authority() + "/b").status, 200u);
   auto const later = up.requests().back().header("X-Request-ID").value_or("");
   EXPECT_EQ(later.size(), 32u);
@@ -90,7 +83,7 @@ TEST(Logs, R10_WithoutAnIdOneIsMadeSentUpstreamOnEveryAttemptAndLogged) {
 
 TEST(Logs, R10_TraceparentTraceIdIsTheCorrelationId) {
   ScriptedUpstream up;
-  up.on_sequence("/a", {answer(503), answer(200)});
+  up.on_sequence("/a", {respond(503), respond(200)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   auto const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -106,7 +99,7 @@ TEST(Logs, R10_TraceparentTraceIdIsTheCorrelationId) {
 
 TEST(Logs, R10_UnusableRequestIdIsReplacedNotLogged) {
   ScriptedUpstream up;
-  up.on_sequence("/a", {answer(503), answer(200)});
+  up.on_sequence("/a", {respond(503), respond(200)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   std::string const hostile = "id with spaces \"quoted\" " + std::string(200, 'z');
@@ -121,7 +114,7 @@ TEST(Logs, R10_UnusableRequestIdIsReplacedNotLogged) {
 
 TEST(Logs, R10_EveryRetryAttemptCarriesTheStandardsFields) {
   ScriptedUpstream up;
-  up.on_sequence("/pay", {answer(502), answer(201)});
+  up.on_sequence("/pay", {respond(502), respond(201)});
   ReboundProcess rb(fast_retries());
   HttpClient client(rb.port());
   EXPECT_EQ(client.request("POST", "http://" + up.authority() + "/pay?card=1", {{"X-Request-ID", "r1"}}, "{}").status,

@@ -5,13 +5,6 @@
 namespace itest {
 namespace {
 
-Script answer(unsigned status) {
-  Script s;
-  s.status = status;
-  s.body = "x";
-  return s;
-}
-
 std::string scrape(const ReboundProcess& rb) {
   HttpClient admin(rb.admin_port());
   auto r = admin.get("/metrics");
@@ -29,7 +22,7 @@ double value(const std::string& text, const std::string& series) {
 
 TEST(Metrics, R10_RetriedRequestCountsEachAttemptTheBackoffsAndTheAnswer) {
   ScriptedUpstream up;
-  up.on_sequence("/flaky", {answer(503), answer(503), answer(200)});
+  up.on_sequence("/flaky", {respond(503), respond(503), respond(200)});
   ReboundOptions o;
   o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 5ms}\n"
             "dependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n";
@@ -52,7 +45,7 @@ TEST(Metrics, R10_RetriedRequestCountsEachAttemptTheBackoffsAndTheAnswer) {
 
 TEST(Metrics, R10_ExhaustedRetriesAndRebound_sOwnAnswersAreCounted) {
   ScriptedUpstream up;
-  up.on("/down", answer(503));
+  up.on("/down", respond(503));
   auto const dead = free_port();
   ReboundOptions o;
   o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n"
@@ -76,7 +69,7 @@ TEST(Metrics, R10_ExhaustedRetriesAndRebound_sOwnAnswersAreCounted) {
 
 TEST(Metrics, R7_OpenBreakerAndSpentBudgetShowInTheGauges) {
   ScriptedUpstream up;
-  up.on("/down", answer(503));
+  up.on("/down", respond(503));
   ReboundOptions o;
   o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n"
             "dependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n"

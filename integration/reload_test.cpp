@@ -8,13 +8,6 @@
 namespace itest {
 namespace {
 
-Script answer(unsigned status) {
-  Script s;
-  s.status = status;
-  s.body = "x";
-  return s;
-}
-
 /// The running file with its trailing `extra` replaced.
 void rewrite(const ReboundProcess& rb, const std::string& old_extra, const std::string& new_extra) {
   auto const& text = rb.config_text();
@@ -28,9 +21,9 @@ std::string admin_body(const ReboundProcess& rb, const std::string& path) {
 
 TEST(Reload, ValidFileTakesOverAndTheOpenBreakerSurvives) {
   ScriptedUpstream down;
-  down.on("/x", answer(503));
+  down.on("/x", respond(503));
   ScriptedUpstream other;
-  other.on("/y", answer(200));
+  other.on("/y", respond(200));
   std::string const deps = "dependencies:\n  pay:\n    hosts: [\"" + down.authority() + "\"]\n"
                            "    max_retries: 1\n    backoff: {base: 1ms, cap: 2ms}\n"
                            "    circuit_breaker: {min_requests: 4, open_for: 1h}\n";
@@ -72,7 +65,7 @@ TEST(Reload, ValidFileTakesOverAndTheOpenBreakerSurvives) {
 
 TEST(Reload, InvalidFileIsRefusedAndTheOldConfigServesOn) {
   ScriptedUpstream up;
-  up.on("/a", answer(200));
+  up.on("/a", respond(200));
   ReboundOptions o;
   o.extra = "service: before\n";
   ReboundProcess rb(o);
@@ -94,7 +87,7 @@ TEST(Reload, InvalidFileIsRefusedAndTheOldConfigServesOn) {
 TEST(Reload, RequestInFlightFinishesOnTheConfigItStartedWith) {
   ScriptedUpstream up;
   auto gate = std::make_shared<Gate>();
-  Script held = answer(200);
+  Script held = respond(200);
   held.gate = gate;
   up.on("/held", held);
   ReboundOptions o;
@@ -128,7 +121,7 @@ TEST(Reload, RequestInFlightFinishesOnTheConfigItStartedWith) {
 
 TEST(Reload, ChangedListenAddressNeedsARestartAndSaysSo) {
   ScriptedUpstream up;
-  up.on("/a", answer(200));
+  up.on("/a", respond(200));
   ReboundProcess rb;
   auto const moved = free_port();
   auto text = rb.config_text();

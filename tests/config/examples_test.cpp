@@ -1,11 +1,13 @@
 // The shipped example configs and the README's configuration reference: each must load
 // with the same loader the proxy runs, so documentation cannot drift from the schema.
+#include "config/describe.hpp"
 #include "config/load.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 using namespace rebound::config;
@@ -39,15 +41,24 @@ TEST(Examples, EveryExampleConfigLoads) {
   EXPECT_GE(n, 3u);
 }
 
-// Every key the README's reference shows is one the loader accepts, with a valid value.
-TEST(Examples, ReadmeConfigurationReferenceLoads) {
+namespace {
+
+/// The YAML block of the README's Configuration section.
+std::string readme_reference() {
   auto const readme = read(std::filesystem::path(REBOUND_SOURCE_DIR) / "README.md");
   auto const section = readme.find("## Configuration");
-  ASSERT_NE(section, std::string::npos);
   auto const start = readme.find("```yaml\n", section);
-  ASSERT_NE(start, std::string::npos);
+  if (section == std::string::npos || start == std::string::npos) return {};
   auto const end = readme.find("```", start + 8);
-  auto const yaml = readme.substr(start + 8, end - start - 8);
+  return readme.substr(start + 8, end - start - 8);
+}
+
+}  // namespace
+
+// Every key the README's reference shows is one the loader accepts, with a valid value.
+TEST(Examples, ReadmeConfigurationReferenceLoads) {
+  auto const yaml = readme_reference();
+  ASSERT_FALSE(yaml.empty());
   std::vector<diagnostic> warnings;
   try {
     auto const c = load_config_text(yaml, "README.md", &warnings);
@@ -55,4 +66,20 @@ TEST(Examples, ReadmeConfigurationReferenceLoads) {
   } catch (const config_error& x) {
     FAIL() << x.what();
   }
+}
+
+// And the reverse: every key of the loaded config (GET /config writes each one the loader
+// fills) is shown in the README's reference.
+TEST(Examples, ReadmeConfigurationReferenceShowsEveryKey) {
+  auto const yaml = readme_reference();
+  auto const json = effective_config_json(load_config_text(yaml, "README.md"));
+  std::regex const key("\"([a-z_]+)\":");
+  std::size_t checked = 0;
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), key); it != std::sregex_iterator(); ++it) {
+    auto const name = (*it)[1].str();
+    if (name == "payments") continue;  // the example dependency's name, not a key
+    ++checked;
+    EXPECT_TRUE(std::regex_search(yaml, std::regex("(^|[\\n {,])" + name + ":"))) << name << " is not in the README";
+  }
+  EXPECT_GT(checked, 40u);
 }

@@ -1,22 +1,10 @@
 #include "config/load.hpp"
+#include "diagnostics.hpp"
 
 #include <gtest/gtest.h>
 
 using namespace rebound::config;
 using namespace std::chrono_literals;
-
-namespace {
-
-std::vector<diagnostic> errors_of(const std::string& yaml) {
-  try {
-    load_config_text(yaml, "t.yaml");
-  } catch (const config_error& e) {
-    return e.diagnostics();
-  }
-  return {};
-}
-
-}  // namespace
 
 TEST(Policy, BuiltInsFollowR1R2R3) {
   auto c = load_config_text("", "t.yaml");

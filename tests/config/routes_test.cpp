@@ -1,5 +1,6 @@
 #include "config/describe.hpp"
 #include "config/load.hpp"
+#include "diagnostics.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,15 +8,6 @@ using namespace rebound::config;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<diagnostic> errors_of(const std::string& yaml) {
-  try {
-    load_config_text(yaml, "t.yaml");
-  } catch (const config_error& e) {
-    return e.diagnostics();
-  }
-  return {};
-}
 
 constexpr auto payments = R"(
 defaults:
