@@ -2,6 +2,15 @@
 // with half-close.
 #include "helpers.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
 namespace itest {
 namespace {
 
@@ -63,12 +72,68 @@ TEST(Connect, BytesSentRightAfterConnectHeadAreTunnelled) {
   EXPECT_EQ(c.read_exactly(11), "early bytes") << "bytes buffered with the CONNECT head were lost";
 }
 
-TEST(Connect, RefusedTargetGets502) {
-  ReboundProcess rb;
+ReboundOptions fast_retries(const std::string& more = {}) {
+  ReboundOptions o;
+  o.extra = "defaults:\n  backoff: {base: 1ms, cap: 2ms}\n" + more;
+  return o;
+}
+
+TEST(Connect, R4_RefusedConnectIsRetriedThenAnswered502WithTheAttempts) {
+  ReboundProcess rb(fast_retries());
+  auto const dead = "127.0.0.1:" + std::to_string(free_port());
   RawConnection c(rb.port());
-  ASSERT_TRUE(c.send(connect_request("127.0.0.1:" + std::to_string(free_port()))));
+  ASSERT_TRUE(c.send(connect_request(dead)));
   auto r = c.read_response(15s);
-  EXPECT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
+  ASSERT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
+  auto const body = parse_json(r->body);
+  ASSERT_TRUE(body);
+  EXPECT_EQ(body->get("error")->get("attempts")->n, 4) << "max_retries 3: four connects";
+  ASSERT_TRUE(rb.wait_for_log("\"retry_exhausted\""));
+  EXPECT_NE(rb.stdout_text().find("\"method\":\"CONNECT\""), std::string::npos);
+}
+
+// A listener that appears on a fixed port only after rebound's first connect was refused.
+TEST(Connect, R4_ConnectRetriedUntilTheTargetListensThenTunnels) {
+  ReboundOptions o;
+  o.extra = "defaults:\n  max_retries: 5\n  total_timeout: 20s\n  backoff: {base: 300ms, cap: 300ms}\n";
+  ReboundProcess rb(o);
+  auto const port = free_port();
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(connect_request("127.0.0.1:" + std::to_string(port))));
+  ASSERT_TRUE(rb.wait_for_log("\"retry_attempt\"")) << "the first connect was refused and a retry scheduled";
+
+  int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  std::thread echo([fd] {
+    int const conn = ::accept(fd, nullptr, nullptr);
+    if (conn < 0) return;
+    char buf[256];
+    auto const n = ::read(conn, buf, sizeof buf);
+    if (n > 0) (void)::write(conn, buf, static_cast<std::size_t>(n));
+    ::close(conn);
+  });
+  expect_established(c.read_head(15s));
+  ASSERT_TRUE(c.send("ping"));
+  EXPECT_EQ(c.read_exactly(4), "ping");
+  echo.join();
+  ::close(fd);
+}
+
+TEST(Connect, R7_OpenBreakerRefusesConnectWithoutTouchingTheTarget) {
+  ReboundProcess rb(fast_retries("  max_retries: 1\n  circuit_breaker: {min_requests: 2, open_for: 1h}\n"));
+  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  EXPECT_TRUE(IsReboundError(raw_exchange(rb.port(), connect_request(dead)), 502, {"connect_refused"}));
+  auto r = raw_exchange(rb.port(), connect_request(dead));
+  ASSERT_TRUE(IsReboundError(r, 503, {"circuit_open"}));
+  EXPECT_TRUE(r->header("Retry-After"));
 }
 
 }  // namespace

@@ -1,4 +1,8 @@
 #include "proxy/http/forward.hpp"
+#include "proxy/retry/backoff.hpp"
+#include "proxy/retry/classify.hpp"
+#include "proxy/retry/dependency_guard.hpp"
+#include "proxy/retry/retry_after.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -53,20 +57,107 @@ net::awaitable<void> idle_watchdog(const clock::time_point& last_activity, std::
   }
 }
 
+/// How long a retry must leave for its attempt to be worth making (as the HTTP loop).
+constexpr retry::duration min_attempt_time{50};
+
+/** The decision after one connect attempt of a CONNECT (R-4 for tunnels): the wait before
+    the next attempt, or nothing when there is no next one. Only the TCP connect is retried:
+    rebound cannot see inside the tunnel, and once the 200 is sent bytes may flow, so nothing
+    after it ever is. A plain function, so its temporaries stay off the coroutine frame. */
+std::optional<retry::duration> next_connect_attempt(const session_context& ctx, const upstream::connect_result& c,
+                                                    unsigned attempts, std::chrono::microseconds took,
+                                                    std::string_view dependency, const config::policy& policy,
+                                                    retry::dependency_guard& guard, clock::time_point deadline) {
+  retry::attempt_outcome const outcome{std::nullopt, c.stream ? std::nullopt : std::optional(c.error)};
+  guard.attempt_done({attempts, outcome, took});
+  if (c.stream) {
+    guard.record(false);
+    return std::nullopt;
+  }
+  guard.record(retry::classify(outcome, retry::retry_on::r4_default()) == retry::verdict::retryable);
+  if (retry::classify(outcome, policy.retry_on) != retry::verdict::retryable) return std::nullopt;
+  unsigned const max_attempts = policy.max_retries + 1;
+  auto const error = to_string(c.error);
+  if (attempts >= max_attempts || (c.error == error_type::dns_failure && attempts >= retry::dns_failure_max_attempts)) {
+    ctx.log->warn("retry_exhausted", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
+                                      {"max_attempts", max_attempts}, {"error_type", error}, {"idempotency_key", ""}});
+    guard.exhausted();
+    return std::nullopt;
+  }
+  double const u = std::uniform_real_distribution<double>(0.0, 1.0)(*ctx.rng);
+  auto const backoff = retry::full_jitter(attempts, policy.backoff.base, policy.backoff.cap, u);
+  auto const remaining = std::chrono::duration_cast<retry::duration>(deadline - clock::now());
+  auto const plan = retry::plan_wait(backoff, std::nullopt, remaining, std::min(policy.attempt_timeout, min_attempt_time));
+  if (!plan.retry) {
+    ctx.log->warn("retry_stopped", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
+                                    {"error_type", error}, {"reason", to_string(*plan.why_not)}, {"retry_after_ms", -1}});
+    return std::nullopt;
+  }
+  if (auto const permit = guard.allow_retry(); !permit.granted) {
+    ctx.log->warn("retry_suppressed", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
+                                       {"error_type", error}, {"reason", permit.why}});
+    return std::nullopt;
+  }
+  guard.retry_scheduled(plan.wait);
+  ctx.log->info("retry_attempt", {{"correlation_id", ""}, {"dependency", dependency}, {"attempt", attempts + 1},
+                                  {"max_attempts", max_attempts}, {"backoff_ms", static_cast<long long>(plan.wait.count())},
+                                  {"error_type", error}, {"idempotency_key", ""}, {"method", "CONNECT"}, {"path", ""},
+                                  {"status", 0}, {"duration_ms", static_cast<long long>(took.count() / 1000)}});
+  return plan.wait;
+}
+
+/// rebound's answer when the breaker refuses a CONNECT, or nullopt when it may go.
+std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
+  auto const a = guard.admit();
+  if (a.allowed) return std::nullopt;
+  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
+  return error_reply{503, error_type::circuit_open,
+                     "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
+                         std::to_string(a.retry_after.count()) + " ms",
+                     guard.name(), 0, std::max(1u, secs)};
+}
+
 }  // namespace
 
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                 const request_target& target, std::string_view dependency,
                                 const config::policy& policy) {
   auto const idle = ctx.cfg->limits.idle_timeout;
-  auto c = co_await upstream::connect_to(target.connect_host, target.port, clock::now() + policy.attempt_timeout);
+  auto& guard = ctx.guards->find(dependency, policy);
+  if (auto refusal = refused_by_breaker(guard)) {
+    guard.answered(refusal->status);
+    co_await send_error(client, *refusal, false, idle);
+    co_return;
+  }
+  auto const deadline = clock::now() + policy.total_timeout;
+  unsigned attempts = 0;
+  std::optional<upstream::connect_result> last;
+  net::steady_timer backoff(co_await net::this_coro::executor);
+  for (;;) {
+    ++attempts;
+    auto const started = clock::now();
+    auto const attempt_deadline = std::min(deadline, started + policy.attempt_timeout);
+    auto r = co_await upstream::connect_to(target.connect_host, target.port, attempt_deadline);
+    auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - started);
+    auto const wait = next_connect_attempt(ctx, r, attempts, took, dependency, policy, guard, deadline);
+    if (!wait) {
+      last.emplace(std::move(r));
+      break;
+    }
+    backoff.expires_after(*wait);
+    co_await backoff.async_wait(use_tuple);
+  }
+  auto& c = *last;
   if (!c.stream) {
-    ctx.log->warn("upstream_error", {{"dependency", dependency}, {"method", "CONNECT"},
-                                     {"error_type", to_string(c.error)}, {"message", c.message}});
-    error_reply const reply{default_status(c.error), c.error, c.message, std::string(dependency), 1};
+    ctx.log->warn("upstream_error", {{"correlation_id", ""}, {"dependency", dependency}, {"method", "CONNECT"},
+                                     {"path", ""}, {"error_type", to_string(c.error)}, {"status", default_status(c.error)},
+                                     {"attempts", attempts}, {"message", c.message}});
+    error_reply const reply{default_status(c.error), c.error, c.message, std::string(dependency), attempts};
+    guard.answered(reply.status);
     co_await send_error(client, reply, false, idle);
     co_return;
   }
+  guard.answered(200);
   // A 2xx answer to CONNECT has no Content-Length or Transfer-Encoding (RFC 9110 9.3.6),
   // so it is written as bytes, not through a Beast message.
   static constexpr std::string_view established = "HTTP/1.1 200 Connection established\r\nVia: 1.1 rebound\r\n\r\n";
