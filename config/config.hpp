@@ -124,6 +124,9 @@ struct config {
   endpoint admin{"127.0.0.1", 9901};
   unsigned workers = 0;  ///< 0 = one per core
   duration drain_timeout = std::chrono::seconds(10);
+  /// Reload when the --config file changes (checked every second), as SIGHUP does; for
+  /// mounted configs (a Kubernetes ConfigMap) that change under a running process.
+  bool watch_config = false;
   unknown_hosts_policy unknown_hosts = unknown_hosts_policy::allow;
   request_limits limits;
   policy defaults;

@@ -138,6 +138,7 @@ std::string effective_config_json(const config& cfg) {
     w.string("log_level", cfg.log_level);
     w.integer("workers", cfg.workers);
     w.string("drain_timeout", format_duration(cfg.drain_timeout));
+    w.boolean("watch_config", cfg.watch_config);
     w.string("unknown_hosts", cfg.unknown_hosts == unknown_hosts_policy::allow ? "allow" : "deny");
     {
       object_writer l(w.nested("limits"));

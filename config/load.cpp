@@ -121,13 +121,14 @@ class reader {
   void read_top(const YAML::Node& root, config& c) {
     if (!root || root.IsNull()) return;  // an empty file means the built-in defaults
     if (!expect_map(root, "")) return;
-    check_keys(root, "", {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "unknown_hosts", "limits", "defaults", "dependencies"});
+    check_keys(root, "", {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts", "limits", "defaults", "dependencies"});
     typed(root, "service", "", c.service, parse_service);
     typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
     typed(root, "admin", "", c.admin, parse_endpoint);
     typed(root, "workers", "", c.workers, parse_workers);
     typed(root, "drain_timeout", "", c.drain_timeout, parse_duration);
+    typed(root, "watch_config", "", c.watch_config, parse_bool);
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
     // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.

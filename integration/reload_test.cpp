@@ -144,3 +144,27 @@ TEST(Reload, ChangedListenAddressNeedsARestartAndSaysSo) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+namespace {
+
+TEST(Reload, WatchedFileIsReloadedWhenItChanges) {
+  ScriptedUpstream up;
+  up.on("/a", respond(200));
+  ReboundOptions o;
+  o.extra = "watch_config: true\n";
+  ReboundProcess rb(o);
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/a"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u);
+  // Written as a new file renamed over the old one, as a ConfigMap update or an editor does.
+  write_file(rb.config_path() + ".new", rb.config_text() + "unknown_hosts: deny\n");
+  ASSERT_EQ(std::rename((rb.config_path() + ".new").c_str(), rb.config_path().c_str()), 0);
+  ASSERT_TRUE(rb.wait_for_log("\"config_reloaded\"", std::chrono::seconds(15)));
+  EXPECT_NE(rb.stdout_text().find("\"config_changed\""), std::string::npos);
+  EXPECT_TRUE(IsReboundError(raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/a")), 403,
+                             {"unknown_host"}));
+}
+
+}  // namespace
+}  // namespace itest

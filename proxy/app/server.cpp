@@ -14,6 +14,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <sys/stat.h>
+
 #include <csignal>
 #include <random>
 #include <stdexcept>
@@ -182,6 +184,59 @@ void reload(control_state& cs) {
                                        {"message", "changed keys bound at start-up keep their running values until a restart"}});
 }
 
+/// What identifies a version of the config file: a rewrite, a rename over it or a
+/// re-pointed symlink (how a ConfigMap update lands) changes one of these.
+struct file_stamp {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  timespec mtime{};
+  bool operator==(const file_stamp& o) const {
+    return exists == o.exists && dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+           mtime.tv_nsec == o.mtime.tv_nsec;
+  }
+};
+
+file_stamp stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+}
+
+/** `watch_config: true`: reload when the file changes, as SIGHUP would. The file is looked
+    at once a second; a change is acted on once it has held still for a tick, so a file
+    still being written is not read half-way. */
+net::awaitable<void> watch_config_file(net::io_context& control, control_state& cs) {
+  if (cs.options.config_path.empty()) co_return;
+  net::steady_timer tick(control);
+  auto seen = stamp_of(cs.options.config_path);
+  std::optional<file_stamp> pending;
+  for (;;) {
+    tick.expires_after(std::chrono::seconds(1));
+    auto [ec] = co_await tick.async_wait(use_tuple);
+    if (ec) co_return;
+    if (!cs.admin.cfg->watch_config) {
+      seen = stamp_of(cs.options.config_path);
+      pending.reset();
+      continue;
+    }
+    auto const now = stamp_of(cs.options.config_path);
+    if (now == seen || !now.exists) {
+      pending.reset();
+      continue;
+    }
+    if (!pending || !(*pending == now)) {
+      pending = now;  // changed: wait a tick for it to settle
+      continue;
+    }
+    seen = now;
+    pending.reset();
+    cs.log.info("config_changed", {{"file", cs.options.config_path}});
+    reload(cs);
+  }
+}
+
 /** SIGHUP reloads; SIGTERM/SIGINT drain in two phases, as userver does it: readiness fails
     first, then the listeners close and busy connections finish their exchange, up to
     drain_timeout. */
@@ -254,6 +309,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   control_state cs{workers, state, guards, log, options};
   net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), report_failure{&log, "signals"});
+  net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
     http::session_context ctx{cfg, &w->cfg, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
