@@ -26,6 +26,14 @@ struct endpoint {
 
 enum class unknown_hosts_policy { allow, deny };
 
+/// Where a dependency's requests are sent (`origin:`), instead of the host the client named.
+struct origin_url {
+  std::string scheme = "http";
+  std::string host;          ///< for the resolver: IPv6 literals without brackets
+  std::uint16_t port = 80;
+  bool operator==(const origin_url&) const = default;
+};
+
 /** Limits on what a client may send. SPEC section 2 is silent on these; they are
     rebound's own keys (`limits:`), documented in the README. */
 struct request_limits {
@@ -110,6 +118,7 @@ struct route {
 struct dependency {
   std::string name;
   std::vector<std::string> hosts;  ///< as written: `host` or `host:port`
+  std::optional<origin_url> origin;  ///< unset: connect to the host the request names
   policy effective;                ///< resolved: dependency over defaults
   std::vector<route> routes;       ///< in file order: the first that matches wins
 

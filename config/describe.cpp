@@ -155,6 +155,7 @@ std::string effective_config_json(const config& cfg) {
       for (auto const& d : cfg.dependencies) {
         object_writer one(deps.nested(d.name));
         one.strings("hosts", d.hosts);
+        if (d.origin) one.string("origin", format_origin(*d.origin));
         write_policy(one, d.effective);
         if (!d.routes.empty()) {
           auto& list = one.nested("routes");

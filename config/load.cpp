@@ -393,11 +393,18 @@ class reader {
       if (!expect_map(body, dpath)) continue;
       auto keys = policy_keys();
       keys.push_back("hosts");
+      keys.push_back("origin");
       keys.push_back("routes");
       check_keys_list(body, dpath, keys);
       auto const layer = read_policy_layer(body, dpath);
       d.effective = resolve({&layer, &defaults});
       if (auto routes = body["routes"]) read_routes(routes, join(dpath, "routes"), d, layer, defaults);
+      if (body["origin"]) {
+        origin_url o;
+        auto const before = diags_.size();
+        typed(body, "origin", dpath, o, parse_origin);
+        if (diags_.size() == before) d.origin = o;
+      }
       auto const hosts = body["hosts"];
       if (!hosts || !hosts.IsSequence() || hosts.size() == 0) {
         error(hosts ? hosts : kv.first, join(dpath, "hosts"), "expected a non-empty list of host or host:port values");

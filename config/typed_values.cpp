@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <vector>
@@ -88,6 +89,59 @@ parsed<endpoint> parse_endpoint(std::string_view text) {
   if (pec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
     return parsed<endpoint>::fail("invalid port in " + quoted(text) + " (expected 0 to 65535)");
   return parsed<endpoint>::ok(endpoint{std::string(host), static_cast<std::uint16_t>(port)});
+}
+
+parsed<origin_url> parse_origin(std::string_view text) {
+  auto const accepted = " (expected http://host or http://host:port, e.g. http://10.0.0.5:8080)";
+  auto fail = [&](std::string why) { return parsed<origin_url>::fail(why + accepted); };
+  if (text.starts_with("https://"))
+    return parsed<origin_url>::fail("origin " + quoted(text) +
+                                    ": TLS origination is not built yet (issue 7); use an http:// origin, or CONNECT "
+                                    "for HTTPS, until it is");
+  if (!text.starts_with("http://")) return fail("origin " + quoted(text) + " is not an http:// URL");
+  auto rest = text.substr(7);
+  if (rest.ends_with("/")) rest.remove_suffix(1);
+  if (rest.find_first_of("/?#") != std::string_view::npos)
+    return fail("origin " + quoted(text) + " has a path, query or fragment; requests keep their own");
+  if (rest.find('@') != std::string_view::npos)
+    return parsed<origin_url>::fail("origin " + quoted(text) +
+                                    " carries credentials: they would show in /config and logs; use the auth key");
+  origin_url o;
+  std::string_view host = rest, port_text;
+  if (rest.starts_with("[")) {
+    auto const close = rest.find(']');
+    if (close == std::string_view::npos) return fail("invalid origin " + quoted(text));
+    host = rest.substr(1, close - 1);
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v6(std::string(host), ec);
+    if (ec) return fail("invalid IPv6 address in " + quoted(text));
+    auto const after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return fail("invalid origin " + quoted(text));
+      port_text = after.substr(1);
+    }
+  } else if (auto const colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port_text = rest.substr(colon + 1);
+  }
+  bool const host_ok = !host.empty() && std::all_of(host.begin(), host.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' || ch == ':' || ch == '_';
+  });
+  if (!host_ok) return fail("invalid host in origin " + quoted(text));
+  o.host = std::string(host);
+  if (!port_text.empty() || rest.ends_with(":")) {
+    unsigned port = 0;
+    auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
+      return fail("invalid port in origin " + quoted(text));
+    o.port = static_cast<std::uint16_t>(port);
+  }
+  return parsed<origin_url>::ok(std::move(o));
+}
+
+std::string format_origin(const origin_url& o) {
+  auto const host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  return o.scheme + "://" + host + ":" + std::to_string(o.port);
 }
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {

@@ -32,6 +32,12 @@ parsed<endpoint> parse_endpoint(std::string_view text);
 std::string format_duration(duration d);
 std::string format_size(std::uint64_t bytes);
 
+/// `http://host[:port]` with an optional trailing `/`: no path, query or credentials.
+/// `https://` is refused until TLS origination exists, with a message that says so.
+parsed<origin_url> parse_origin(std::string_view text);
+/// The inverse: `http://host:port` (IPv6 literals in brackets).
+std::string format_origin(const origin_url& o);
+
 /// Levenshtein distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 

@@ -33,3 +33,25 @@ TEST(Routes, FirstMatchingRouteSetsTheRetryPolicy) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+namespace {
+
+TEST(Origin, DependencyRequestsGoToItsOriginWithTheClientsHost) {
+  ScriptedUpstream up;
+  up.on("/x", respond(200));
+  ReboundOptions o;
+  o.extra = "dependencies:\n  payments:\n    hosts: [payments.internal]\n    origin: http://" + up.authority() + "\n";
+  ReboundProcess rb(o);
+  auto r = raw_exchange(rb.port(), absolute_request("GET", "payments.internal", "/x?y=1"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+  ASSERT_EQ(up.requests().size(), 1u);
+  EXPECT_EQ(up.requests()[0].header("Host").value_or(""), "payments.internal");
+  EXPECT_EQ(up.requests()[0].target, "/x?y=1");
+  HttpClient admin(rb.admin_port());
+  EXPECT_NE(admin.get("/config").body.find("\"origin\":\"http://" + up.authority() + "\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace itest

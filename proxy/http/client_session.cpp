@@ -65,6 +65,12 @@ bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& par
     return false;
   }
   v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
+  // The dependency's origin is where its requests go; the Host they carry stays the one the
+  // client named. A CONNECT tunnel goes where the client asked: rebound cannot see into it.
+  if (auto const* d = cfg.find_dependency(t.host, t.port); d && d->origin && !v.is_connect) {
+    v.target.connect_host = d->origin->host;
+    v.target.port = d->origin->port;
+  }
   if (!v.dependency.known && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
     v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
                             v.dependency.name, 0};

@@ -63,3 +63,28 @@ TEST(EditDistance, CountsEdits) {
   EXPECT_EQ(edit_distance("workrs", "workers"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
 }
+
+TEST(TypedValues, OriginIsAnHttpUrlWithHostAndPortOnly) {
+  auto o = parse_origin("http://10.0.0.5:8080");
+  ASSERT_TRUE(o.value) << o.error;
+  EXPECT_EQ(o.value->host, "10.0.0.5");
+  EXPECT_EQ(o.value->port, 8080);
+  o = parse_origin("http://payments.svc.cluster.local/");
+  ASSERT_TRUE(o.value) << o.error;
+  EXPECT_EQ(o.value->port, 80);
+  o = parse_origin("http://[::1]:9000");
+  ASSERT_TRUE(o.value) << o.error;
+  EXPECT_EQ(o.value->host, "::1");
+  EXPECT_EQ(format_origin(*o.value), "http://[::1]:9000");
+}
+
+TEST(TypedValues, OriginRefusalsSayWhy) {
+  EXPECT_NE(parse_origin("https://pay.example.com").error.find("TLS origination is not built yet"), std::string::npos);
+  EXPECT_NE(parse_origin("http://user:pw@host").error.find("credentials"), std::string::npos);
+  EXPECT_NE(parse_origin("http://host/v1").error.find("path"), std::string::npos);
+  EXPECT_NE(parse_origin("ftp://host").error.find("not an http:// URL"), std::string::npos);
+  EXPECT_NE(parse_origin("http://host:0").error.find("invalid port"), std::string::npos);
+  EXPECT_NE(parse_origin("http://host:99999").error.find("invalid port"), std::string::npos);
+  EXPECT_NE(parse_origin("http://ho st").error.find("invalid host"), std::string::npos);
+  EXPECT_FALSE(parse_origin("http://").value);
+}
