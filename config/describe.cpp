@@ -62,7 +62,9 @@ class object_writer {
   bool first_ = true;
 };
 
-std::string_view name(context_kind c) {
+}  // namespace
+
+std::string_view to_string(context_kind c) {
   switch (c) {
     case context_kind::sync: return "sync";
     case context_kind::async: return "async";
@@ -72,7 +74,7 @@ std::string_view name(context_kind c) {
   return "sync";
 }
 
-std::string_view name(breaker_mode m) {
+std::string_view to_string(breaker_mode m) {
   switch (m) {
     case breaker_mode::enforce: return "enforce";
     case breaker_mode::signal: return "signal";
@@ -80,6 +82,8 @@ std::string_view name(breaker_mode m) {
   }
   return "enforce";
 }
+
+namespace {
 
 std::string endpoint_text(const endpoint& e) {
   auto const host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
@@ -89,7 +93,7 @@ std::string endpoint_text(const endpoint& e) {
 /// Into `w`, the policy's keys as they would stand in the YAML; a route has no budget or
 /// breaker of its own (R-7 tracks them per dependency).
 void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
-  w.string("context", name(p.context));
+  w.string("context", to_string(p.context));
   w.integer("max_retries", p.max_retries);
   {
     object_writer b(w.nested("backoff"));
@@ -115,7 +119,7 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   if (with_guards) {
     auto const& cb = p.circuit_breaker;
     object_writer c(w.nested("circuit_breaker"));
-    c.string("mode", name(cb.mode));
+    c.string("mode", to_string(cb.mode));
     c.number("failure_ratio", cb.failure_ratio);
     c.integer("min_requests", cb.min_requests);
     c.string("window", format_duration(cb.window));

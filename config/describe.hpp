@@ -15,4 +15,8 @@ namespace rebound::config {
 
 std::string effective_config_json(const config& cfg);
 
+/// The YAML spelling of an enum value.
+std::string_view to_string(context_kind c);
+std::string_view to_string(breaker_mode m);
+
 }  // namespace rebound::config

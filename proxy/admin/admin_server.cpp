@@ -18,15 +18,6 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-std::string_view mode_name(config::breaker_mode m) {
-  switch (m) {
-    case config::breaker_mode::enforce: return "enforce";
-    case config::breaker_mode::signal: return "signal";
-    case config::breaker_mode::off: return "off";
-  }
-  return "enforce";
-}
-
 /// GET /dependencies: per dependency, the budget window and the breaker (SPEC 7).
 std::string dependencies_json(const std::vector<retry::dependency_guard::snapshot>& all) {
   std::string out = "{\"dependencies\":[";
@@ -48,7 +39,7 @@ std::string dependencies_json(const std::vector<retry::dependency_guard::snapsho
     out += ",\"breaker\":{\"state\":";
     observe::append_json_string(out, retry::to_string(s.state));
     out += ",\"mode\":";
-    observe::append_json_string(out, mode_name(s.mode));
+    observe::append_json_string(out, config::to_string(s.mode));
     out += ",\"in_state_ms\":" + std::to_string(s.in_state.count()) + "}}";
   }
   out += "]}\n";

@@ -17,15 +17,15 @@ namespace {
 struct resolved {
   std::string name;
   const config::policy* policy = nullptr;
-  bool known = false;
+  const config::dependency* dependency = nullptr;  ///< null for an unknown host
 };
 
 resolved resolve(const config::config& cfg, const request_target& t, std::string_view method) {
   if (auto const* d = cfg.find_dependency(t.host, t.port)) {
     auto const path = std::string_view(t.origin_form).substr(0, t.origin_form.find('?'));
-    return {d->name, &d->policy_for(method, path), true};
+    return {d->name, &d->policy_for(method, path), d};
   }
-  return {t.host + ":" + std::to_string(t.port), &cfg.defaults, false};
+  return {t.host + ":" + std::to_string(t.port), &cfg.defaults, nullptr};
 }
 
 /// A request head checked and routed, or the answer that refuses it.
@@ -67,11 +67,11 @@ bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& par
   v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
   // The dependency's origin is where its requests go; the Host they carry stays the one the
   // client named. A CONNECT tunnel goes where the client asked: rebound cannot see into it.
-  if (auto const* d = cfg.find_dependency(t.host, t.port); d && d->origin && !v.is_connect) {
+  if (auto const* d = v.dependency.dependency; d && d->origin && !v.is_connect) {
     v.target.connect_host = d->origin->host;
     v.target.port = d->origin->port;
   }
-  if (!v.dependency.known && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
+  if (!v.dependency.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
     v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
                             v.dependency.name, 0};
     v.keep_after_refusal = parser.is_done();

@@ -1,5 +1,7 @@
 #include "proxy/retry/dependency_guard.hpp"
 
+#include "config/describe.hpp"
+
 #include <algorithm>
 #include <random>
 
@@ -39,7 +41,7 @@ void dependency_guard::report(const std::optional<breaker_transition>& t, std::s
   auto const level = t->to == breaker_state::open ? spdlog::level::warn : spdlog::level::info;
   log_.event(level, "circuit_breaker_changed",
              {{"dependency", name_}, {"from", to_string(t->from)}, {"to", to_string(t->to)}, {"reason", t->reason},
-              {"mode", mode_ == config::breaker_mode::signal ? "signal" : "enforce"}, {"detail", detail}});
+              {"mode", config::to_string(mode_)}, {"detail", detail}});
 }
 
 admission dependency_guard::admit() {
