@@ -270,18 +270,24 @@ void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>&
     until it lets a probe through as Retry-After; nothing reaches the upstream. */
 void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
                             const bhttp::request_parser<bhttp::buffer_body>& parser) {
-  auto const a = guard.admit();
-  if (a.allowed) return;
-  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
+  auto refusal = refused_by_breaker(guard);
+  if (!refusal) return;
   plan.how = forward_plan::route::refuse;
-  plan.refusal = error_reply{503, error_type::circuit_open,
-                             "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
-                                 std::to_string(a.retry_after.count()) + " ms",
-                             guard.name(), 0, std::max(1u, secs)};
+  plan.refusal = std::move(*refusal);
   plan.keep_after_refusal = parser.is_done() && parser.get().keep_alive();
 }
 
 }  // namespace
+
+std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
+  auto const a = guard.admit();
+  if (a.allowed) return std::nullopt;
+  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
+  return error_reply{503, error_type::circuit_open,
+                     "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
+                         std::to_string(a.retry_after.count()) + " ms",
+                     guard.name(), 0, std::max(1u, secs)};
+}
 
 net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,

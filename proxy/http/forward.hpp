@@ -6,6 +6,8 @@
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
+#include <optional>
+
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -27,6 +29,10 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, b
 /// request's facts (no header value, no query string) and the failure go in.
 void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
                         unsigned status, unsigned attempts, std::string_view message);
+
+/// The breaker's admission of a request (HTTP or CONNECT): nullopt when it may go, else the
+/// 503 circuit_open answer with a Retry-After of the time until a probe may go.
+std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

@@ -106,17 +106,6 @@ std::optional<retry::duration> next_connect_attempt(const session_context& ctx, 
   return plan.wait;
 }
 
-/// rebound's answer when the breaker refuses a CONNECT, or nullopt when it may go.
-std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
-  auto const a = guard.admit();
-  if (a.allowed) return std::nullopt;
-  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
-  return error_reply{503, error_type::circuit_open,
-                     "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
-                         std::to_string(a.retry_after.count()) + " ms",
-                     guard.name(), 0, std::max(1u, secs)};
-}
-
 }  // namespace
 
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
