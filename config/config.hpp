@@ -34,6 +34,41 @@ struct origin_url {
   bool operator==(const origin_url&) const = default;
 };
 
+/** `tls:` of a dependency whose origin is https:// (SPEC section 5). Verification is always
+    on: there is no field to turn it off (R-9). */
+struct tls_settings {
+  std::string ca_file;      ///< PEM bundle of trusted CAs; empty = the system store
+  std::string server_name;  ///< SNI and the name verified; empty = the origin's host
+  std::string client_cert;  ///< PEM chain for mTLS; with client_key
+  std::string client_key;
+  bool operator==(const tls_settings&) const = default;
+};
+
+/// A URL rebound calls itself (an OAuth2 token endpoint).
+struct service_url {
+  origin_url origin;
+  std::string target = "/";  ///< path and query
+  bool operator==(const service_url&) const = default;
+};
+
+/** `auth:` (R-9): a credential rebound owns, adds as `Authorization: Bearer ...`, and makes
+    sure is fresh before every attempt. Holds file paths, never a secret itself. */
+struct auth_settings {
+  enum class kind { oauth2_client_credentials, bearer_file } type = kind::bearer_file;
+  // oauth2_client_credentials
+  service_url token_url;
+  std::string client_id;
+  std::string client_secret_file;
+  std::string scope;          ///< empty: none sent
+  std::string token_ca_file;  ///< `ca_file` for an https token_url; empty = the system store
+  // bearer_file
+  std::string path;
+  /// Refresh this long before expiry (capped at half the token's lifetime, so a short-lived
+  /// token is still used for a while).
+  duration refresh_skew = std::chrono::seconds(30);
+  bool operator==(const auth_settings&) const = default;
+};
+
 /** Limits on what a client may send. SPEC section 2 is silent on these; they are
     rebound's own keys (`limits:`), documented in the README. */
 struct request_limits {
@@ -119,6 +154,8 @@ struct dependency {
   std::string name;
   std::vector<std::string> hosts;  ///< as written: `host` or `host:port`
   std::optional<origin_url> origin;  ///< unset: connect to the host the request names
+  std::optional<tls_settings> tls;   ///< set exactly when origin is https://
+  std::optional<auth_settings> auth;
   policy effective;                ///< resolved: dependency over defaults
   std::vector<route> routes;       ///< in file order: the first that matches wins
 

@@ -130,6 +130,32 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   if (!p.approval.empty()) w.string("approval", p.approval);
 }
 
+
+/// File paths only: the config holds no secret to redact.
+void write_tls(object_writer& dep, const tls_settings& t) {
+  object_writer o(dep.nested("tls"));
+  if (!t.ca_file.empty()) o.string("ca_file", t.ca_file);  // absent: the system store
+  if (!t.server_name.empty()) o.string("server_name", t.server_name);
+  if (!t.client_cert.empty()) o.string("client_cert", t.client_cert);
+  if (!t.client_key.empty()) o.string("client_key", t.client_key);
+}
+
+void write_auth(object_writer& dep, const auth_settings& a) {
+  object_writer o(dep.nested("auth"));
+  if (a.type == auth_settings::kind::oauth2_client_credentials) {
+    o.string("type", "oauth2_client_credentials");
+    o.string("token_url", format_service_url(a.token_url));
+    o.string("client_id", a.client_id);
+    o.string("client_secret_file", a.client_secret_file);
+    if (!a.scope.empty()) o.string("scope", a.scope);
+    if (!a.token_ca_file.empty()) o.string("ca_file", a.token_ca_file);
+  } else {
+    o.string("type", "bearer_file");
+    o.string("path", a.path);
+  }
+  o.string("refresh_skew", format_duration(a.refresh_skew));
+}
+
 }  // namespace
 
 std::string effective_config_json(const config& cfg) {
@@ -160,6 +186,8 @@ std::string effective_config_json(const config& cfg) {
         object_writer one(deps.nested(d.name));
         one.strings("hosts", d.hosts);
         if (d.origin) one.string("origin", format_origin(*d.origin));
+        if (d.tls) write_tls(one, *d.tls);
+        if (d.auth) write_auth(one, *d.auth);
         write_policy(one, d.effective);
         if (!d.routes.empty()) {
           auto& list = one.nested("routes");

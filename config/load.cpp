@@ -1,6 +1,7 @@
 #include "config/load.hpp"
 
 #include "config/typed_values.hpp"
+#include "config/yaml_reader.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -37,86 +38,11 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-/** Walks the YAML tree, collecting every problem with its position. Each `read_*`
-    function owns one level of the schema, so the full schema extends it key by key. */
-class reader {
+/** Walks the YAML tree. Each `read_*` function owns one level of the schema, so the full
+    schema extends it key by key. */
+class reader : public yaml_reader {
  public:
-  explicit reader(std::string file) : file_(std::move(file)) {}
-
-  std::vector<diagnostic>& diagnostics() { return diags_; }
-
-  void error(const YAML::Node& at, const std::string& path, std::string message, std::string rule = {}) {
-    auto const mark = at.Mark();
-    bool const known = mark.line >= 0;
-    diags_.push_back({file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule)});
-  }
-
-  /// A warning is reported once per place, however many dependencies and routes inherit it.
-  void warn(const YAML::Node& at, const std::string& path, std::string message, std::string rule) {
-    auto const mark = at.Mark();
-    bool const known = mark.line >= 0;
-    diagnostic d{file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule), true};
-    for (auto const& w : warnings_)
-      if (w.line == d.line && w.column == d.column && w.path == d.path && w.message == d.message) return;
-    warnings_.push_back(std::move(d));
-  }
-  std::vector<diagnostic>& warnings() { return warnings_; }
-
-  /// Reports keys of `map` not in `allowed`, with the closest allowed key when one is near.
-  void check_keys(const YAML::Node& map, const std::string& path, std::initializer_list<std::string_view> allowed) {
-    check_keys_list(map, path, std::vector<std::string_view>(allowed));
-  }
-
-  void check_keys_list(const YAML::Node& map, const std::string& path, const std::vector<std::string_view>& allowed) {
-    std::vector<std::pair<std::string, int>> seen;  // key, line: YAML forbids duplicates, yaml-cpp keeps the first silently
-    for (auto const& kv : map) {
-      auto const key = kv.first.Scalar();
-      auto const line = kv.first.Mark().line + 1;
-      if (auto it = std::find_if(seen.begin(), seen.end(), [&](auto const& k) { return k.first == key; }); it != seen.end()) {
-        error(kv.first, join(path, key), "duplicate key \"" + key + "\" (first at line " + std::to_string(it->second) + ")");
-        continue;
-      }
-      seen.emplace_back(key, line);
-      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-      std::string msg = "unknown key \"" + key + "\"";
-      std::string_view best;
-      std::size_t best_d = 3;  // suggest only near misses
-      for (auto a : allowed) {
-        auto const d = edit_distance(key, a);
-        if (d < best_d) { best_d = d; best = a; }
-      }
-      if (!best.empty()) msg += "; did you mean \"" + std::string(best) + "\"?";
-      error(kv.first, join(path, key), msg);
-    }
-  }
-
-  bool expect_map(const YAML::Node& n, const std::string& path) {
-    if (n.IsMap()) return true;
-    error(n, path, "expected a mapping (key: value pairs)");
-    return false;
-  }
-
-  std::optional<std::string> scalar(const YAML::Node& n, const std::string& path) {
-    if (n.IsScalar()) return n.Scalar();
-    error(n, path, "expected a single value, not a list or mapping");
-    return std::nullopt;
-  }
-
-  template <class T, class Parse>
-  void typed(const YAML::Node& parent, std::string_view key, const std::string& path, T& out, Parse parse) {
-    auto const n = parent[std::string(key)];
-    if (!n) return;
-    auto const p = join(path, key);
-    auto const s = scalar(n, p);
-    if (!s) return;
-    auto r = parse(*s);
-    if (r.value) out = *r.value;
-    else error(n, p, r.error);
-  }
-
-  static std::string join(const std::string& path, std::string_view key) {
-    return path.empty() ? std::string(key) : path + "." + std::string(key);
-  }
+  using yaml_reader::yaml_reader;
 
   void read_top(const YAML::Node& root, config& c) {
     if (!root || root.IsNull()) return;  // an empty file means the built-in defaults
@@ -394,6 +320,8 @@ class reader {
       auto keys = policy_keys();
       keys.push_back("hosts");
       keys.push_back("origin");
+      keys.push_back("tls");
+      keys.push_back("auth");
       keys.push_back("routes");
       check_keys_list(body, dpath, keys);
       auto const layer = read_policy_layer(body, dpath);
@@ -405,6 +333,16 @@ class reader {
         typed(body, "origin", dpath, o, parse_origin);
         if (diags_.size() == before) d.origin = o;
       }
+      bool const https = d.origin && d.origin->scheme == "https";
+      if (auto tls = body["tls"]) {
+        auto t = read_tls(*this, tls, join(dpath, "tls"));  // R-9 is checked whatever the origin
+        if (https) d.tls = std::move(t);
+        else if (!body["origin"] || d.origin)
+          error(tls, join(dpath, "tls"), "tls applies to an https:// origin; set origin: https://... on the dependency");
+      } else if (https) {
+        d.tls = tls_settings{};  // the system store, the origin's host name
+      }
+      if (auto auth = body["auth"]) d.auth = read_auth(*this, auth, join(dpath, "auth"));
       auto const hosts = body["hosts"];
       if (!hosts || !hosts.IsSequence() || hosts.size() == 0) {
         error(hosts ? hosts : kv.first, join(dpath, "hosts"), "expected a non-empty list of host or host:port values");
@@ -547,12 +485,6 @@ class reader {
     return parsed<breaker_mode>::fail("invalid mode \"" + std::string(s) + "\" (expected enforce, signal or off)");
   }
 
-  static parsed<bool> parse_bool(std::string_view s) {
-    if (s == "true") return parsed<bool>::ok(true);
-    if (s == "false") return parsed<bool>::ok(false);
-    return parsed<bool>::fail("invalid value \"" + std::string(s) + "\" (expected true or false)");
-  }
-
   static parsed<unsigned> parse_workers(std::string_view s) {
     unsigned v = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -584,10 +516,6 @@ class reader {
     return parsed<unknown_hosts_policy>::fail("invalid value \"" + std::string(s) + "\" (expected allow or deny)");
   }
 
- private:
-  std::string file_;
-  std::vector<diagnostic> diags_;
-  std::vector<diagnostic> warnings_;
 };
 
 config load(const YAML::Node& root, reader& r, std::vector<diagnostic>* warnings) {

@@ -91,52 +91,101 @@ parsed<endpoint> parse_endpoint(std::string_view text) {
   return parsed<endpoint>::ok(endpoint{std::string(host), static_cast<std::uint16_t>(port)});
 }
 
-parsed<origin_url> parse_origin(std::string_view text) {
-  auto const accepted = " (expected http://host or http://host:port, e.g. http://10.0.0.5:8080)";
-  auto fail = [&](std::string why) { return parsed<origin_url>::fail(why + accepted); };
-  if (text.starts_with("https://"))
-    return parsed<origin_url>::fail("origin " + quoted(text) +
-                                    ": TLS origination is not built yet (issue 7); use an http:// origin, or CONNECT "
-                                    "for HTTPS, until it is");
-  if (!text.starts_with("http://")) return fail("origin " + quoted(text) + " is not an http:// URL");
-  auto rest = text.substr(7);
-  if (rest.ends_with("/")) rest.remove_suffix(1);
-  if (rest.find_first_of("/?#") != std::string_view::npos)
-    return fail("origin " + quoted(text) + " has a path, query or fragment; requests keep their own");
-  if (rest.find('@') != std::string_view::npos)
-    return parsed<origin_url>::fail("origin " + quoted(text) +
-                                    " carries credentials: they would show in /config and logs; use the auth key");
+namespace {
+
+/// `http[s]://authority` and what follows it; `what` names the key in messages.
+struct split_url {
+  std::optional<origin_url> origin;
+  std::string_view rest;  ///< from the first `/`, `?` or `#` after the authority
+  std::string error;
+};
+
+split_url split_http_url(std::string_view text, std::string_view what, std::string_view accepted) {
+  auto fail = [&](std::string why) { return split_url{std::nullopt, {}, why + std::string(accepted)}; };
   origin_url o;
-  std::string_view host = rest, port_text;
-  if (rest.starts_with("[")) {
-    auto const close = rest.find(']');
-    if (close == std::string_view::npos) return fail("invalid origin " + quoted(text));
-    host = rest.substr(1, close - 1);
+  std::string_view rest;
+  if (text.starts_with("https://")) {
+    o.scheme = "https";
+    o.port = 443;
+    rest = text.substr(8);
+  } else if (text.starts_with("http://")) {
+    rest = text.substr(7);
+  } else {
+    return fail(std::string(what) + " " + quoted(text) + " is not an http:// or https:// URL");
+  }
+  auto const authority_end = rest.find_first_of("/?#");
+  auto const authority = rest.substr(0, authority_end);
+  auto const after = authority_end == std::string_view::npos ? std::string_view{} : rest.substr(authority_end);
+  if (authority.find('@') != std::string_view::npos)
+    return split_url{std::nullopt, {},
+                     std::string(what) + " " + quoted(text) +
+                         " carries credentials: they would show in /config and logs; use the auth key"};
+  std::string_view host = authority, port_text;
+  if (authority.starts_with("[")) {
+    auto const close = authority.find(']');
+    if (close == std::string_view::npos) return fail("invalid " + std::string(what) + " " + quoted(text));
+    host = authority.substr(1, close - 1);
     boost::system::error_code ec;
     boost::asio::ip::make_address_v6(std::string(host), ec);
     if (ec) return fail("invalid IPv6 address in " + quoted(text));
-    auto const after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return fail("invalid origin " + quoted(text));
-      port_text = after.substr(1);
+    auto const tail = authority.substr(close + 1);
+    if (!tail.empty()) {
+      if (tail.front() != ':') return fail("invalid " + std::string(what) + " " + quoted(text));
+      port_text = tail.substr(1);
     }
-  } else if (auto const colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port_text = rest.substr(colon + 1);
+  } else if (auto const colon = authority.rfind(':'); colon != std::string_view::npos) {
+    host = authority.substr(0, colon);
+    port_text = authority.substr(colon + 1);
   }
   bool const host_ok = !host.empty() && std::all_of(host.begin(), host.end(), [](char ch) {
     return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' || ch == ':' || ch == '_';
   });
-  if (!host_ok) return fail("invalid host in origin " + quoted(text));
+  if (!host_ok) return fail("invalid host in " + std::string(what) + " " + quoted(text));
   o.host = std::string(host);
-  if (!port_text.empty() || rest.ends_with(":")) {
+  if (!port_text.empty() || authority.ends_with(":")) {
     unsigned port = 0;
     auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
-      return fail("invalid port in origin " + quoted(text));
+      return fail("invalid port in " + std::string(what) + " " + quoted(text));
     o.port = static_cast<std::uint16_t>(port);
   }
-  return parsed<origin_url>::ok(std::move(o));
+  return split_url{std::move(o), after, {}};
+}
+
+}  // namespace
+
+parsed<bool> parse_bool(std::string_view s) {
+  if (s == "true") return parsed<bool>::ok(true);
+  if (s == "false") return parsed<bool>::ok(false);
+  return parsed<bool>::fail("invalid value " + quoted(s) + " (expected true or false)");
+}
+
+parsed<origin_url> parse_origin(std::string_view text) {
+  auto const accepted = " (expected http://host[:port] or https://host[:port], e.g. https://payments.example.com)";
+  auto u = split_http_url(text, "origin", accepted);
+  if (!u.origin) return parsed<origin_url>::fail(u.error);
+  if (!u.rest.empty() && u.rest != "/")
+    return parsed<origin_url>::fail("origin " + quoted(text) + " has a path, query or fragment; requests keep their own" +
+                                    accepted);
+  return parsed<origin_url>::ok(std::move(*u.origin));
+}
+
+parsed<service_url> parse_service_url(std::string_view text) {
+  auto const accepted = " (expected an http:// or https:// URL, e.g. https://auth.example.com/oauth/token)";
+  auto u = split_http_url(text, "URL", accepted);
+  if (!u.origin) return parsed<service_url>::fail(u.error);
+  if (u.rest.find('#') != std::string_view::npos)
+    return parsed<service_url>::fail("URL " + quoted(text) + " has a fragment" + accepted);
+  service_url out{std::move(*u.origin), u.rest.empty() ? "/" : std::string(u.rest)};
+  if (out.target.front() == '?') out.target.insert(0, "/");
+  return parsed<service_url>::ok(std::move(out));
+}
+
+std::string format_service_url(const service_url& u) {
+  auto const default_port = u.origin.scheme == "https" ? 443 : 80;
+  auto const host = u.origin.host.find(':') != std::string::npos ? "[" + u.origin.host + "]" : u.origin.host;
+  return u.origin.scheme + "://" + host + (u.origin.port == default_port ? "" : ":" + std::to_string(u.origin.port)) +
+         u.target;
 }
 
 std::string format_origin(const origin_url& o) {

@@ -22,6 +22,9 @@ struct parsed {
 /// `250ms`, `1s`, `2m`, `24h` (a non-negative integer and a unit; no unit is an error).
 parsed<duration> parse_duration(std::string_view text);
 
+/// `true` or `false`.
+parsed<bool> parse_bool(std::string_view text);
+
 /// `512KiB`, `1MiB`, `2GiB`, `100B` or a plain number of bytes.
 parsed<std::uint64_t> parse_size(std::string_view text);
 
@@ -32,11 +35,16 @@ parsed<endpoint> parse_endpoint(std::string_view text);
 std::string format_duration(duration d);
 std::string format_size(std::uint64_t bytes);
 
-/// `http://host[:port]` with an optional trailing `/`: no path, query or credentials.
-/// `https://` is refused until TLS origination exists, with a message that says so.
+/// `http://host[:port]` or `https://host[:port]` (TLS origination), with an optional
+/// trailing `/`: no path, query or credentials.
 parsed<origin_url> parse_origin(std::string_view text);
 /// The inverse: `http://host:port` (IPv6 literals in brackets).
 std::string format_origin(const origin_url& o);
+
+/// A URL rebound calls itself (a token endpoint): http:// or https://, path and query kept,
+/// no credentials, no fragment.
+parsed<service_url> parse_service_url(std::string_view text);
+std::string format_service_url(const service_url& u);
 
 /// Levenshtein distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b);

@@ -4,6 +4,9 @@
 
 #include <boost/beast/http.hpp>
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
@@ -58,6 +61,10 @@ bool Gate::wait(const std::function<bool()>& abandon) {
 
 std::string Conn::read_some() {
   char data[64 * 1024];
+  if (ssl_) {
+    int n = SSL_read(static_cast<SSL*>(ssl_), data, sizeof data);
+    return n > 0 ? std::string(data, static_cast<std::size_t>(n)) : std::string();
+  }
   for (;;) {
     ssize_t n = ::recv(fd_, data, sizeof data, 0);
     if (n > 0) return std::string(data, static_cast<std::size_t>(n));
@@ -67,6 +74,14 @@ std::string Conn::read_some() {
 }
 
 bool Conn::write_all(std::string_view bytes) {
+  if (ssl_) {
+    while (!bytes.empty()) {
+      int n = SSL_write(static_cast<SSL*>(ssl_), bytes.data(), static_cast<int>(bytes.size()));
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
   while (!bytes.empty()) {
     ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n < 0) {
@@ -78,7 +93,10 @@ bool Conn::write_all(std::string_view bytes) {
   return true;
 }
 
-void Conn::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+void Conn::shutdown_write() {
+  if (ssl_) SSL_shutdown(static_cast<SSL*>(ssl_));  // close_notify first, as a TLS server would
+  ::shutdown(fd_, SHUT_WR);
+}
 
 void Conn::reset() {
   linger l{1, 0};
@@ -135,18 +153,71 @@ void TcpServer::accept_loop() {
       return;
     }
     open_fds_.insert(fd);
-    workers_.emplace_back([this, fd] {
-      Conn conn(fd);
-      try {
-        handler_(conn, *this);
-      } catch (...) {
+    workers_.emplace_back([this, fd, tls = tls_ctx_] {
+      SSL* ssl = tls ? static_cast<SSL*>(accept_tls(tls.get(), fd)) : nullptr;
+      if (!tls || ssl) {
+        Conn conn(fd, ssl);
+        try {
+          handler_(conn, *this);
+        } catch (...) {
+        }
       }
+      if (ssl) SSL_free(ssl);
       std::lock_guard lock(mutex_);
       open_fds_.erase(fd);
       ::close(fd);
       ++closed_;
     });
   }
+}
+
+void TcpServer::use_tls(const std::string& cert_file, const std::string& key_file, const std::string& client_ca) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    SSL_CTX_free(ctx);
+    throw std::runtime_error("upstream: cannot load " + cert_file);
+  }
+  static const unsigned char id[] = "itest";
+  SSL_CTX_set_session_id_context(ctx, id, sizeof id - 1);  // resumption with client certificates needs it
+  if (!client_ca.empty()) {
+    SSL_CTX_load_verify_locations(ctx, client_ca.c_str(), nullptr);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  std::lock_guard lock(mutex_);
+  tls_ctx_ = std::shared_ptr<void>(ctx, [](void* c) { SSL_CTX_free(static_cast<SSL_CTX*>(c)); });
+}
+
+void* TcpServer::accept_tls(void* ctx, int fd) {
+  SSL* ssl = SSL_new(static_cast<SSL_CTX*>(ctx));
+  SSL_set_fd(ssl, fd);
+  if (SSL_accept(ssl) != 1) {
+    ++tls_failed_;
+    SSL_free(ssl);
+    return nullptr;
+  }
+  ++tls_handshakes_;
+  if (SSL_session_reused(ssl)) ++tls_resumed_;
+  std::lock_guard lock(mutex_);
+  auto const* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  last_sni_ = sni ? sni : "";
+  last_client_cn_.clear();
+  if (X509* peer = SSL_get0_peer_certificate(ssl)) {
+    char cn[256] = {};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof cn);
+    last_client_cn_ = cn;
+  }
+  return ssl;
+}
+
+std::string TcpServer::last_sni() const {
+  std::lock_guard lock(mutex_);
+  return last_sni_;
+}
+
+std::string TcpServer::last_client_cn() const {
+  std::lock_guard lock(mutex_);
+  return last_client_cn_;
 }
 
 bool TcpServer::sleep_for(std::chrono::milliseconds d) {

@@ -47,7 +47,7 @@ class Gate {
 // Connected socket handed to a TcpServer handler: blocking reads/writes on a file descriptor.
 class Conn {
  public:
-  explicit Conn(int fd) : fd_(fd) {}
+  explicit Conn(int fd, void* ssl = nullptr) : fd_(fd), ssl_(ssl) {}
   int fd() const { return fd_; }
   // Reads what is available (blocking); empty on EOF or error.
   std::string read_some();
@@ -57,6 +57,7 @@ class Conn {
 
  private:
   int fd_;
+  void* ssl_;  // SSL* when the server speaks TLS
 };
 
 class TcpServer {
@@ -72,6 +73,15 @@ class TcpServer {
   std::size_t connections() const { return connections_.load(); }
   std::size_t closed_connections() const { return closed_.load(); }
   bool stopping() const { return stopping_.load(); }
+
+  // Serve TLS with this certificate chain and key from now on; with `client_ca`, a client
+  // certificate issued by it is required (mTLS). Call before clients connect.
+  void use_tls(const std::string& cert_file, const std::string& key_file, const std::string& client_ca = {});
+  std::size_t tls_handshakes() const { return tls_handshakes_.load(); }          // completed
+  std::size_t tls_resumed() const { return tls_resumed_.load(); }                // of those, resumed sessions
+  std::size_t tls_failed_handshakes() const { return tls_failed_.load(); }
+  std::string last_sni() const;        // the server name the last client sent
+  std::string last_client_cn() const;  // CN of the last client certificate, if any
   // Sleeps up to `d`; returns early (true) when the server stops.
   bool sleep_for(std::chrono::milliseconds d);
   void stop();
@@ -83,6 +93,7 @@ class TcpServer {
 
  private:
   void accept_loop();
+  void* accept_tls(void* ctx, int fd);  // SSL* from SSL_CTX*, or nullptr when the handshake fails
 
   Handler handler_;
   int listen_fd_ = -1;
@@ -90,8 +101,11 @@ class TcpServer {
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::size_t> closed_{0};
+  std::shared_ptr<void> tls_ctx_;  // SSL_CTX
+  std::atomic<std::size_t> tls_handshakes_{0}, tls_resumed_{0}, tls_failed_{0};
+  std::string last_sni_, last_client_cn_;  // under mutex_
   std::thread accept_thread_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable stop_cv_;
   std::set<int> open_fds_;
   std::vector<std::thread> workers_;

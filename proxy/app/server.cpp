@@ -6,6 +6,7 @@
 #include "proxy/http/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/upstream/pool.hpp"
+#include "proxy/upstream/secure_origins.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -43,6 +44,7 @@ struct worker {
   std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
   std::shared_ptr<const config::config> cfg;  ///< current; only this worker's thread touches it
+  std::shared_ptr<const upstream::secure_origins> origins;  ///< built from cfg; swapped with it
   std::thread thread;
 };
 
@@ -167,11 +169,19 @@ void reload(control_state& cs) {
   else log.set_level(next.log_level);
 
   auto const current = std::make_shared<const config::config>(std::move(next));
+  std::shared_ptr<const upstream::secure_origins> origins;
+  try {
+    origins = std::make_shared<const upstream::secure_origins>(*current);
+  } catch (const std::exception& e) {  // a CA bundle or key that does not load: the old config serves on
+    log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
+    return;
+  }
   auto const report = cs.guards.reconfigure(*current);
   for (auto& w : cs.workers) {
     worker* wp = w.get();
-    net::post(wp->ioc, [wp, current] {
+    net::post(wp->ioc, [wp, current, origins] {
       wp->cfg = current;
+      wp->origins = origins;
       wp->guards->clear();
     });
   }
@@ -287,12 +297,14 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
   retry::guard_registry guards(*cfg, log, metrics);
+  auto const origins = std::make_shared<const upstream::secure_origins>(*cfg);  // throws: start-up refused
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
     w->guards.emplace(guards);
     w->cfg = cfg;
+    w->origins = origins;
     w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
@@ -312,7 +324,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->cfg, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
+    http::session_context ctx{cfg, &w->cfg, origins, &w->origins, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

@@ -70,6 +70,7 @@ bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& par
   if (auto const* d = v.dependency.dependency; d && d->origin && !v.is_connect) {
     v.target.connect_host = d->origin->host;
     v.target.port = d->origin->port;
+    v.target.scheme = d->origin->scheme;  // https: rebound is the TLS client (SPEC 5)
   }
   if (!v.dependency.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
     v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
@@ -123,6 +124,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
   for (;;) {
     if (ctx.sessions->draining()) break;
     if (ctx.latest) ctx.cfg = *ctx.latest;
+    if (ctx.latest_origins) ctx.origins = *ctx.latest_origins;
     auto const& cfg = *ctx.cfg;
     auto const idle = cfg.limits.idle_timeout;
     guard.set_idle(true);

@@ -7,6 +7,7 @@
 #include "proxy/observe/log.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/pool.hpp"
+#include "proxy/upstream/secure_origins.hpp"
 
 #include <memory>
 #include <random>
@@ -19,6 +20,9 @@ struct session_context {
   /// The worker's current config, taken at the start of each request: a reload changes it
   /// for new requests while a request in flight finishes on the one it started with.
   const std::shared_ptr<const config::config>* latest = nullptr;
+  /// TLS clients (and credentials) built from `cfg`; swapped with it.
+  std::shared_ptr<const upstream::secure_origins> origins;
+  const std::shared_ptr<const upstream::secure_origins>* latest_origins = nullptr;
   upstream::pool* pool = nullptr;
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;

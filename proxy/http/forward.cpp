@@ -98,7 +98,9 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 
 void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
                         unsigned status, unsigned attempts, std::string_view message) {
-  ctx.log->warn("upstream_error", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+  // a certificate rebound refuses is a security event, not a flaky upstream.
+  auto const level = error_type == to_string(http::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
+  ctx.log->event(level, "upstream_error", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                    {"method", facts.method}, {"path", facts.path}, {"error_type", error_type},
                                    {"status", status}, {"attempts", attempts}, {"message", message}});
 }
@@ -148,7 +150,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const key = pool_key(target);
   upstream::exchange ex;
   auto const result = co_await retry::run_retry_loop(
-      policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port}, req, body, is_head,
+      policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port, tls_for(ctx, target, facts.dependency)}, req, body, is_head,
       *ctx.rng, *ctx.log,
       retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard}, ex);
   if (result.client_gone) co_return false;
@@ -278,6 +280,11 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
 }
 
 }  // namespace
+
+upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency) {
+  if (target.scheme != "https" || !ctx.origins) return nullptr;
+  return ctx.origins->tls_for(dependency);
+}
 
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
   auto const a = guard.admit();

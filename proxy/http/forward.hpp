@@ -34,6 +34,10 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
+/// The TLS client for a request to `target` when its dependency's origin is https://, else
+/// nullptr: the one place that decides whether an upstream connection is TLS.
+upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency);
+
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
                                 std::chrono::milliseconds idle);

@@ -40,7 +40,7 @@ struct failure {
 
 failure upstream_read_failure(const error_code& ec) {
   if (ec == beast::error::timeout) return {504, error_type::attempt_timeout, "no response head within attempt_timeout"};
-  if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+  if (ec == bhttp::error::end_of_stream || upstream::ends_stream(ec) || ec == net::error::connection_reset ||
       ec == bhttp::error::partial_message)
     return {502, error_type::connect_reset, "upstream closed the connection before a complete response head"};
   return {502, error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
@@ -48,7 +48,7 @@ failure upstream_read_failure(const error_code& ec) {
 
 /** Reads response heads until a final one, passing interim 1xx answers to an HTTP/1.1
     client (a 100 only if the client asked for it and has not had one). */
-net::awaitable<error_code> read_final_head(beast::tcp_stream& up, beast::flat_buffer& ubuf, std::optional<response_parser>& rp,
+net::awaitable<error_code> read_final_head(upstream::connection& up, beast::flat_buffer& ubuf, std::optional<response_parser>& rp,
                                            beast::tcp_stream& client, bool is_head, unsigned client_version,
                                            bool& continue_sent, bool want_continue, bool return_on_continue,
                                            clock::time_point deadline, std::chrono::milliseconds idle) {
@@ -118,26 +118,27 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   prepare_upstream_request(req, parser, target);
 
   auto const key = pool_key(target);
+  auto* const tls = tls_for(ctx, target, dependency);
   attempt_start = clock::now();
   auto deadline = attempt_start + policy.attempt_timeout;
   // A pooled connection may have been closed by the upstream just as it was reused. A
   // request without a body can then go again on a fresh connection: nothing of it was
   // processed, and the client has nothing more to send.
   for (int round = 0; round < 2; ++round) {
-    std::optional<beast::tcp_stream> up;
+    std::optional<upstream::connection> up;
     if (round == 0) {
       if (auto pooled = ctx.pool->take(key)) up.emplace(std::move(*pooled));
     }
     bool const reused = up.has_value();
     if (!up) {
-      auto c = co_await upstream::connect_to(target.connect_host, target.port, deadline);
-      if (!c.stream) {
+      auto c = co_await upstream::open_connection(target.connect_host, target.port, tls, deadline);
+      if (!c.conn) {
         bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
         error_reply const reply = fail({default_status(c.error), c.error, c.message});
         co_await send_error(client, reply, keep, idle);
         co_return keep;
       }
-      up.emplace(std::move(*c.stream));
+      up.emplace(std::move(*c.conn));
     }
     beast::flat_buffer ubuf;
     std::optional<response_parser> rp;
@@ -166,12 +167,19 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
           co_await send_error(client, reply, false, idle);
           co_return false;
         }
-        net::steady_timer timer(co_await net::this_coro::executor);
-        timer.expires_at(std::min(clock::now() + expect_wait, deadline));
-        auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
-        auto expire = timer.async_wait(use_tuple);
-        auto spoke = co_await (std::move(readable) || std::move(expire));
-        if (spoke.index() == 0) {
+        // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
+        // socket may carry only a session ticket, and waiting on a TLS read could not be
+        // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
+        bool upstream_spoke = false;
+        if (!up->is_tls()) {
+          net::steady_timer timer(co_await net::this_coro::executor);
+          timer.expires_at(std::min(clock::now() + expect_wait, deadline));
+          auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
+          auto expire = timer.async_wait(use_tuple);
+          auto spoke = co_await (std::move(readable) || std::move(expire));
+          upstream_spoke = spoke.index() == 0;
+        }
+        if (upstream_spoke) {
           auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, true, true,
                                               deadline, idle);
           if (hec) {

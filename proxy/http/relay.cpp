@@ -1,5 +1,6 @@
 #include "proxy/http/relay.hpp"
 
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -10,9 +11,9 @@ namespace {
 
 constexpr std::size_t chunk_size = 16 * 1024;
 
-template <bool isRequest>
-net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, beast::tcp_stream& to,
+template <bool isRequest, class From, class To>
+net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
+                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, To& to,
                                    bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle,
                                    std::string_view prefix) {
   std::array<char, chunk_size> chunk;
@@ -41,6 +42,13 @@ net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& 
       // read_some, not read: read waits until the chunk is full, which would hold back a
       // slow stream's first bytes.
       auto [ec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
+      if (ec == net::ssl::error::stream_truncated) {
+        // A TLS server closed without close_notify: the end of a body that runs to the
+        // close, or a cut message; the parser tells which, as Beast does for TCP's EOF.
+        error_code eof_ec;
+        p.put_eof(eof_ec);
+        ec = eof_ec ? error_code(bhttp::error::partial_message) : error_code{};
+      }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
       auto const got = chunk.size() - body.size;
       if (got == 0 && !p.is_done()) continue;  // only framing was parsed
@@ -62,13 +70,13 @@ net::awaitable<relay_result> relay(beast::tcp_stream& from, beast::flat_buffer& 
 }  // namespace
 
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                                bhttp::request_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                bhttp::request_parser<bhttp::buffer_body>& p, upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix) {
   return relay<true>(from, buffer, p, to, sr, idle, prefix);
 }
 
-net::awaitable<relay_result> relay_response_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
+net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
                                                  bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,
                                                  std::chrono::milliseconds idle) {

@@ -12,7 +12,7 @@ constexpr std::uint32_t max_response_head = 64 * 1024;
 
 attempt_failure read_failure(const error_code& ec) {
   if (ec == beast::error::timeout) return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
-  if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+  if (ec == bhttp::error::end_of_stream || ends_stream(ec) || ec == net::error::connection_reset ||
       ec == bhttp::error::partial_message)
     return {http::error_type::connect_reset, "upstream closed the connection before a complete response head"};
   return {http::error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
@@ -30,9 +30,9 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
     }
     bool const reused = out.stream.has_value();
     if (!out.stream) {
-      auto c = co_await connect_to(to.host, to.port, deadline);
-      if (!c.stream) co_return attempt_failure{c.error, c.message};
-      out.stream.emplace(std::move(*c.stream));
+      auto c = co_await open_connection(to.host, to.port, to.tls, deadline);
+      if (!c.conn) co_return attempt_failure{c.error, c.message};
+      out.stream.emplace(std::move(*c.conn));
     }
     auto& up = *out.stream;
     // The body is sent from memory: a retry sends the same bytes again.

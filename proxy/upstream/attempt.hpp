@@ -23,7 +23,7 @@ using clock = std::chrono::steady_clock;
 
 /// What an attempt leaves behind; the caller owns it so the last one can be streamed on.
 struct exchange {
-  std::optional<beast::tcp_stream> stream;
+  std::optional<connection> stream;
   beast::flat_buffer buffer;                 ///< bytes read past the response head
   std::optional<response_parser> response;   ///< the final head, when one arrived
 };
@@ -33,11 +33,14 @@ struct attempt_failure {
   std::string message;
 };
 
+class tls_client;
+
 /// Where the upstream is and which pool slot its connections use.
 struct destination {
   const std::string& pool_key;
   const std::string& host;  ///< for the resolver
   std::uint16_t port;
+  tls_client* tls = nullptr;  ///< set for an https origin
 };
 
 /** Runs one attempt into `out` (reset first). A pooled connection that turns out to be

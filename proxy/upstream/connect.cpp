@@ -1,5 +1,7 @@
 #include "proxy/upstream/connect.hpp"
 
+#include "proxy/upstream/tls_client.hpp"
+
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -61,6 +63,29 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
   error_code ignored;
   stream.socket().set_option(tcp::no_delay(true), ignored);
   out.stream.emplace(std::move(stream));
+  co_return out;
+}
+
+net::awaitable<open_result> open_connection(const std::string& host, std::uint16_t port, tls_client* tls,
+                                            std::chrono::steady_clock::time_point deadline) {
+  open_result out;
+  auto c = co_await connect_to(host, port, deadline);
+  if (!c.stream) {
+    out.error = c.error;
+    out.message = std::move(c.message);
+    co_return out;
+  }
+  if (!tls) {
+    out.conn.emplace(std::move(*c.stream));
+    co_return out;
+  }
+  auto h = co_await tls->handshake(*c.stream, deadline);
+  if (!h.conn) {
+    out.error = h.error;
+    out.message = std::move(h.message);
+    co_return out;
+  }
+  out.conn.emplace(std::move(*h.conn));
   co_return out;
 }
 

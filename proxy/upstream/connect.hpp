@@ -3,6 +3,7 @@
     SPEC section 6's error types (the R-4 classification builds on these). */
 #include "proxy/http/error_response.hpp"
 #include "proxy/net.hpp"
+#include "proxy/upstream/connection.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,19 @@ struct connect_result {
 /// double-destruction bug; the caller keeps it alive across the await.
 net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t port,
                                           std::chrono::steady_clock::time_point deadline);
+
+class tls_client;
+
+struct open_result {
+  std::optional<connection> conn;  ///< set on success
+  http::error_type error = http::error_type::connect_refused;
+  std::string message;
+};
+
+/// A connection for a request: TCP, then the TLS handshake when `tls` is given (an https
+/// origin). One deadline covers both.
+net::awaitable<open_result> open_connection(const std::string& host, std::uint16_t port, tls_client* tls,
+                                            std::chrono::steady_clock::time_point deadline);
 
 /// The error type for a failed connect (ECONNREFUSED, ECONNRESET, beast timeout, ...).
 http::error_type classify_connect_error(const error_code& ec);

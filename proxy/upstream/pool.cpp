@@ -7,9 +7,9 @@
 namespace rebound::upstream {
 namespace {
 
-/// A peek that does not block: EOF or stray bytes both mean the connection is no longer
-/// a clean place to start a request.
-bool still_open(boost::beast::tcp_stream& s) {
+/// A peek that does not block: EOF or stray bytes (on TLS: an alert, a close_notify) both
+/// mean the connection is no longer a clean place to start a request.
+bool still_open(connection& s) {
   auto& sock = s.socket();
   if (!sock.is_open()) return false;
   char c;
@@ -19,7 +19,7 @@ bool still_open(boost::beast::tcp_stream& s) {
 
 }  // namespace
 
-std::optional<boost::beast::tcp_stream> pool::take(const std::string& key) {
+std::optional<connection> pool::take(const std::string& key) {
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   auto& q = it->second;
@@ -38,7 +38,7 @@ std::optional<boost::beast::tcp_stream> pool::take(const std::string& key) {
   return std::nullopt;
 }
 
-void pool::put(const std::string& key, boost::beast::tcp_stream stream) {
+void pool::put(const std::string& key, connection stream) {
   auto& q = idle_[key];
   if (q.size() >= max_idle_per_key_) {
     boost::system::error_code ec;

@@ -1,10 +1,11 @@
 #pragma once
-/** Idle upstream connections of one worker thread, keyed by scheme://host:port.
+/** Idle upstream connections of one worker thread, keyed by scheme://host:port (https for a
+    TLS origin, so a plain and a TLS connection never stand in for each other).
 
     A worker's sessions run on its single-threaded io_context, so the pool needs no lock.
     Only connections that finished a whole exchange cleanly come back here: a timed-out,
     failed or cancelled Beast stream is unusable and is closed instead. */
-#include <boost/beast/core/tcp_stream.hpp>
+#include "proxy/upstream/connection.hpp"
 
 #include <chrono>
 #include <deque>
@@ -26,9 +27,9 @@ class pool {
   /** The most recently used live connection for `key`, if any. Connections idle for a
       second or more are checked first: one the peer has closed (or sent unsolicited bytes
       on) is dropped here, not handed out. */
-  std::optional<boost::beast::tcp_stream> take(const std::string& key);
+  std::optional<connection> take(const std::string& key);
 
-  void put(const std::string& key, boost::beast::tcp_stream stream);
+  void put(const std::string& key, connection stream);
 
   /// Closes connections idle for longer than the idle timeout.
   void sweep();
@@ -37,7 +38,7 @@ class pool {
 
  private:
   struct idle {
-    boost::beast::tcp_stream stream;
+    connection stream;
     clock::time_point since;
   };
   std::size_t max_idle_per_key_;

@@ -78,11 +78,37 @@ TEST(TypedValues, OriginIsAnHttpUrlWithHostAndPortOnly) {
   EXPECT_EQ(format_origin(*o.value), "http://[::1]:9000");
 }
 
+TEST(TypedValues, HttpsOriginDefaultsToPort443) {
+  auto const o = parse_origin("https://pay.example.com");
+  ASSERT_TRUE(o.value) << o.error;
+  EXPECT_EQ(o.value->scheme, "https");
+  EXPECT_EQ(o.value->port, 443);
+  EXPECT_EQ(format_origin(*o.value), "https://pay.example.com:443");
+  auto const p = parse_origin("https://10.0.0.5:8443/");
+  ASSERT_TRUE(p.value) << p.error;
+  EXPECT_EQ(p.value->port, 8443);
+}
+
+TEST(TypedValues, ServiceUrlKeepsPathAndQuery) {
+  auto const u = parse_service_url("https://auth.example.com/oauth/token?realm=a");
+  ASSERT_TRUE(u.value) << u.error;
+  EXPECT_EQ(u.value->origin.host, "auth.example.com");
+  EXPECT_EQ(u.value->origin.port, 443);
+  EXPECT_EQ(u.value->target, "/oauth/token?realm=a");
+  EXPECT_EQ(format_service_url(*u.value), "https://auth.example.com/oauth/token?realm=a");
+  auto const bare = parse_service_url("http://127.0.0.1:8080");
+  ASSERT_TRUE(bare.value) << bare.error;
+  EXPECT_EQ(bare.value->target, "/");
+  EXPECT_EQ(format_service_url(*bare.value), "http://127.0.0.1:8080/");
+  EXPECT_NE(parse_service_url("https://id:secret@auth/token").error.find("credentials"), std::string::npos);
+  EXPECT_NE(parse_service_url("https://auth/token#x").error.find("fragment"), std::string::npos);
+  EXPECT_NE(parse_service_url("ftp://auth/token").error.find("not an http:// or https:// URL"), std::string::npos);
+}
+
 TEST(TypedValues, OriginRefusalsSayWhy) {
-  EXPECT_NE(parse_origin("https://pay.example.com").error.find("TLS origination is not built yet"), std::string::npos);
   EXPECT_NE(parse_origin("http://user:pw@host").error.find("credentials"), std::string::npos);
   EXPECT_NE(parse_origin("http://host/v1").error.find("path"), std::string::npos);
-  EXPECT_NE(parse_origin("ftp://host").error.find("not an http:// URL"), std::string::npos);
+  EXPECT_NE(parse_origin("ftp://host").error.find("not an http:// or https:// URL"), std::string::npos);
   EXPECT_NE(parse_origin("http://host:0").error.find("invalid port"), std::string::npos);
   EXPECT_NE(parse_origin("http://host:99999").error.find("invalid port"), std::string::npos);
   EXPECT_NE(parse_origin("http://ho st").error.find("invalid host"), std::string::npos);

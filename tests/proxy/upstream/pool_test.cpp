@@ -35,7 +35,7 @@ TEST(Pool, ReturnsTheConnectionPutForTheSameKeyOnly) {
   connected_pair c(ioc);
   auto const local = c.client.socket().local_endpoint();
   pool p(8, 30s);
-  p.put("http://a:80", std::move(c.client));
+  p.put("http://a:80", rebound::upstream::connection(std::move(c.client)));
   EXPECT_FALSE(p.take("http://b:80"));
   auto s = p.take("http://a:80");
   ASSERT_TRUE(s);
@@ -47,7 +47,7 @@ TEST(Pool, ConnectionClosedByThePeerWhileIdleIsNeverHandedOut) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 30s);
-  p.put("k", std::move(c.client));
+  p.put("k", rebound::upstream::connection(std::move(c.client)));
   c.server.close();
   // The FIN may take a moment to arrive on loopback; poll for it rather than sleep blindly.
   for (int i = 0; i < 200 && p.idle_count() == 1; ++i) {
@@ -62,7 +62,7 @@ TEST(Pool, ConnectionWithUnsolicitedBytesIsNotReused) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 30s, 0ms);
-  p.put("k", std::move(c.client));
+  p.put("k", rebound::upstream::connection(std::move(c.client)));
   net::write(c.server, net::buffer(std::string_view("HTTP/1.1 200 OK\r\n\r\n")));
   bool still_offered = true;
   for (int i = 0; i < 200 && still_offered; ++i) {
@@ -78,7 +78,7 @@ TEST(Pool, RecentlyUsedConnectionIsHandedOutWithoutACheck) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 30s, 1h);
-  p.put("k", std::move(c.client));
+  p.put("k", rebound::upstream::connection(std::move(c.client)));
   net::write(c.server, net::buffer(std::string_view("x")));
   std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(p.take("k"));  // the check is skipped; a stale reuse is caught by the exchange itself
@@ -88,7 +88,7 @@ TEST(Pool, ExpiredIdleConnectionIsDropped) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 0ms);
-  p.put("k", std::move(c.client));
+  p.put("k", rebound::upstream::connection(std::move(c.client)));
   EXPECT_FALSE(p.take("k"));
 }
 
@@ -97,9 +97,9 @@ TEST(Pool, KeepsAtMostTheLimitPerKeyDroppingTheOldest) {
   connected_pair a(ioc), b(ioc), c(ioc);
   auto const newest = c.client.socket().local_endpoint();
   pool p(2, 30s);
-  p.put("k", std::move(a.client));
-  p.put("k", std::move(b.client));
-  p.put("k", std::move(c.client));
+  p.put("k", rebound::upstream::connection(std::move(a.client)));
+  p.put("k", rebound::upstream::connection(std::move(b.client)));
+  p.put("k", rebound::upstream::connection(std::move(c.client)));
   EXPECT_EQ(p.idle_count(), 2u);
   auto s = p.take("k");
   ASSERT_TRUE(s);
