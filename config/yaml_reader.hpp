@@ -92,8 +92,7 @@ class yaml_reader {
     else error(n, p, r.error);
   }
 
-  /// A file path value that names a readable file (checked at load, so `rebound check`
-  /// finds a missing secret or CA bundle before a deploy does).
+  /// A file path value; one that cannot be read here is a warning (see load_security.cpp).
   std::optional<std::string> readable_file(const YAML::Node& parent, std::string_view key, const std::string& path);
 
   static std::string join(const std::string& path, std::string_view key) {

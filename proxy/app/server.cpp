@@ -126,6 +126,7 @@ struct control_state {
   retry::guard_registry& guards;
   observe::logger& log;
   const run_options& options;
+  std::shared_ptr<const upstream::secure_origins> origins;  ///< the running config's
 };
 
 std::string joined(const std::vector<std::string>& names) {
@@ -171,7 +172,7 @@ void reload(control_state& cs) {
   auto const current = std::make_shared<const config::config>(std::move(next));
   std::shared_ptr<const upstream::secure_origins> origins;
   try {
-    origins = std::make_shared<const upstream::secure_origins>(*current);
+    origins = std::make_shared<const upstream::secure_origins>(*current, &log, cs.origins.get());
   } catch (const std::exception& e) {  // a CA bundle or key that does not load: the old config serves on
     log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
     return;
@@ -186,6 +187,7 @@ void reload(control_state& cs) {
     });
   }
   cs.admin.cfg = current;
+  cs.origins = origins;
   log.info("config_reloaded", {{"file", path}, {"dependencies", current->dependencies.size()},
                                {"kept", joined(report.kept)}, {"reset", joined(report.reset)},
                                {"added", joined(report.added)}, {"removed", joined(report.removed)}});
@@ -297,7 +299,8 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
   retry::guard_registry guards(*cfg, log, metrics);
-  auto const origins = std::make_shared<const upstream::secure_origins>(*cfg);  // throws: start-up refused
+  // Throws on a CA bundle or key that does not load: start-up is refused.
+  auto const origins = std::make_shared<const upstream::secure_origins>(*cfg, &log);
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
@@ -319,7 +322,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   state.cfg = cfg;
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
-  control_state cs{workers, state, guards, log, options};
+  control_state cs{workers, state, guards, log, options, origins};
   net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), report_failure{&log, "signals"});
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 

@@ -1,5 +1,6 @@
 #include "proxy/http/forward.hpp"
 
+#include "proxy/auth/jwt.hpp"
 #include "proxy/http/forward_once.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
@@ -150,7 +151,10 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const key = pool_key(target);
   upstream::exchange ex;
   auto const result = co_await retry::run_retry_loop(
-      policy, facts, *ctx.pool, upstream::destination{key, target.connect_host, target.port, tls_for(ctx, target, facts.dependency)}, req, body, is_head,
+      policy, facts, *ctx.pool,
+      upstream::destination{key, target.connect_host, target.port, tls_for(ctx, target, facts.dependency),
+                            credentials_for(ctx, req, facts.dependency)},
+      req, body, is_head,
       *ctx.rng, *ctx.log,
       retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard}, ex);
   if (result.client_gone) co_return false;
@@ -217,6 +221,9 @@ void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>&
   facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   facts.path = loggable_path(target.origin_form);
   correlate(plan, req, rng);
+  // the request's own credential is kept; a JWT's exp bounds its retries.
+  if (auto it = req.find(bhttp::field::authorization); it != req.end())
+    facts.credential_expires = auth::jwt_expiry(auth::bearer_token(it->value()));
 
   // whether this request may be sent more than once.
   auto const& key_header = policy.idempotency.header;
@@ -280,6 +287,12 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
 }
 
 }  // namespace
+
+auth::credential_source* credentials_for(const session_context& ctx, const bhttp::request<bhttp::buffer_body>& req,
+                                        std::string_view dependency) {
+  if (!ctx.origins || req.find(bhttp::field::authorization) != req.end()) return nullptr;
+  return ctx.origins->auth_for(dependency);
+}
 
 upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency) {
   if (target.scheme != "https" || !ctx.origins) return nullptr;

@@ -6,12 +6,11 @@
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
-#include <optional>
-
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
+#include <optional>
 #include <string_view>
 
 namespace rebound::http {
@@ -37,6 +36,11 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 /// The TLS client for a request to `target` when its dependency's origin is https://, else
 /// nullptr: the one place that decides whether an upstream connection is TLS.
 upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency);
+
+/// rebound's credential source for the dependency, or nullptr: none configured, or the
+/// request carries its own Authorization, which is kept (SPEC 5).
+auth::credential_source* credentials_for(const session_context& ctx, const bhttp::request<bhttp::buffer_body>& req,
+                                        std::string_view dependency);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

@@ -1,5 +1,6 @@
 #include "proxy/http/forward_once.hpp"
 
+#include "proxy/auth/credential_source.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
@@ -119,8 +120,20 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
 
   auto const key = pool_key(target);
   auto* const tls = tls_for(ctx, target, dependency);
+  auto* const creds = credentials_for(ctx, req, dependency);
   attempt_start = clock::now();
   auto deadline = attempt_start + policy.attempt_timeout;
+  if (creds) {
+    auto cred = co_await creds->authorization(deadline);
+    if (!cred.authorization) {
+      bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
+      error_reply const reply =
+          fail({502, error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error});
+      co_await send_error(client, reply, keep, idle);
+      co_return keep;
+    }
+    req.set(bhttp::field::authorization, *cred.authorization);
+  }
   // A pooled connection may have been closed by the upstream just as it was reused. A
   // request without a body can then go again on a fresh connection: nothing of it was
   // processed, and the client has nothing more to send.

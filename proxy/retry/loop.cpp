@@ -107,6 +107,15 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
     if (failure) result.failure = upstream::attempt_failure{*plan.why_not, "no time left for another attempt"};
     return {};
   }
+  // a retry must not go out with the request's own credential once it has expired;
+  // the client gets the last answer instead (it can renew the token, rebound cannot).
+  if (facts.credential_expires && std::chrono::system_clock::now() + plan.wait >= *facts.credential_expires) {
+    st.log.warn("retry_stopped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                  {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
+                                  {"reason", "credential_expired"},
+                                  {"retry_after_ms", static_cast<long long>(retry_after ? retry_after->count() : -1)}});
+    return {};
+  }
   // the budget is asked last, so only a retry that would really go spends it.
   if (auto const permit = st.gate.allow_retry(); !permit.granted) {
     st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},

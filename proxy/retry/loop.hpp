@@ -21,6 +21,8 @@ struct request_facts {
   std::string_view path;            ///< without the query (R-9)
   std::string_view correlation_id;
   std::string_view idempotency_key;
+  /// The `exp` of the request's own bearer JWT: no retry is sent once it has passed.
+  std::optional<std::chrono::system_clock::time_point> credential_expires;
 };
 
 /// What the loop shares with the session and the dependency. Null members are not used.

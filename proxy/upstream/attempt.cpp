@@ -1,5 +1,6 @@
 #include "proxy/upstream/attempt.hpp"
 
+#include "proxy/auth/credential_source.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -21,6 +22,15 @@ attempt_failure read_failure(const error_code& ec) {
 net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
                                                            bhttp::request<bhttp::buffer_body>& req, std::string_view body,
                                                            bool is_head, clock::time_point deadline, exchange& out) {
+  if (to.auth) {
+    auto cred = co_await to.auth->authorization(deadline);
+    if (!cred.authorization) {
+      out.stream.reset();
+      out.response.reset();
+      co_return attempt_failure{http::error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error};
+    }
+    req.set(bhttp::field::authorization, *cred.authorization);
+  }
   for (int round = 0; round < 2; ++round) {
     out.stream.reset();
     out.response.reset();

@@ -34,6 +34,11 @@ struct attempt_failure {
 };
 
 class tls_client;
+}  // namespace rebound::upstream
+namespace rebound::auth {
+class credential_source;
+}
+namespace rebound::upstream {
 
 /// Where the upstream is and which pool slot its connections use.
 struct destination {
@@ -41,9 +46,13 @@ struct destination {
   const std::string& host;  ///< for the resolver
   std::uint16_t port;
   tls_client* tls = nullptr;  ///< set for an https origin
+  /// rebound's credential for the dependency (`auth`), unless the request carries its own.
+  auth::credential_source* auth = nullptr;
 };
 
-/** Runs one attempt into `out` (reset first). A pooled connection that turns out to be
+/** Runs one attempt into `out` (reset first). With `to.auth`, the credential is made sure
+    of first (R-9): without a valid one the attempt fails with auth_refresh_failed and
+    nothing is sent. A pooled connection that turns out to be
     closed before any response byte is replaced by a fresh one once, within the same
     attempt: nothing of the request was processed. */
 net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,

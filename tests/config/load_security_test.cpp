@@ -65,10 +65,19 @@ TEST(LoadSecurity, TlsFilesMustBeReadableAndCertGoesWithKey) {
   temp_file ca("x");
   auto const ds = errors_of(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
                                        "      client_cert: " + ca.path + "\n      server_name: a b\n      verfy: true\n"));
-  EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls.ca_file", "cannot read \"/nonexistent/ca.pem\""));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls", "client_cert and client_key go together"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls.server_name", "expected a host name"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls.verfy", "did you mean \"verify\""));
+}
+
+TEST(LoadSecurity, UnreadableFilesAreWarningsForCheckInCi) {
+  std::vector<diagnostic> warnings;
+  auto const c = load_config_text(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
+                                             "    auth:\n      type: bearer_file\n      path: /nonexistent/token\n"),
+                                  "t.yaml", &warnings);
+  EXPECT_EQ(c.dependencies.at(0).tls->ca_file, "/nonexistent/ca.pem");
+  EXPECT_TRUE(has_finding(warnings, "dependencies.pay.tls.ca_file", "cannot read \"/nonexistent/ca.pem\""));
+  EXPECT_TRUE(has_finding(warnings, "dependencies.pay.auth.path", "refuses to start without it"));
 }
 
 TEST(LoadSecurity, TlsSettingsAreRead) {
