@@ -35,10 +35,13 @@ TEST(Examples, EveryExampleConfigLoads) {
     } catch (const config_error& x) {
       ADD_FAILURE() << x.what();
     }
-    for (auto const& w : warnings)
-      EXPECT_EQ(w.rule, "R-2") << "only the documented approval warning is expected: " << to_string(w);
+    for (auto const& w : warnings) {
+      // The secrets and CA bundles an example names are not on a build machine.
+      bool const mounted_file = w.rule.empty() && w.message.find("cannot read") != std::string::npos;
+      EXPECT_TRUE(w.rule == "R-2" || mounted_file) << "only documented warnings are expected: " << to_string(w);
+    }
   }
-  EXPECT_GE(n, 3u);
+  EXPECT_GE(n, 4u);
 }
 
 namespace {
