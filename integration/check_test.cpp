@@ -25,6 +25,29 @@ Checked check(const std::string& yaml, bool json) {
 constexpr auto approved = "dependencies:\n  reports:\n    hosts: [r]\n    max_retries: 7\n    approval: IAB-2026-114\n"
                           "    idempotency: {inject: false}\n";
 
+TEST(Check, R9_VerifyFalseExits1) {
+  auto c = check("dependencies:\n  pay:\n    hosts: [p]\n    origin: https://p.example.com\n    tls: {verify: false}\n",
+                 true);
+  EXPECT_EQ(c.run.exit_code, 1) << c.run.out;
+  ASSERT_TRUE(c.json) << c.run.out;
+  EXPECT_NE(c.run.out.find(R"("rule":"R-9")"), std::string::npos) << c.run.out;
+}
+
+TEST(Check, AnUnusableCaBundleIsAnErrorAndAMissingOneAWarning) {
+  auto const dir = make_temp_dir();
+  write_file(dir + "/not-a-ca.pem", "hello\n");
+  auto const yaml = [&](const std::string& ca) {
+    return "dependencies:\n  pay:\n    hosts: [p]\n    origin: https://p.example.com\n    tls:\n      ca_file: " + ca + "\n";
+  };
+  auto bad = check(yaml(dir + "/not-a-ca.pem"), false);
+  EXPECT_EQ(bad.run.exit_code, 1) << bad.run.out;
+  EXPECT_NE(bad.run.err.find("dependencies.pay.tls: tls.ca_file"), std::string::npos) << bad.run.err;
+  auto missing = check(yaml(dir + "/absent.pem"), false);
+  EXPECT_EQ(missing.run.exit_code, 0) << missing.run.err;
+  EXPECT_NE(missing.run.out.find("warning: dependencies.pay.tls.ca_file: cannot read"), std::string::npos) << missing.run.out;
+  remove_tree(dir);
+}
+
 TEST(Check, CleanFileExits0) {
   auto c = check("defaults:\n  max_retries: 2\n", false);
   EXPECT_EQ(c.run.exit_code, 0) << c.run.err;

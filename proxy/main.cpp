@@ -3,9 +3,11 @@
 #include "proxy/app/server.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/upstream/tls_client.hpp"
 
 #include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
@@ -49,11 +51,35 @@ std::string findings_json(const std::string& file, bool valid, const std::vector
   return out;
 }
 
+/** What start-up would refuse beyond the loader: a CA bundle or client certificate that is
+    readable but not usable (not PEM, a key that does not match). Files that cannot be read
+    here were warned about already (CI runs check where they are not mounted). */
+std::vector<rebound::config::diagnostic> unusable_tls_files(const std::string& file, const rebound::config::config& cfg) {
+  std::vector<rebound::config::diagnostic> out;
+  for (auto const& d : cfg.dependencies) {
+    if (!d.tls || !d.origin) continue;
+    bool all_readable = true;
+    for (auto const* f : {&d.tls->ca_file, &d.tls->client_cert, &d.tls->client_key})
+      if (!f->empty() && ::access(f->c_str(), R_OK) != 0) all_readable = false;
+    if (!all_readable) continue;
+    try {
+      rebound::upstream::tls_client probe(*d.tls, d.origin->host);
+    } catch (const std::exception& e) {
+      out.push_back({file, 0, 0, "dependencies." + d.name + ".tls", e.what(), {}});
+    }
+  }
+  return out;
+}
+
 /// SPEC 1: exit 0 clean or warnings only, 1 errors, 2 unreadable or malformed.
 int check(const std::string& file, std::string_view format) {
   std::vector<rebound::config::diagnostic> warnings;
   try {
-    rebound::config::load_config_file(file, &warnings);
+    auto const cfg = rebound::config::load_config_file(file, &warnings);
+    if (auto errors = unusable_tls_files(file, cfg); !errors.empty()) {
+      errors.insert(errors.end(), warnings.begin(), warnings.end());
+      throw rebound::config::config_error(std::move(errors));
+    }
     if (format == "json") {
       std::cout << findings_json(file, true, warnings);
     } else {
