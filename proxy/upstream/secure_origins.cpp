@@ -60,11 +60,13 @@ secure_origins::secure_origins(const config::config& cfg, const observe::logger*
 }
 
 tls_client* secure_origins::tls_for(std::string_view dependency) const {
+  if (tls_.empty()) return nullptr;  // asked on every request: no key to build for most configs
   auto it = tls_.find(std::string(dependency));
   return it == tls_.end() ? nullptr : it->second.get();
 }
 
 auth::credential_source* secure_origins::auth_for(std::string_view dependency) const {
+  if (auth_.empty()) return nullptr;
   auto it = auth_.find(std::string(dependency));
   return it == auth_.end() ? nullptr : it->second.source.get();
 }
