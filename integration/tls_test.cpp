@@ -40,6 +40,30 @@ TEST(Tls, R9_VerifiedOriginationWorksAndRetries) {
   EXPECT_GE(up.tls_handshakes(), 1u);
 }
 
+TEST(Tls, ABodyThatRunsToTheCloseEndsWithoutCloseNotify) {
+  // Many TLS servers close without close_notify; HTTP framing says whether the body was whole.
+  TestPki pki;
+  auto const cert = pki.issue("server", {"localhost"});
+  ScriptedUpstream up;
+  up.use_tls(cert.cert_file, cert.key_file);
+  Script to_close;
+  to_close.raw_response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it";
+  up.on("/stream", to_close);
+  Script cut;
+  cut.raw_response = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nnot all";
+  up.on("/cut", cut);
+  ReboundOptions o;
+  o.extra = pay_dependency(up.port(), trust(pki));
+  ReboundProcess rb(o);
+  auto r = raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/stream"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "all of it");
+  EXPECT_FALSE(raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/cut")))
+      << "a Content-Length body cut short is not passed off as complete";
+  EXPECT_TRUE(rb.wait_for_log("response body cut short"));
+}
+
 TEST(Tls, R9_IpOriginIsVerifiedAgainstTheCertificatesIpAddress) {
   TestPki pki;
   auto const cert = pki.issue("server", {"127.0.0.1"});
