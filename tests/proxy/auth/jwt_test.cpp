@@ -40,6 +40,7 @@ TEST(Jwt, NoExpiryWhenNotAJwtOrNoNumericExp) {
   EXPECT_FALSE(jwt_expiry(jwt(R"({"sub":"a"})")));
   EXPECT_FALSE(jwt_expiry(jwt(R"({"exp":"tomorrow"})")));
   EXPECT_FALSE(jwt_expiry(jwt(R"({"exp":-5})")));
+  EXPECT_FALSE(jwt_expiry(jwt(R"({"exp":1e300})"))) << "beyond what the clock can hold";
   EXPECT_FALSE(jwt_expiry(jwt("not json")));
   EXPECT_FALSE(jwt_expiry("a.!!!.c"));
 }
