@@ -1,6 +1,5 @@
 #include "proxy/http/forward_once.hpp"
 
-#include "proxy/auth/credential_source.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
@@ -124,15 +123,13 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   attempt_start = clock::now();
   auto deadline = attempt_start + policy.attempt_timeout;
   if (creds) {
-    auto cred = co_await creds->authorization(deadline);
-    if (!cred.authorization) {
+    auto refused = co_await upstream::apply_credential(*creds, req, deadline);
+    if (refused) {
       bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
-      error_reply const reply =
-          fail({502, error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error});
+      error_reply const reply = fail({default_status(refused->type), refused->type, refused->message});
       co_await send_error(client, reply, keep, idle);
       co_return keep;
     }
-    req.set(bhttp::field::authorization, *cred.authorization);
   }
   // A pooled connection may have been closed by the upstream just as it was reused. A
   // request without a body can then go again on a fresh connection: nothing of it was

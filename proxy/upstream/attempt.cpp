@@ -19,17 +19,26 @@ attempt_failure read_failure(const error_code& ec) {
   return {http::error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
 }
 
+net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,
+                                                                bhttp::request<bhttp::buffer_body>& req,
+                                                                clock::time_point deadline) {
+  auto cred = co_await source.authorization(deadline);
+  if (!cred.authorization)
+    co_return attempt_failure{http::error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error};
+  req.set(bhttp::field::authorization, *cred.authorization);
+  co_return std::nullopt;
+}
+
 net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
                                                            bhttp::request<bhttp::buffer_body>& req, std::string_view body,
                                                            bool is_head, clock::time_point deadline, exchange& out) {
   if (to.auth) {
-    auto cred = co_await to.auth->authorization(deadline);
-    if (!cred.authorization) {
+    auto refused = co_await apply_credential(*to.auth, req, deadline);
+    if (refused) {
       out.stream.reset();
       out.response.reset();
-      co_return attempt_failure{http::error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error};
+      co_return refused;
     }
-    req.set(bhttp::field::authorization, *cred.authorization);
   }
   for (int round = 0; round < 2; ++round) {
     out.stream.reset();

@@ -59,6 +59,13 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
                                                            bhttp::request<bhttp::buffer_body>& req, std::string_view body,
                                                            bool is_head, clock::time_point deadline, exchange& out);
 
+/** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
+    credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
+    that sends a request to a dependency with `auth` goes through here. */
+net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,
+                                                                bhttp::request<bhttp::buffer_body>& req,
+                                                                clock::time_point deadline);
+
 /// The failure type of a response head that could not be read.
 attempt_failure read_failure(const error_code& ec);
 
