@@ -9,9 +9,11 @@
 #include <boost/beast/http/write.hpp>
 
 #include "config/describe.hpp"
+#include "proxy/http/bounded_parser.hpp"
 #include "proxy/observe/json.hpp"
 
 #include <cstdio>
+#include <optional>
 
 namespace rebound::admin {
 namespace {
@@ -76,16 +78,40 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
               "not found; try /healthz, /readyz, /metrics, /dependencies or /config\n");
 }
 
+/// The status for a request the admin port could not read, or nullopt when nobody is there.
+std::optional<bhttp::status> refusal_status(const error_code& ec) {
+  if (ec == bhttp::error::header_limit) return bhttp::status::request_header_fields_too_large;
+  if (ec == bhttp::error::body_limit) return bhttp::status::payload_too_large;
+  if (ec == bhttp::error::buffer_overflow) return bhttp::status::bad_request;
+  if (ec == bhttp::error::partial_message || ec == bhttp::error::end_of_stream) return std::nullopt;
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category()) return bhttp::status::bad_request;
+  return std::nullopt;
+}
+
 net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {
   beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
+  constexpr std::uint32_t head_limit = 16 * 1024;
+  // Bounds what a chunk-size line or a trailer section can make the buffer hold.
+  beast::flat_buffer buffer(head_limit + 64 * 1024);
   for (;;) {
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.header_limit(16 * 1024);
+    http::bounded_parser<true, bhttp::string_body> parser;
+    parser.header_limit(head_limit);
     parser.body_limit(64 * 1024);
     stream.expires_after(std::chrono::seconds(30));
     auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
-    if (ec) break;
+    if (ec) {
+      // A client that sent something malformed learns why; one that went away or stalled does not.
+      if (auto status = refusal_status(ec)) {
+        bhttp::response<bhttp::string_body> res{*status, 11};
+        res.set(bhttp::field::content_type, "text/plain");
+        res.body() = "malformed or oversized request: " + ec.message() + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(std::chrono::seconds(5));
+        co_await bhttp::async_write(stream, res, use_tuple);
+      }
+      break;
+    }
     auto res = answer(parser.get(), state);
     auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
     if (wec || !res.keep_alive()) break;

@@ -64,6 +64,25 @@ struct report_failure {
   }
 };
 
+/** Runs `ioc` until it stops. Nothing on the data path throws (errors are values, every
+    parser limit is set); this is the last line of defence if something still does, e.g. a
+    library function in a completion handler: the process logs it and keeps serving instead
+    of aborting every connection it holds. The operation that threw is lost with its
+    handler, and its connection closes when its socket is released. Asio allows run() to be
+    called again after a handler threw. */
+void run_guarded(net::io_context& ioc, const observe::logger& log, const char* what) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& x) {
+      log.error("internal_error", {{"task", what}, {"message", x.what()}});
+    } catch (...) {
+      log.error("internal_error", {{"task", what}, {"message", "unknown exception"}});
+    }
+  }
+}
+
 net::awaitable<void> accept_loop(worker& w, http::session_context ctx) {
   for (;;) {
     auto [ec, socket] = co_await w.acceptor->async_accept(use_tuple);
@@ -333,12 +352,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   }
   for (auto& w : workers) {
     worker* wp = w.get();
-    wp->thread = std::thread([wp] { wp->ioc.run(); });
+    wp->thread = std::thread([wp, &log] { run_guarded(wp->ioc, log, "worker"); });
   }
   state.ready = true;
   log.info("listening", {{"listen", to_string(ep)}, {"admin", to_string(admin_acceptor.local_endpoint())},
                          {"workers", n}, {"version", REBOUND_VERSION}});
-  control.run();
+  run_guarded(control, log, "control");
   for (auto& w : workers) w->ioc.stop();
   for (auto& w : workers) w->thread.join();
   log.info("stopped", {{"log_lines_dropped", log.dropped()}});

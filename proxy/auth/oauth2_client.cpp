@@ -1,6 +1,7 @@
 #include "proxy/auth/oauth2_client.hpp"
 
 #include "proxy/auth/jwt.hpp"
+#include "proxy/http/bounded_parser.hpp"
 #include "proxy/upstream/connect.hpp"
 #include "proxy/upstream/tls_client.hpp"
 
@@ -225,8 +226,8 @@ net::awaitable<token_answer> oauth2_client::fetch(steady_clock::time_point deadl
     out.error = "sending the token request failed: " + wec.message();
     co_return out;
   }
-  beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::string_body> parser;
+  beast::flat_buffer buffer(128 * 1024);  // bounds chunk-size lines and trailers
+  http::bounded_parser<false, bhttp::string_body> parser;
   parser.body_limit(max_token_answer);
   auto [rec, rn] = co_await bhttp::async_read(conn, buffer, parser, use_tuple);
   if (rec && !(upstream::ends_stream(rec) && parser.is_done())) {

@@ -1,5 +1,6 @@
 #include "proxy/http/client_session.hpp"
 
+#include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/framing.hpp"
 #include "proxy/http/request_target.hpp"
@@ -11,6 +12,10 @@
 
 namespace rebound::http {
 namespace {
+
+/// Room in the client's read buffer beyond the head limit: one read (Beast reads up to
+/// 64 KiB) plus a trailer section.
+constexpr std::size_t read_slack = 64 * 1024 + 16 * 1024;
 
 /// The dependency name and policy for a target: a configured dependency, or the defaults
 /// under the name `host:port` (SPEC section 2).
@@ -40,7 +45,7 @@ struct vetted {
 /** Checks framing and target and finds the dependency. A plain function, so its
     temporaries stay off the session's coroutine frame, which lives as long as the
     connection. */
-bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& parser, const config::config& cfg) {
+bool vet_request(vetted& v, const request_parser& parser, const config::config& cfg) {
   auto const& req = parser.get();
   if (auto problem = check_request_framing(req.base(), req.version())) {
     v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
@@ -83,7 +88,7 @@ bool vet_request(vetted& v, const bhttp::request_parser<bhttp::buffer_body>& par
 
 /// The answer to a request head Beast refused, or nullopt when there is nobody to answer.
 std::optional<error_reply> reply_for_read_error(const error_code& ec) {
-  if (ec == bhttp::error::header_limit)
+  if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
     return error_reply{431, error_type::bad_request, "request head too large", {}, 0};
   if (ec == bhttp::error::body_limit)
     return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
@@ -128,8 +133,11 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     auto const& cfg = *ctx.cfg;
     auto const idle = cfg.limits.idle_timeout;
     guard.set_idle(true);
-    bhttp::request_parser<bhttp::buffer_body> parser;
+    request_parser parser;
     parser.header_limit(static_cast<std::uint32_t>(cfg.limits.max_request_head));
+    // What the buffer may hold bounds a chunk-size line and a trailer section, which Beast
+    // otherwise buffers without limit while it looks for their end.
+    buffer.max_size(cfg.limits.max_request_head + read_slack);
     if (cfg.limits.max_request_body > 0) parser.body_limit(cfg.limits.max_request_body);
     else parser.body_limit(boost::none);
     client.expires_after(idle);

@@ -46,7 +46,7 @@ struct kept_body {
 /** Reads the whole request body into `out`, so every attempt can send it again. A chunked
     body has no length to check in advance: reading stops once it passes `limit`. */
 net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                          bhttp::request_parser<bhttp::buffer_body>& parser, std::string& out,
+                                          request_parser& parser, std::string& out,
                                           std::size_t limit, std::chrono::milliseconds idle) {
   if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
   std::array<char, 16 * 1024> chunk;
@@ -58,10 +58,8 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
     client.expires_after(idle);
     auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
     if (ec && ec != bhttp::error::need_buffer) {
-      if (ec == bhttp::error::body_limit)
-        co_return kept_body{error_reply{413, error_type::bad_request, "request body too large", {}, 0}};
-      if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() && ec != bhttp::error::partial_message)
-        co_return kept_body{error_reply{400, error_type::bad_request, "malformed request body: " + ec.message(), {}, 0}};
+      if (auto refusal = body_read_refusal(ec, parser))
+        co_return kept_body{std::move(*refusal)};
       co_return kept_body{error_reply{0, error_type::bad_request, "client went away", {}, 0}};
     }
     out.append(chunk.data(), chunk.size() - body.size);
@@ -97,6 +95,17 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 
 }  // namespace
 
+std::optional<error_reply> body_read_refusal(const error_code& ec, const request_parser& parser) {
+  if (ec == bhttp::error::body_limit) return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
+  if (ec == bhttp::error::header_limit && parser.refusal() == field_refusal::trailer_section)
+    return error_reply{400, error_type::bad_request, "trailer section too large", {}, 0};
+  if (ec == bhttp::error::buffer_overflow)
+    return error_reply{400, error_type::bad_request, "chunk-size line or trailer section too large", {}, 0};
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() && ec != bhttp::error::partial_message)
+    return error_reply{400, error_type::bad_request, "malformed request body: " + ec.message(), {}, 0};
+  return std::nullopt;  // the client went away or stalled: nobody to answer
+}
+
 void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
                         unsigned status, unsigned attempts, std::string_view message) {
   // a certificate rebound refuses is a security event, not a flaky upstream.
@@ -118,7 +127,7 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. */
 net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                                      beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                                      beast::flat_buffer& buffer, request_parser& parser,
                                       const request_target& target, retry::request_facts facts,
                                       const config::policy& policy, retry::dependency_guard& guard) {
   auto& req = parser.get();
@@ -206,7 +215,7 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
   plan.facts.correlation_id = plan.made_correlation_id;
 }
 
-void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+void plan_request(forward_plan& plan, request_parser& parser, const request_target& target,
                   std::string_view dependency, const config::policy& policy, std::mt19937_64& rng) {
   auto& req = parser.get();
   if (auto it = req.find(bhttp::field::expect); it != req.end() && req.version() >= 11 &&
@@ -278,7 +287,7 @@ void plan_request(forward_plan& plan, bhttp::request_parser<bhttp::buffer_body>&
 /** An open breaker in enforce mode fails the request fast (503 circuit_open) with the time
     until it lets a probe through as Retry-After; nothing reaches the upstream. */
 void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
-                            const bhttp::request_parser<bhttp::buffer_body>& parser) {
+                            const request_parser& parser) {
   auto refusal = refused_by_breaker(guard);
   if (!refusal) return;
   plan.how = forward_plan::route::refuse;
@@ -310,7 +319,7 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
 }
 
 net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                             beast::flat_buffer& buffer, request_parser& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy) {
   forward_plan plan;
   plan_request(plan, parser, target, dependency, policy, *ctx.rng);

@@ -8,7 +8,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
+#include "proxy/http/bounded_parser.hpp"
 
 #include <optional>
 #include <string_view>
@@ -21,8 +21,12 @@ namespace bhttp = boost::beast::http;
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
 net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, bhttp::request_parser<bhttp::buffer_body>& parser,
+                             beast::flat_buffer& buffer, request_parser& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy);
+
+/// rebound's answer to a request body that could not be read, or nullopt when the client
+/// went away (nobody to answer).
+std::optional<error_reply> body_read_refusal(const error_code& ec, const request_parser& parser);
 
 /// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
 /// request's facts (no header value, no query string) and the failure go in.

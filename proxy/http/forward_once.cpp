@@ -24,12 +24,11 @@ namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
 using clock = std::chrono::steady_clock;
-using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+using response_parser = response_parser;
 
 /// How long an upstream may stay silent after an `Expect: 100-continue` head before the
 /// client is told to send its body anyway (curl waits 1 s itself).
 constexpr std::chrono::milliseconds expect_wait{1000};
-constexpr std::uint32_t max_response_head = 64 * 1024;
 
 /// Everything an attempt's failure needs to produce the answer and the log line.
 struct failure {
@@ -54,7 +53,7 @@ net::awaitable<error_code> read_final_head(upstream::connection& up, beast::flat
                                            clock::time_point deadline, std::chrono::milliseconds idle) {
   for (;;) {
     rp.emplace();
-    rp->header_limit(max_response_head);
+    rp->header_limit(upstream::max_response_head);
     rp->body_limit(boost::none);
     if (is_head) rp->skip(true);
     up.expires_at(deadline);
@@ -82,7 +81,7 @@ net::awaitable<error_code> read_final_head(upstream::connection& up, beast::flat
 }  // namespace
 
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                  bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                                  request_parser& parser, const request_target& target,
                                   const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
                                   retry::dependency_guard& guard) {
   auto& req = parser.get();
@@ -150,7 +149,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
       }
       up.emplace(std::move(*c.conn));
     }
-    beast::flat_buffer ubuf;
+    beast::flat_buffer ubuf(upstream::response_buffer_limit);
     std::optional<response_parser> rp;
     bhttp::request_serializer<bhttp::buffer_body> sr{req};
     bool continue_sent = false;
@@ -217,14 +216,11 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         // The attempt timeout measures the upstream, not how slowly the client uploads.
         deadline += clock::now() - upload_start;
         if (rr.read_error) {
-          std::optional<error_reply> reply;
-          if (rr.read_error == bhttp::error::body_limit)
-            reply = error_reply{413, error_type::bad_request, "request body too large", std::string(dependency), 0};
-          else if (rr.read_error.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
-                   rr.read_error != bhttp::error::partial_message)
-            reply = error_reply{400, error_type::bad_request, "malformed request body: " + rr.read_error.message(),
-                                std::string(dependency), 0};
-          if (reply) co_await send_error(client, *reply, false, idle);
+          auto reply = body_read_refusal(rr.read_error, parser);
+          if (reply) {
+            reply->dependency = std::string(dependency);
+            co_await send_error(client, *reply, false, idle);
+          }
           co_return false;
         }
         if (rr.write_error) {

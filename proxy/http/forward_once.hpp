@@ -9,7 +9,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
+#include "proxy/http/bounded_parser.hpp"
 
 #include <string_view>
 
@@ -22,7 +22,7 @@ namespace bhttp = boost::beast::http;
     attempt's outcome is recorded with `guard`, so the breaker and the metrics count it like
     any other. */
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                  bhttp::request_parser<bhttp::buffer_body>& parser, const request_target& target,
+                                  request_parser& parser, const request_target& target,
                                   const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
                                   retry::dependency_guard& guard);
 

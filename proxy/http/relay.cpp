@@ -70,14 +70,14 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
 }  // namespace
 
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                                bhttp::request_parser<bhttp::buffer_body>& p, upstream::connection& to,
+                                                request_parser& p, upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix) {
   return relay<true>(from, buffer, p, to, sr, idle, prefix);
 }
 
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                 response_parser& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,
                                                  std::chrono::milliseconds idle) {
   return relay<false>(from, buffer, p, to, sr, idle, {});

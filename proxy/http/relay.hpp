@@ -7,7 +7,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
+#include "proxy/http/bounded_parser.hpp"
 #include <boost/beast/http/serializer.hpp>
 
 #include <chrono>
@@ -28,12 +28,12 @@ struct relay_result {
     through `sr` to `to`. Each read and each write must progress within `idle`. `prefix` is
     body already read from `from`; it goes out first. */
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                                bhttp::request_parser<bhttp::buffer_body>& p, upstream::connection& to,
+                                                request_parser& p, upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix = {});
 
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 bhttp::response_parser<bhttp::buffer_body>& p, beast::tcp_stream& to,
+                                                 response_parser& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,
                                                  std::chrono::milliseconds idle);
 

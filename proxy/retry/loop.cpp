@@ -219,7 +219,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
     // to throw it away would spend the time the loop has left.
     ex.response.reset();
     ex.stream.reset();
-    ex.buffer = beast::flat_buffer{};  // its storage too: a waiting request holds no I/O memory
+    ex.buffer = beast::flat_buffer{upstream::response_buffer_limit};  // its storage too: a waiting request holds no I/O memory
     net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_after(step.wait);
     std::shared_ptr<client_watch> watch;

@@ -9,8 +9,6 @@
 
 namespace rebound::upstream {
 
-constexpr std::uint32_t max_response_head = 64 * 1024;
-
 attempt_failure read_failure(const error_code& ec) {
   if (ec == beast::error::timeout) return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
   if (ec == bhttp::error::end_of_stream || ends_stream(ec) || ec == net::error::connection_reset ||

@@ -2,6 +2,7 @@
 /** One attempt at a request whose body is fully known (none, or buffered for retries):
     take a pooled connection or connect, send head and body, and read the final response
     head. The loop in retry/ decides whether there is another. */
+#include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/error_response.hpp"
 #include "proxy/net.hpp"
 #include "proxy/upstream/pool.hpp"
@@ -18,13 +19,19 @@
 namespace rebound::upstream {
 
 namespace bhttp = boost::beast::http;
-using response_parser = bhttp::response_parser<bhttp::buffer_body>;
+using response_parser = http::response_parser;
 using clock = std::chrono::steady_clock;
+
+/// An upstream's response head may be this large; its fields are bounded by bounded_parser.
+inline constexpr std::uint32_t max_response_head = 64 * 1024;
+/// What an upstream read buffer may hold: a head, one read and a trailer section. Bounds
+/// chunk-size lines and trailers, which Beast buffers until their end is found.
+inline constexpr std::size_t response_buffer_limit = max_response_head + 64 * 1024 + 16 * 1024;
 
 /// What an attempt leaves behind; the caller owns it so the last one can be streamed on.
 struct exchange {
   std::optional<connection> stream;
-  beast::flat_buffer buffer;                 ///< bytes read past the response head
+  beast::flat_buffer buffer{response_buffer_limit};  ///< bytes read past the response head
   std::optional<response_parser> response;   ///< the final head, when one arrived
 };
 

@@ -1,0 +1,80 @@
+#pragma once
+/** Beast's HTTP parser with the limits Beast 1.81 leaves open, for every message rebound
+    reads (client requests, upstream responses, the admin port, token answers).
+
+    Why it exists: Beast stores each field in `basic_fields`, whose offsets are 16-bit; a
+    field name or value of 65,534 bytes or more makes `insert` throw `std::length_error`
+    from inside an asynchronous read, where nothing can catch it before `io_context::run`,
+    and the process aborts. Beast's `header_limit` bounds only the header section, not the
+    trailer section of a chunked message, and a configured head limit may exceed 64 KiB. So
+    every field is checked here before Beast stores it, and parsing fails with an error
+    value instead.
+
+    Trailers are kept apart from the header fields (RFC 9110 section 6.5.1: a recipient must
+    not merge them unless the field's definition allows it): Beast would add them to the
+    message's header, where an `Authorization` or `Idempotency-Key` trailer would become a
+    header the next hop trusts. `trailers()` holds them for the relay to forward as trailers. */
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <cstddef>
+
+namespace rebound::http {
+
+/// Limits on fields beyond Beast's header_limit and body_limit.
+struct field_limits {
+  /// Name plus value of one field (header or trailer); Beast cannot store 65,534 or more.
+  std::size_t max_field = 65'000;
+  /// The whole trailer section of a chunked message, and the number of trailer fields.
+  std::size_t max_trailer_bytes = 16 * 1024;
+  std::size_t max_trailer_fields = 64;
+};
+
+/// Why a bounded parser refused a field: checked by the answer code (431 vs 400).
+enum class field_refusal { none, header_field, trailer_section };
+
+template <bool isRequest, class Body>
+class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
+ public:
+  explicit bounded_parser(field_limits limits = {}) : limits_(limits) {}
+
+  /// The trailer fields of a chunked message, once it is done.
+  const boost::beast::http::fields& trailers() const { return trailers_; }
+  field_refusal refusal() const { return refusal_; }
+
+ private:
+  void on_field_impl(boost::beast::http::field name, boost::beast::string_view name_string,
+                     boost::beast::string_view value, boost::system::error_code& ec) override {
+    auto const size = name_string.size() + value.size();
+    if (!this->is_header_done()) {
+      if (size > limits_.max_field) return refuse(field_refusal::header_field, ec);
+      this->get().insert(name, name_string, value);
+      return;
+    }
+    trailer_bytes_ += size + 4;  // ": " and CRLF
+    if (size > limits_.max_field || trailer_bytes_ > limits_.max_trailer_bytes ||
+        ++trailer_fields_ > limits_.max_trailer_fields)
+      return refuse(field_refusal::trailer_section, ec);
+    trailers_.insert(name, name_string, value);
+  }
+
+  void refuse(field_refusal why, boost::system::error_code& ec) {
+    refusal_ = why;
+    ec = boost::beast::http::error::header_limit;
+  }
+
+  field_limits limits_;
+  boost::beast::http::fields trailers_;
+  std::size_t trailer_bytes_ = 0;
+  std::size_t trailer_fields_ = 0;
+  field_refusal refusal_ = field_refusal::none;
+};
+
+/// A request whose body is relayed (or kept) through a caller's buffer.
+using request_parser = bounded_parser<true, boost::beast::http::buffer_body>;
+/// An upstream's response, relayed the same way.
+using response_parser = bounded_parser<false, boost::beast::http::buffer_body>;
+
+}  // namespace rebound::http
