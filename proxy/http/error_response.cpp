@@ -45,6 +45,8 @@ bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bo
   res.set(bhttp::field::content_type, "application/json");
   res.set("Rebound-Error", type);
   res.set(bhttp::field::via, "1.1 rebound");
+  // Every answer says how many attempts went upstream, rebound's own ones too (SPEC 6).
+  res.set("Rebound-Attempts", std::to_string(e.attempts));
   if (e.retry_after_s > 0) res.set(bhttp::field::retry_after, std::to_string(e.retry_after_s));
   std::string body = "{\"error\":{\"type\":";
   observe::append_json_string(body, type);

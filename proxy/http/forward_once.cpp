@@ -130,141 +130,120 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
       co_return keep;
     }
   }
-  // A pooled connection may have been closed by the upstream just as it was reused. A
-  // request without a body can then go again on a fresh connection: nothing of it was
-  // processed, and the client has nothing more to send.
-  for (int round = 0; round < 2; ++round) {
-    std::optional<upstream::connection> up;
-    if (round == 0) {
-      if (auto pooled = ctx.pool->take(key)) up.emplace(std::move(*pooled));
+  // A fresh connection, never a pooled one: this request cannot be sent a second time (its
+  // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
+  // out dead only once the request is on it, when the upstream may have processed it.
+  std::optional<upstream::connection> up;
+  {
+    auto c = co_await upstream::open_connection(target.connect_host, target.port, tls, deadline);
+    if (!c.conn) {
+      bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
+      error_reply const reply = fail({default_status(c.error), c.error, c.message});
+      co_await send_error(client, reply, keep, idle);
+      co_return keep;
     }
-    bool const reused = up.has_value();
-    if (!up) {
-      auto c = co_await upstream::open_connection(target.connect_host, target.port, tls, deadline);
-      if (!c.conn) {
-        bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
-        error_reply const reply = fail({default_status(c.error), c.error, c.message});
-        co_await send_error(client, reply, keep, idle);
-        co_return keep;
-      }
-      up.emplace(std::move(*c.conn));
-    }
-    beast::flat_buffer ubuf(upstream::response_buffer_limit);
-    std::optional<response_parser> rp;
-    bhttp::request_serializer<bhttp::buffer_body> sr{req};
-    bool continue_sent = false;
-    bool body_skipped = false;  // the upstream answered before wanting the body
+    up.emplace(std::move(*c.conn));
+  }
+  beast::flat_buffer ubuf(upstream::response_buffer_limit);
+  std::optional<response_parser> rp;
+  bhttp::request_serializer<bhttp::buffer_body> sr{req};
+  bool continue_sent = false;
+  bool body_skipped = false;  // the upstream answered before wanting the body
 
-    if (parser.is_done() && prefix.empty()) {
-      req.body().data = nullptr;
-      req.body().size = 0;
-      req.body().more = false;
+  {
+    if (want_continue) {
       up->expires_at(deadline);
-      auto [ec, n] = co_await bhttp::async_write(*up, sr, use_tuple);
+      auto [ec, n] = co_await bhttp::async_write_header(*up, sr, use_tuple);
       if (ec) {
-        if (reused && round == 0) continue;
         error_reply const reply = fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
         co_await send_error(client, reply, false, idle);
         co_return false;
       }
-    } else {
-      if (want_continue) {
-        up->expires_at(deadline);
-        auto [ec, n] = co_await bhttp::async_write_header(*up, sr, use_tuple);
-        if (ec) {
-          error_reply const reply = fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
-          co_await send_error(client, reply, false, idle);
-          co_return false;
-        }
-        // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
-        // socket may carry only a session ticket, and waiting on a TLS read could not be
-        // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
-        bool upstream_spoke = false;
-        if (!up->is_tls()) {
-          net::steady_timer timer(co_await net::this_coro::executor);
-          timer.expires_at(std::min(clock::now() + expect_wait, deadline));
-          auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
-          auto expire = timer.async_wait(use_tuple);
-          auto spoke = co_await (std::move(readable) || std::move(expire));
-          upstream_spoke = spoke.index() == 0;
-        }
-        if (upstream_spoke) {
-          auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, true, true,
-                                              deadline, idle);
-          if (hec) {
-            error_reply const reply = fail(upstream_read_failure(hec));
-            co_await send_error(client, reply, false, idle);
-            co_return false;
-          }
-          auto const status = rp->get().result_int();
-          // A 100 read here was already relayed by read_final_head; the final status it
-          // read instead means the upstream refused the body.
-          if (continue_sent) rp.reset();
-          else body_skipped = status >= 200;
-        }
-        if (!continue_sent && !body_skipped) {
-          static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-          client.expires_after(idle);
-          auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
-          if (cec) co_return false;
-          continue_sent = true;
-        }
+      // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
+      // socket may carry only a session ticket, and waiting on a TLS read could not be
+      // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
+      bool upstream_spoke = false;
+      if (!up->is_tls()) {
+        net::steady_timer timer(co_await net::this_coro::executor);
+        timer.expires_at(std::min(clock::now() + expect_wait, deadline));
+        auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
+        auto expire = timer.async_wait(use_tuple);
+        auto spoke = co_await (std::move(readable) || std::move(expire));
+        upstream_spoke = spoke.index() == 0;
       }
-      if (!body_skipped) {
-        auto const upload_start = clock::now();
-        auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix);
-        // The attempt timeout measures the upstream, not how slowly the client uploads.
-        deadline += clock::now() - upload_start;
-        if (rr.read_error) {
-          auto reply = body_read_refusal(rr.read_error, parser);
-          if (reply) {
-            reply->dependency = std::string(dependency);
-            co_await send_error(client, *reply, false, idle);
-          }
-          co_return false;
-        }
-        if (rr.write_error) {
-          error_reply const reply = fail({502, upstream::classify_connect_error(rr.write_error),
-                                            "sending the request body failed: " + rr.write_error.message()});
+      if (upstream_spoke) {
+        auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, true, true,
+                                            deadline, idle);
+        if (hec) {
+          error_reply const reply = fail(upstream_read_failure(hec));
           co_await send_error(client, reply, false, idle);
           co_return false;
         }
+        auto const status = rp->get().result_int();
+        // A 100 read here was already relayed by read_final_head; the final status it
+        // read instead means the upstream refused the body.
+        if (continue_sent) rp.reset();
+        else body_skipped = status >= 200;
+      }
+      if (!continue_sent && !body_skipped) {
+        static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+        client.expires_after(idle);
+        auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
+        if (cec) co_return false;
+        continue_sent = true;
       }
     }
-
-    if (!rp) {
-      auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, want_continue,
-                                          false, deadline, idle);
-      if (hec) {
-        bool const nothing_received = ubuf.size() == 0 && !rp->got_some();
-        if (reused && round == 0 && nothing_received && hec != beast::error::timeout && parser.is_done()) continue;
-        error_reply const reply = fail(upstream_read_failure(hec));
+    if (!body_skipped) {
+      auto const upload_start = clock::now();
+      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix);
+      // The attempt timeout measures the upstream, not how slowly the client uploads.
+      deadline += clock::now() - upload_start;
+      if (rr.read_error) {
+        auto reply = body_read_refusal(rr.read_error, parser);
+        if (reply) {
+          reply->dependency = std::string(dependency);
+          co_await send_error(client, *reply, false, idle);
+        }
+        co_return false;
+      }
+      if (rr.write_error) {
+        error_reply const reply = fail({502, upstream::classify_connect_error(rr.write_error),
+                                          "sending the request body failed: " + rr.write_error.message()});
         co_await send_error(client, reply, false, idle);
         co_return false;
       }
     }
-
-    auto& res = rp->get();
-    attempt_over({res.result_int(), std::nullopt});
-    guard.answered(res.result_int());
-    bool const upstream_keep_alive = rp->keep_alive();
-    bool const client_keep_alive = prepare_client_response(
-        res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
-    bhttp::response_serializer<bhttp::buffer_body> rsr{res};
-    auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
-    if (!rr.ok()) {
-      if (rr.read_error)
-        log_upstream_error(ctx, facts, "upstream_protocol_error", 0, 1,
-                           "response body cut short: " + rr.read_error.message());
-      co_return false;  // the client saw a partial response: only a close tells it so
-    }
-    if (upstream_keep_alive && !body_skipped && ubuf.size() == 0) {
-      up->expires_never();
-      ctx.pool->put(key, std::move(*up));
-    }
-    co_return client_keep_alive;
   }
-  co_return false;  // unreachable: the second round never continues
+
+  if (!rp) {
+    auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, want_continue,
+                                        false, deadline, idle);
+    if (hec) {
+      error_reply const reply = fail(upstream_read_failure(hec));
+      co_await send_error(client, reply, false, idle);
+      co_return false;
+    }
+  }
+
+  auto& res = rp->get();
+  attempt_over({res.result_int(), std::nullopt});
+  guard.answered(res.result_int());
+  bool const upstream_keep_alive = rp->keep_alive();
+  bool const client_keep_alive = prepare_client_response(
+      res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
+  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
+  auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
+  if (!rr.ok()) {
+    if (rr.read_error)
+      log_upstream_error(ctx, facts, "upstream_protocol_error", 0, 1,
+                         "response body cut short: " + rr.read_error.message());
+    co_return false;  // the client saw a partial response: only a close tells it so
+  }
+  if (upstream_keep_alive && !body_skipped && ubuf.size() == 0) {
+    up->expires_never();
+    ctx.pool->put(key, std::move(*up));
+  }
+  co_return client_keep_alive;
 }
 
 

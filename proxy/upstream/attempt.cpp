@@ -42,7 +42,7 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
     out.stream.reset();
     out.response.reset();
     out.buffer.consume(out.buffer.size());
-    if (round == 0) {
+    if (round == 0 && to.may_reuse) {
       if (auto pooled = p.take(to.pool_key)) out.stream.emplace(std::move(*pooled));
     }
     bool const reused = out.stream.has_value();

@@ -55,13 +55,19 @@ struct destination {
   tls_client* tls = nullptr;  ///< set for an https origin
   /// rebound's credential for the dependency (`auth`), unless the request carries its own.
   auth::credential_source* auth = nullptr;
+  /** The request may go on a pooled connection: it is safe to send twice (R-6) and all of
+      it is at hand to send again. A pooled connection can turn out dead only once the
+      request is on it, and then whether the upstream processed it is unknown; such a
+      request goes again, whole, on a fresh connection. Any other request only ever goes
+      on a fresh connection (RFC 9110 section 9.2.2). */
+  bool may_reuse = true;
 };
 
 /** Runs one attempt into `out` (reset first). With `to.auth`, the credential is made sure
     of first (R-9): without a valid one the attempt fails with auth_refresh_failed and
-    nothing is sent. A pooled connection that turns out to be
-    closed before any response byte is replaced by a fresh one once, within the same
-    attempt: nothing of the request was processed. */
+    nothing is sent. With `to.may_reuse`, a pooled connection that turns out to be closed
+    before any response byte is replaced by a fresh one once, within the same attempt,
+    and the whole request goes again. */
 net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
                                                            bhttp::request<bhttp::buffer_body>& req, std::string_view body,
                                                            bool is_head, clock::time_point deadline, exchange& out);

@@ -28,10 +28,7 @@ std::optional<connection> pool::take(const std::string& key) {
     idle entry = std::move(q.back());
     q.pop_back();
     auto const idle_for = now - entry.since;
-    // The peek costs a syscall per request; a connection idle for under a second has not
-    // met any upstream's idle timeout, and an upstream that closes after a response says so
-    // in it (Connection: close), so such a connection is not pooled in the first place.
-    if (idle_for < idle_timeout_ && (idle_for < recheck_after_ || still_open(entry.stream))) return std::move(entry.stream);
+    if (idle_for < idle_timeout_ && still_open(entry.stream)) return std::move(entry.stream);
     boost::system::error_code ec;
     entry.stream.socket().close(ec);
   }

@@ -19,14 +19,15 @@ class pool {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// `recheck_after`: how long a connection may sit idle before take() checks it is alive.
-  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout,
-       std::chrono::milliseconds recheck_after = std::chrono::seconds(1))
-      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout), recheck_after_(recheck_after) {}
+  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout)
+      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout) {}
 
-  /** The most recently used live connection for `key`, if any. Connections idle for a
-      second or more are checked first: one the peer has closed (or sent unsolicited bytes
-      on) is dropped here, not handed out. */
+  /** The most recently used live connection for `key`, if any. Every connection is
+      checked first, however briefly it sat idle: one the peer has closed (or sent
+      unsolicited bytes on) is dropped here, not handed out. An upstream that restarts
+      closes its connections at once, and one with a short keep-alive timeout (Node 5 s,
+      gunicorn 2 s, nginx configured at 1 s) within a second; either would otherwise cost
+      a request that cannot be sent twice its answer. The check is one non-blocking recv. */
   std::optional<connection> take(const std::string& key);
 
   void put(const std::string& key, connection stream);
@@ -43,7 +44,6 @@ class pool {
   };
   std::size_t max_idle_per_key_;
   std::chrono::milliseconds idle_timeout_;
-  std::chrono::milliseconds recheck_after_;
   std::unordered_map<std::string, std::deque<idle>> idle_;
 };
 
