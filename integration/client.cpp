@@ -35,13 +35,17 @@ const bool sigpipe_ignored = [] {
   return true;
 }();
 
+// `head_fields`: how many fields the head had; Beast appends a chunked message's trailer
+// fields after them, which go to `trailers`.
 template <class Message>
-Response to_response(const Message& m, bool chunked) {
+Response to_response(const Message& m, bool chunked, std::size_t head_fields = static_cast<std::size_t>(-1)) {
   Response r;
   r.status = m.result_int();
   r.reason = std::string(m.reason());
   r.version = m.version();
-  for (auto const& f : m) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  std::size_t i = 0;
+  for (auto const& f : m)
+    (i++ < head_fields ? r.headers : r.trailers).emplace_back(std::string(f.name_string()), std::string(f.value()));
   r.body = m.body();
   r.chunked = chunked;
   return r;
@@ -124,9 +128,11 @@ std::optional<Response> RawConnection::read_response(std::chrono::milliseconds t
   http::response_parser<http::string_body> p;
   p.body_limit(boost::none);
   p.header_limit(1024 * 1024);
-  p.eager(true);
+  // Not eager until the head is parsed, so the head's fields can be counted before any
+  // trailer field is appended to them.
   if (head_request) p.skip(true);
   last_error_.clear();
+  auto head_fields = static_cast<std::size_t>(-1);
   for (;;) {
     if (!buf_.empty()) {
       boost::beast::error_code ec;
@@ -136,6 +142,10 @@ std::optional<Response> RawConnection::read_response(std::chrono::milliseconds t
         return std::nullopt;
       }
       buf_.erase(0, n);
+      if (p.is_header_done() && head_fields == static_cast<std::size_t>(-1)) {
+        head_fields = static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()));
+        p.eager(true);
+      }
       if (p.is_done()) break;
       if (n > 0) continue;
     }
@@ -156,7 +166,7 @@ std::optional<Response> RawConnection::read_response(std::chrono::milliseconds t
       return std::nullopt;
     }
   }
-  return to_response(p.get(), p.chunked());
+  return to_response(p.get(), p.chunked(), head_fields);
 }
 
 std::optional<Response> RawConnection::read_head(std::chrono::milliseconds timeout) {

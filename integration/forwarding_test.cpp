@@ -211,6 +211,41 @@ TEST(Forwarding, InterimResponseBeforeFinalIsHandled) {
   EXPECT_EQ(r2->body, "ok /next");
 }
 
+// RFC 9110 section 15.2: a proxy forwards 1xx answers it did not ask for, on the retry
+// path too (a GET is kept for retries, so its attempt reads the head in the retry loop).
+TEST(Forwarding, EarlyHintsAndProcessingReachAnHttp11Client) {
+  ScriptedUpstream up;
+  Script s;
+  s.interim = "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+  s.body = "final";
+  up.on("/early", s);
+  ReboundProcess rb;
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/early")));
+  auto processing = c.read_response();
+  ASSERT_TRUE(processing) << c.last_error();
+  EXPECT_EQ(processing->status, 102u);
+  auto hints = c.read_response();
+  ASSERT_TRUE(hints) << c.last_error();
+  EXPECT_EQ(hints->status, 103u);
+  EXPECT_EQ(hints->header("Link").value_or(""), "</style.css>; rel=preload");
+  auto r = c.read_response();
+  ASSERT_TRUE(r) << c.last_error();
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "final");
+}
+
+TEST(Forwarding, ViaNamesHttp10ForAResponseReceivedAsHttp10) {
+  ScriptedUpstream up;
+  Script s;
+  s.raw_response = "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  up.on("/old", s);
+  ReboundProcess rb;
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/old"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->header("Via").value_or(""), "1.0 rebound");
+}
+
 TEST(Forwarding, NoContentResponseKeepsConnectionUsable) {
   ScriptedUpstream up;
   Script s;

@@ -428,6 +428,11 @@ void ScriptedUpstream::serve(Conn& conn, std::size_t connection_index) {
     {
       std::lock_guard lock(mutex_);
       received_[index].body = p.get().body();
+      // Beast appends trailer fields after the head's: whatever lies past them is a trailer.
+      std::size_t i = 0;
+      auto const head_fields = received_[index].headers.size();
+      for (auto const& f : p.get())
+        if (i++ >= head_fields) received_[index].trailers.emplace_back(std::string(f.name_string()), std::string(f.value()));
       received_[index].complete = true;
     }
     cv_.notify_all();

@@ -139,6 +139,7 @@ struct ReceivedRequest {
   std::string target;
   unsigned version = 11;
   Fields headers;
+  Fields trailers;        // the trailer section of a chunked body
   std::string body;
   bool chunked = false;   // arrived with Transfer-Encoding: chunked
   bool complete = false;  // body fully read

@@ -162,7 +162,8 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, tls_for(ctx, target, facts.dependency),
-                            credentials_for(ctx, req, facts.dependency), facts.may_retry},
+                            credentials_for(ctx, req, facts.dependency), facts.may_retry,
+                            client_version >= 11 ? &client : nullptr, idle},
       req, body, is_head,
       *ctx.rng, *ctx.log,
       retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard}, ex);

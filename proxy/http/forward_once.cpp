@@ -63,14 +63,7 @@ net::awaitable<error_code> read_final_head(upstream::connection& up, beast::flat
     if (status >= 200) co_return error_code{};
     if (status == 101) co_return bhttp::error::bad_status;  // rebound never forwards Upgrade
     if (client_version < 11 || (status == 100 && (!want_continue || continue_sent))) continue;
-    bhttp::response<bhttp::empty_body> interim;
-    interim.version(11);
-    interim.result(status);  // by number: Beast 1.81's status enum has no 103
-    for (auto const& f : rp->get()) interim.insert(f.name_string(), f.value());
-    strip_hop_by_hop(interim.base());
-    client.expires_after(idle);
-    auto [wec, wn] = co_await bhttp::async_write(client, interim, use_tuple);
-    if (wec) co_return wec;
+    if (auto wec = co_await relay_interim(client, rp->get().base(), idle)) co_return wec;
     if (status == 100) {
       continue_sent = true;
       if (return_on_continue) co_return error_code{};

@@ -1,5 +1,6 @@
 #include "proxy/http/hop_by_hop.hpp"
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
 #include <string>
@@ -24,7 +25,9 @@ void strip_hop_by_hop(bhttp::fields& f) {
   }
 }
 
-void add_via(bhttp::fields& f) {
+void add_via(bhttp::fields& f, unsigned received_version) {
+  // RFC 9110 section 7.6.3: the protocol version this hop received the message in.
+  std::string_view const entry = received_version >= 11 ? "1.1 rebound" : "1.0 rebound";
   // Several Via lines are one list; folding them into one keeps their order.
   std::string via;
   for (auto const& h : f) {
@@ -32,12 +35,49 @@ void add_via(bhttp::fields& f) {
     if (!via.empty()) via += ", ";
     via += h.value();
   }
-  if (via.empty()) {
-    f.set(bhttp::field::via, "1.1 rebound");
-    return;
-  }
-  via += ", 1.1 rebound";
+  if (!via.empty()) via += ", ";
+  via += entry;
   f.set(bhttp::field::via, via);
+}
+
+bool forwardable_trailer(bhttp::field name, std::string_view name_string) {
+  switch (name) {
+    // framing, routing, authentication, request modifiers and response control data
+    case bhttp::field::content_length:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::trailer:
+    case bhttp::field::host:
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::te:
+    case bhttp::field::upgrade:
+    case bhttp::field::authorization:
+    case bhttp::field::proxy_authorization:
+    case bhttp::field::proxy_authenticate:
+    case bhttp::field::www_authenticate:
+    case bhttp::field::cookie:
+    case bhttp::field::set_cookie:
+    case bhttp::field::content_type:
+    case bhttp::field::content_encoding:
+    case bhttp::field::content_range:
+    case bhttp::field::cache_control:
+    case bhttp::field::expect:
+    case bhttp::field::max_forwards:
+    case bhttp::field::pragma:
+    case bhttp::field::range:
+    case bhttp::field::age:
+    case bhttp::field::expires:
+    case bhttp::field::date:
+    case bhttp::field::location:
+    case bhttp::field::retry_after:
+    case bhttp::field::vary:
+    case bhttp::field::via:
+      return false;
+    default:
+      break;
+  }
+  return !boost::beast::iequals(name_string.substr(0, 3), "if-");
 }
 
 }  // namespace rebound::http

@@ -15,18 +15,18 @@ std::string_view loggable_path(std::string_view origin_form) {
 void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
                               const request_target& t) {
   strip_hop_by_hop(req.base());
+  add_via(req.base(), req.version());
   req.target(t.origin_form);
   req.set(bhttp::field::host, t.authority);
   req.version(11);
   if (p.chunked()) req.chunked(true);
   else if (auto cl = p.content_length()) req.content_length(*cl);  // collapses a valid "42, 42"
-  add_via(req.base());
 }
 
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head,
                              unsigned client_version, bool client_keep_alive, unsigned attempts) {
   strip_hop_by_hop(res.base());
-  add_via(res.base());
+  add_via(res.base(), res.version());
   auto const status = res.result_int();
   bool const has_body = !(is_head || status / 100 == 1 || status == 204 || status == 304);
   if (has_body) {

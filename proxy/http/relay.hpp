@@ -32,6 +32,12 @@ net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix = {});
 
+/** Forwards an interim (1xx) response head to an HTTP/1.1 client, hop-by-hop fields
+    removed: RFC 9110 section 15.2 has a proxy forward 1xx answers (103 Early Hints, 102)
+    it did not ask for. */
+net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp::response_header<>& head,
+                                         std::chrono::milliseconds idle);
+
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
                                                  response_parser& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,

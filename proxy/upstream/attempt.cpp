@@ -1,6 +1,7 @@
 #include "proxy/upstream/attempt.hpp"
 
 #include "proxy/auth/credential_source.hpp"
+#include "proxy/http/relay.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -82,9 +83,14 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
         out.response.reset();
         co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
       }
-      // Interim answers are not relayed here: an attempt that may be retried must not
-      // have told the client anything yet.
       if (status >= 200) co_return std::nullopt;
+      // A 100 answers an Expect the client did not send (its body is at hand); other 1xx
+      // go on to the client even if the attempt is then retried: they promise nothing
+      // about the final answer (an Early Hints of a failed attempt only wasted a preload).
+      if (status != 100 && to.interim_to) {
+        if (auto wec = co_await http::relay_interim(*to.interim_to, out.response->get().base(), to.client_idle))
+          to.interim_to = nullptr;  // the client's trouble shows when the final answer goes out
+      }
     }
   }
   co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};

@@ -61,6 +61,9 @@ struct destination {
       request goes again, whole, on a fresh connection. Any other request only ever goes
       on a fresh connection (RFC 9110 section 9.2.2). */
   bool may_reuse = true;
+  /// Where interim (1xx) answers go: the client, when it speaks HTTP/1.1; else they are dropped.
+  beast::tcp_stream* interim_to = nullptr;
+  std::chrono::milliseconds client_idle{0};  ///< how long a write to `interim_to` may take
 };
 
 /** Runs one attempt into `out` (reset first). With `to.auth`, the credential is made sure

@@ -1,5 +1,6 @@
 #include "proxy/http/hop_by_hop.hpp"
 
+
 #include <gtest/gtest.h>
 
 namespace bhttp = boost::beast::http;
@@ -33,4 +34,18 @@ TEST(HopByHop, ViaIsAddedOrAppended) {
   add_via(b);
   EXPECT_EQ(b.count(bhttp::field::via), 1u);
   EXPECT_EQ(b[bhttp::field::via], "1.0 fred, 1.1 p.example, 1.1 rebound");
+}
+
+TEST(HopByHop, ViaNamesTheVersionTheMessageWasReceivedIn) {
+  bhttp::fields f;
+  add_via(f, 10);
+  EXPECT_EQ(f[bhttp::field::via], "1.0 rebound");
+}
+
+TEST(HopByHop, TrailersThatFrameRouteOrAuthenticateAreNotForwarded) {
+  for (auto name : {"Authorization", "Content-Length", "Transfer-Encoding", "Host", "Set-Cookie", "If-Match",
+                    "Proxy-Authorization", "Trailer", "Retry-After"})
+    EXPECT_FALSE(forwardable_trailer(bhttp::string_to_field(name), name)) << name;
+  for (auto name : {"grpc-status", "X-Checksum", "Server-Timing", "Idempotency-Key", "X-Request-ID"})
+    EXPECT_TRUE(forwardable_trailer(bhttp::string_to_field(name), name)) << name;
 }
