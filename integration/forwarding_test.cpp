@@ -17,7 +17,7 @@ TEST(Forwarding, AbsoluteFormReachesUpstreamInOriginForm) {
   EXPECT_EQ(reqs[0].target, "/p/q?x=1&y=two");
   EXPECT_EQ(reqs[0].header_count("Host"), 1u);
   EXPECT_EQ(reqs[0].header("Host"), up.authority());
-  EXPECT_EQ(reqs[0].header("Via"), "1.1 rebound");
+  EXPECT_TRUE(IsReboundRequestVia(reqs[0].header("Via").value_or("")));
 }
 
 TEST(Forwarding, OriginFormWithHostReachesUpstream) {
@@ -31,7 +31,7 @@ TEST(Forwarding, OriginFormWithHostReachesUpstream) {
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].target, "/origin?k=v");
   EXPECT_EQ(reqs[0].header("Host"), up.authority());
-  EXPECT_EQ(reqs[0].header("Via"), "1.1 rebound");
+  EXPECT_TRUE(IsReboundRequestVia(reqs[0].header("Via").value_or("")));
 }
 
 TEST(Forwarding, AbsoluteTargetAuthorityReplacesHostHeader) {
@@ -96,7 +96,7 @@ TEST(Forwarding, RequestHopByHopFieldsAreRemoved) {
   }
   EXPECT_EQ(q.header("X-End-To-End"), "kept");
   EXPECT_EQ(q.header("Authorization"), "Bearer app-token");
-  EXPECT_EQ(q.header("Via"), "1.1 rebound");
+  EXPECT_TRUE(IsReboundRequestVia(q.header("Via").value_or("")));
 }
 
 TEST(Forwarding, ResponseHopByHopFieldsAreRemoved) {
@@ -136,7 +136,7 @@ TEST(Forwarding, ExistingViaIsKeptAndReboundAppended) {
   for (auto const& [k, v] : reqs[0].headers)
     if (iequals(k, "Via")) via += (via.empty() ? "" : ", ") + v;
   EXPECT_TRUE(contains(via, "1.0 earlier-proxy")) << "Via: " << via;
-  EXPECT_TRUE(via.size() >= 11 && via.substr(via.size() - 11) == "1.1 rebound") << "Via: " << via;
+  EXPECT_TRUE(IsReboundRequestVia(via.substr(std::min(via.size(), via.rfind(", ") + 2)))) << "Via: " << via;
 }
 
 TEST(Forwarding, CurlWithHttpProxyEnvGetsUpstreamResponse) {
@@ -154,7 +154,7 @@ TEST(Forwarding, CurlWithHttpProxyEnvGetsUpstreamResponse) {
   EXPECT_EQ(reqs[0].target, "/curl?x=1");
   EXPECT_EQ(reqs[0].header("Host"), up.authority());
   EXPECT_EQ(reqs[0].header_count("Proxy-Connection"), 0u);
-  EXPECT_EQ(reqs[0].header("Via"), "1.1 rebound");
+  EXPECT_TRUE(IsReboundRequestVia(reqs[0].header("Via").value_or("")));
 }
 
 TEST(Forwarding, CurlPostBodyReachesUpstream) {

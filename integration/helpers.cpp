@@ -1,5 +1,7 @@
 #include "helpers.hpp"
 
+#include <regex>
+
 namespace itest {
 
 Script respond(unsigned status) {
@@ -55,6 +57,12 @@ std::string absolute_request(std::string_view method, std::string_view authority
   if (!a || a->type != Json::Type::number || a->n < 0 || a->n != static_cast<double>(static_cast<long>(a->n)))
     return ::testing::AssertionFailure() << "error.attempts missing or not a whole number; " << describe();
   return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult IsReboundRequestVia(std::string_view via) {
+  static const std::regex entry("1\\.1 rebound \\([0-9a-f]{8}\\)");
+  if (std::regex_match(via.begin(), via.end(), entry)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "Via: \"" << via << "\" is not rebound's request entry";
 }
 
 }  // namespace itest

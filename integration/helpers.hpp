@@ -28,4 +28,8 @@ Script respond(unsigned status);
 ::testing::AssertionResult IsReboundError(const std::optional<Response>& r, unsigned status,
                                           std::initializer_list<std::string_view> types);
 
+// rebound's Via entry on a request it forwarded: `1.1 rebound (TOKEN)`, TOKEN being the
+// instance's 8 hex digits (its loop-detection mark).
+::testing::AssertionResult IsReboundRequestVia(std::string_view via);
+
 }  // namespace itest

@@ -71,5 +71,41 @@ TEST(HostileInput, HeaderFieldBeastCannotHoldIsRefusedEvenUnderALargeHeadLimit) 
   EXPECT_EQ(up.request_count("/h"), 0u);
 }
 
+TEST(HostileInput, AForwardingLoopToTheOwnListenerIsRefusedWith508) {
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  for (std::string host : {"127.0.0.1", "localhost"}) {
+    auto const authority = host + ":" + std::to_string(rb.port());
+    auto r = raw_exchange(rb.port(), absolute_request("GET", authority, "/loop"));
+    EXPECT_TRUE(IsReboundError(r, 508, {"loop_detected"})) << authority;
+  }
+  expect_healthy(rb, up);
+}
+
+// A request that comes back carrying this instance's own Via mark (a name that resolves to
+// rebound, another proxy in between) is refused on its second pass, not forwarded forever.
+TEST(HostileInput, ARequestCarryingTheOwnViaMarkIsRefusedWith508) {
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  ASSERT_TRUE(raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/learn")));
+  auto const via = up.requests().at(0).header("Via").value_or("");
+  ASSERT_TRUE(IsReboundRequestVia(via));
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/again", "Via: 1.1 other, " + via + "\r\n"));
+  EXPECT_TRUE(IsReboundError(r, 508, {"loop_detected"}));
+  EXPECT_EQ(up.request_count("/again"), 0u);
+  // Another instance's mark is a chain, not a loop.
+  auto other = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/chain", "Via: 1.1 rebound (00000000)\r\n"));
+  ASSERT_TRUE(other) << last_exchange_error();
+  EXPECT_EQ(other->status, 200u);
+}
+
+TEST(HostileInput, ANumericHostIsNotResolvedAsAnAddress) {
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  auto r = raw_exchange(rb.port(), absolute_request("GET", "2130706433:" + std::to_string(up.port()), "/n"));
+  EXPECT_TRUE(IsReboundError(r, 400, {"bad_request"}));
+  EXPECT_EQ(up.request_count(), 0u);
+}
+
 }  // namespace
 }  // namespace itest

@@ -3,6 +3,7 @@
 #include "config/load.hpp"
 #include "proxy/admin/admin_server.hpp"
 #include "proxy/http/client_session.hpp"
+#include "proxy/http/loop_guard.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/upstream/pool.hpp"
@@ -321,6 +322,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const upstream::secure_origins>(*cfg, &log);
   std::vector<std::unique_ptr<worker>> workers;
+  std::string const instance_token = http::new_instance_token();
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
@@ -346,7 +348,8 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->cfg, origins, &w->origins, &w->pool, &log, &w->sessions, &w->rng, &*w->guards};
+    http::session_context ctx{cfg, &w->cfg, origins, &w->origins, &w->pool, &log, &w->sessions, &w->rng, &*w->guards,
+                              instance_token};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

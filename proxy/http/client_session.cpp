@@ -3,6 +3,7 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/framing.hpp"
+#include "proxy/http/loop_guard.hpp"
 #include "proxy/http/request_target.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -45,7 +46,7 @@ struct vetted {
 /** Checks framing and target and finds the dependency. A plain function, so its
     temporaries stay off the session's coroutine frame, which lives as long as the
     connection. */
-bool vet_request(vetted& v, const request_parser& parser, const config::config& cfg) {
+bool vet_request(vetted& v, const request_parser& parser, const config::config& cfg, std::string_view instance_token) {
   auto const& req = parser.get();
   if (auto problem = check_request_framing(req.base(), req.version())) {
     v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
@@ -67,6 +68,12 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
                             "and configure the dependency's origin: https://...",
                             {}, 0};
     v.keep_after_refusal = parser.is_done();
+    return false;
+  }
+  if (targets_listener(t.connect_host, t.port, cfg.listen) || via_names_instance(req.base(), instance_token)) {
+    v.refusal = error_reply{508, error_type::loop_detected,
+                            "forwarding loop: the request targets this rebound (" + t.authority + ") or already passed through it",
+                            {}, 0};
     return false;
   }
   v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
@@ -148,7 +155,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       break;
     }
     vetted v;
-    if (!vet_request(v, parser, cfg)) {
+    if (!vet_request(v, parser, cfg, ctx.instance_token)) {
       co_await send_error(client, *v.refusal, v.keep_after_refusal, idle);
       if (!v.keep_after_refusal) break;
       continue;

@@ -28,6 +28,7 @@ struct session_context {
   session_registry* sessions = nullptr;
   std::mt19937_64* rng = nullptr;  ///< the worker's: backoff jitter draws from it (R-1)
   retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
+  std::string_view instance_token;  ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
 };
 
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);

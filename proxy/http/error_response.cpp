@@ -23,6 +23,7 @@ std::string_view to_string(error_type t) {
     case error_type::bad_request: return "bad_request";
     case error_type::unknown_host: return "unknown_host";
     case error_type::upstream_protocol_error: return "upstream_protocol_error";
+    case error_type::loop_detected: return "loop_detected";
   }
   return "upstream_protocol_error";
 }
@@ -35,6 +36,7 @@ unsigned default_status(error_type t) {
     case error_type::budget_exhausted: return 503;
     case error_type::bad_request: return 400;
     case error_type::unknown_host: return 403;
+    case error_type::loop_detected: return 508;
     default: return 502;
   }
 }

@@ -26,6 +26,7 @@ enum class error_type {
   bad_request,
   unknown_host,
   upstream_protocol_error,
+  loop_detected,  ///< 508: the request targets this rebound or already passed through it
 };
 
 std::string_view to_string(error_type t);

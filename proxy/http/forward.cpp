@@ -152,7 +152,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
       co_return co_await forward_once(ctx, client, buffer, parser, target, facts, policy, body, guard);
     }
   }
-  prepare_upstream_request(req, parser, target);
+  prepare_upstream_request(req, parser, target, ctx.instance_token);
   // A kept chunked body now has a length; upstreams that refuse chunked requests (many
   // older servers answer 411) take it too.
   if (parser.chunked()) req.content_length(body.size());

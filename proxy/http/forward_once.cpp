@@ -107,7 +107,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     want_continue = client_version >= 11 && !parser.is_done();
     if (!want_continue) req.erase(bhttp::field::expect);
   }
-  prepare_upstream_request(req, parser, target);
+  prepare_upstream_request(req, parser, target, ctx.instance_token);
 
   auto const key = pool_key(target);
   auto* const tls = tls_for(ctx, target, dependency);

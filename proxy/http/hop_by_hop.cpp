@@ -25,9 +25,14 @@ void strip_hop_by_hop(bhttp::fields& f) {
   }
 }
 
-void add_via(bhttp::fields& f, unsigned received_version) {
+void add_via(bhttp::fields& f, unsigned received_version, std::string_view token) {
   // RFC 9110 section 7.6.3: the protocol version this hop received the message in.
-  std::string_view const entry = received_version >= 11 ? "1.1 rebound" : "1.0 rebound";
+  std::string entry = received_version >= 11 ? "1.1 rebound" : "1.0 rebound";
+  if (!token.empty()) {
+    entry += " (";
+    entry += token;
+    entry += ')';
+  }
   // Several Via lines are one list; folding them into one keeps their order.
   std::string via;
   for (auto const& h : f) {

@@ -13,9 +13,9 @@ std::string_view loggable_path(std::string_view origin_form) {
 }
 
 void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
-                              const request_target& t) {
+                              const request_target& t, std::string_view via_token) {
   strip_hop_by_hop(req.base());
-  add_via(req.base(), req.version());
+  add_via(req.base(), req.version(), via_token);
   req.target(t.origin_form);
   req.set(bhttp::field::host, t.authority);
   req.version(11);

@@ -21,7 +21,7 @@ std::string_view loggable_path(std::string_view origin_form);
 
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
-                              const request_target& t);
+                              const request_target& t, std::string_view via_token = {});
 
 /** The response head as the client hop must see it, with `Rebound-Attempts`; returns
     whether the client connection can stay open after this response. */

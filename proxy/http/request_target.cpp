@@ -29,6 +29,20 @@ bool parse_port(std::string_view text, std::uint16_t& port) {
   return true;
 }
 
+/** Whether a registered name ends in a number (`2130706433`, `127.1`, `0x7f.1`): the
+    resolver would read it as an IPv4 address in a legacy form (inet_aton), so the name an
+    allow-list or a log shows would not be where rebound connects. Such hosts are refused
+    (the WHATWG URL standard's "ends in a number" test). A valid dotted quad is an IPv4
+    host to Boost.URL and never gets here. */
+bool ends_in_a_number(std::string_view host) {
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  auto const last = host.substr(host.rfind('.') == std::string_view::npos ? 0 : host.rfind('.') + 1);
+  if (last.empty()) return false;
+  if (std::all_of(last.begin(), last.end(), [](unsigned char c) { return std::isdigit(c); })) return true;
+  return last.size() >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') &&
+         std::all_of(last.begin() + 2, last.end(), [](unsigned char c) { return std::isxdigit(c); });
+}
+
 /** Fills host, connect_host, port and authority from an authority component. The default
     port applies when the authority has none; an empty port (`host:`) counts as none. */
 std::optional<std::string> fill_authority(const boost::urls::authority_view& a, std::uint16_t default_port,
@@ -43,6 +57,8 @@ std::optional<std::string> fill_authority(const boost::urls::authority_view& a, 
     return "IPvFuture hosts are not supported";
   } else {
     if (host.find('%') != std::string_view::npos) return "percent-encoded host names are not supported";
+    if (a.host_type() == boost::urls::host_type::name && ends_in_a_number(host))
+      return "host \"" + std::string(host) + "\" is a number but not a dotted-quad IPv4 address";
     t.host = lower(host);
     t.connect_host = t.host;
   }

@@ -73,3 +73,14 @@ TEST(RequestTarget, ConnectNeedsHostAndPort) {
   EXPECT_FALSE(parse_connect_target("example.com:70000").value);
   EXPECT_FALSE(parse_connect_target("/path").value);
 }
+
+TEST(RequestTarget, HostsThatEndInANumberButAreNoDottedQuadAreRefused) {
+  for (auto host : {"2130706433", "127.1", "0x7f.0.0.1", "0x7f000001", "foo.0x10", "a.b.99"}) {
+    auto r = parse_request_target("GET", std::string("http://") + host + "/", "", 0, 11);
+    EXPECT_FALSE(r.value) << host;
+  }
+  for (auto host : {"127.0.0.1", "api.example.com", "v2.api", "1password.com", "0xdead.example"}) {
+    auto r = parse_request_target("GET", std::string("http://") + host + "/", "", 0, 11);
+    EXPECT_TRUE(r.value) << host << ": " << r.error;
+  }
+}
