@@ -75,6 +75,16 @@ struct request_limits {
   std::size_t max_request_head = 64 * 1024;  ///< request line + fields; above it: 431
   std::uint64_t max_request_body = 0;        ///< 0 = unlimited; above it: 413
   duration idle_timeout = std::chrono::seconds(60);  ///< idle keep-alive or stalled transfer
+  /// Client connections served at once on the proxy port; past it a new one gets 503 and
+  /// is closed (the admin port is not counted, so health checks still get through).
+  std::size_t max_connections = 10'000;
+  /// From a request's first byte to the end of its head; past it: 408 (slow heads hold a
+  /// connection slot each, the slowloris attack).
+  duration head_timeout = std::chrono::seconds(10);
+  /// A request body must arrive within body_timeout plus one second per min_body_rate
+  /// bytes received: a body trickled slower is cut (408 while nothing went upstream).
+  duration body_timeout = std::chrono::seconds(30);
+  std::uint64_t min_body_rate = 1024;  ///< bytes per second, see body_timeout
 };
 
 enum class context_kind { sync, async, webhook, batch };

@@ -175,6 +175,10 @@ std::string effective_config_json(const config& cfg) {
       l.string("max_request_head", format_size(cfg.limits.max_request_head));
       l.string("max_request_body", format_size(cfg.limits.max_request_body));
       l.string("idle_timeout", format_duration(cfg.limits.idle_timeout));
+      l.integer("max_connections", cfg.limits.max_connections);
+      l.string("head_timeout", format_duration(cfg.limits.head_timeout));
+      l.string("body_timeout", format_duration(cfg.limits.body_timeout));
+      l.string("min_body_rate", format_size(cfg.limits.min_body_rate));
     }
     {
       object_writer d(w.nested("defaults"));

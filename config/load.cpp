@@ -68,7 +68,8 @@ class reader : public yaml_reader {
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l) {
     if (!expect_map(n, path)) return;
-    check_keys(n, path, {"max_request_head", "max_request_body", "idle_timeout"});
+    check_keys(n, path, {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout",
+                         "body_timeout", "min_body_rate"});
     std::uint64_t head = l.max_request_head;
     typed(n, "max_request_head", path, head, parse_size);
     if (head < 1024 || head > (1u << 20)) error(n["max_request_head"], join(path, "max_request_head"), "must be between 1KiB and 1MiB");
@@ -76,6 +77,16 @@ class reader : public yaml_reader {
     typed(n, "max_request_body", path, l.max_request_body, parse_size);
     typed(n, "idle_timeout", path, l.idle_timeout, parse_duration);
     if (l.idle_timeout.count() == 0) error(n["idle_timeout"], join(path, "idle_timeout"), "must be greater than 0");
+    unsigned conns = static_cast<unsigned>(l.max_connections);
+    typed(n, "max_connections", path, conns, parse_count);
+    if (conns < 1 || conns > 1'000'000) error(n["max_connections"], join(path, "max_connections"), "must be between 1 and 1000000");
+    else l.max_connections = static_cast<std::size_t>(conns);
+    typed(n, "head_timeout", path, l.head_timeout, parse_duration);
+    if (l.head_timeout.count() == 0) error(n["head_timeout"], join(path, "head_timeout"), "must be greater than 0");
+    typed(n, "body_timeout", path, l.body_timeout, parse_duration);
+    if (l.body_timeout.count() == 0) error(n["body_timeout"], join(path, "body_timeout"), "must be greater than 0");
+    typed(n, "min_body_rate", path, l.min_body_rate, parse_size);
+    if (l.min_body_rate == 0) error(n["min_body_rate"], join(path, "min_body_rate"), "must be greater than 0 (bytes per second)");
   }
 
   /// One level of policy as written (defaults or a dependency): what it sets, and where.

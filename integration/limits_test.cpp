@@ -75,3 +75,75 @@ TEST(Limits, StalledRequestBodyIsCutAfterIdleTimeout) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+namespace {
+
+TEST(Limits, AHeadThatArrivesTooSlowlyGets408) {
+  ScriptedUpstream up;
+  ReboundOptions o;
+  o.extra = "limits:\n  head_timeout: 1s\n";
+  ReboundProcess rb(o);
+  RawConnection c(rb.port());
+  auto const start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.send("GET http://" + up.authority() + "/slow HTTP/1.1\r\nHost: "));
+  // A byte now and then keeps any per-read timeout happy; the head as a whole is late.
+  for (int i = 0; i < 8 && !c.eof(); ++i) {
+    if (!c.quiet_for(300ms)) break;
+    c.send("a");
+  }
+  auto r = c.read_response(10s);
+  EXPECT_TRUE(IsReboundError(r, 408, {"bad_request"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(up.request_count(), 0u);
+}
+
+TEST(Limits, ABodyTrickledBelowTheMinimumRateIsCutWith408) {
+  ScriptedUpstream up;
+  ReboundOptions o;
+  o.extra = "limits:\n  body_timeout: 1s\n  min_body_rate: 1KiB\n";
+  ReboundProcess rb(o);
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send("PUT http://" + up.authority() + "/trickle HTTP/1.1\r\nHost: " + up.authority() + "\r\nContent-Length: 100\r\n\r\n"));
+  auto const start = std::chrono::steady_clock::now();
+  // One byte every 200 ms: never idle for long, far below 1 KiB/s.
+  std::optional<Response> r;
+  for (int i = 0; i < 40; ++i) {
+    if (!c.quiet_for(200ms)) break;
+    if (!c.send("x")) break;
+  }
+  r = c.read_response(5s);
+  EXPECT_TRUE(IsReboundError(r, 408, {"bad_request"}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  for (auto const& q : up.requests()) EXPECT_FALSE(q.complete);
+}
+
+TEST(Limits, ConnectionsPastMaxConnectionsGet503AndTheAdminPortStaysReachable) {
+  ScriptedUpstream up;
+  ReboundOptions o;
+  o.workers = 1;
+  o.extra = "limits:\n  max_connections: 3\n";
+  ReboundProcess rb(o);
+  std::vector<RawConnection> held;
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back(rb.port());
+    ASSERT_TRUE(held.back().send(absolute_request("GET", up.authority(), "/held")));
+    auto r = held.back().read_response(10s);
+    ASSERT_TRUE(r) << held.back().last_error();
+  }
+  auto refused = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/more"));
+  EXPECT_TRUE(IsReboundError(refused, 503, {"overloaded"}));
+  EXPECT_EQ(admin_get_status(rb.admin_port(), "/healthz"), 200u);
+  held.clear();  // slots free again
+  std::optional<Response> again;
+  for (int i = 0; i < 100; ++i) {
+    again = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/again"));
+    if (again && again->status == 200) break;
+    std::this_thread::sleep_for(20ms);  // the closes reach rebound asynchronously
+  }
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200u);
+}
+
+}  // namespace
+}  // namespace itest

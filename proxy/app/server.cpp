@@ -95,6 +95,11 @@ net::awaitable<void> accept_loop(worker& w, http::session_context ctx) {
       co_await pause.async_wait(use_tuple);
       continue;
     }
+    auto const& cfg = ctx.latest ? **ctx.latest : *ctx.cfg;
+    if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cfg.limits.max_connections) {
+      net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
+      continue;
+    }
     net::co_spawn(w.ioc, http::run_client_session(ctx, std::move(socket)), report_failure{ctx.log, "client_session"});
   }
 }
@@ -321,8 +326,10 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   retry::guard_registry guards(*cfg, log, metrics);
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const upstream::secure_origins>(*cfg, &log);
-  std::vector<std::unique_ptr<worker>> workers;
+  // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();
+  std::atomic<std::size_t> open_connections{0};
+  std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
@@ -349,7 +356,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
 
   for (auto& w : workers) {
     http::session_context ctx{cfg, &w->cfg, origins, &w->origins, &w->pool, &log, &w->sessions, &w->rng, &*w->guards,
-                              instance_token};
+                              instance_token, &open_connections};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }

@@ -1,6 +1,7 @@
 #include "proxy/http/client_session.hpp"
 
 #include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
@@ -17,6 +18,8 @@ namespace {
 /// Room in the client's read buffer beyond the head limit: one read (Beast reads up to
 /// 64 KiB) plus a trailer section.
 constexpr std::size_t read_slack = 64 * 1024 + 16 * 1024;
+/// The first read of a request: most heads fit; the parser reads on if one does not.
+constexpr std::size_t first_read = 4096;
 
 /// The dependency name and policy for a target: a configured dependency, or the defaults
 /// under the name `host:port` (SPEC section 2).
@@ -105,6 +108,22 @@ std::optional<error_reply> reply_for_read_error(const error_code& ec) {
   return std::nullopt;  // timeout, reset, abort: no one is listening
 }
 
+/// Counts a client connection for limits.max_connections while it lives.
+class connection_slot {
+ public:
+  explicit connection_slot(std::atomic<std::size_t>* count) : count_(count) {
+    if (count_) count_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~connection_slot() {
+    if (count_) count_->fetch_sub(1, std::memory_order_relaxed);
+  }
+  connection_slot(const connection_slot&) = delete;
+  connection_slot& operator=(const connection_slot&) = delete;
+
+ private:
+  std::atomic<std::size_t>* count_;
+};
+
 /** Half-closes, then reads and drops what the client still sends for a moment before
     closing: closing with unread bytes makes the kernel send a reset, which can destroy an
     error answer the client has not read yet (the reason for nginx's lingering_close). */
@@ -126,7 +145,17 @@ net::awaitable<void> lingering_close(beast::tcp_stream& client) {
 
 }  // namespace
 
+net::awaitable<void> refuse_connection(tcp::socket socket) {
+  beast::tcp_stream client(std::move(socket));
+  error_code ignored;
+  client.socket().set_option(tcp::no_delay(true), ignored);
+  error_reply const full{503, error_type::overloaded, "too many client connections (limits.max_connections)", {}, 0, 1};
+  co_await send_error(client, full, false, std::chrono::seconds(1));
+  co_await lingering_close(client);
+}
+
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket) {
+  connection_slot slot(ctx.open_connections);
   beast::tcp_stream client(std::move(socket));
   error_code ignored;
   client.socket().set_option(tcp::no_delay(true), ignored);
@@ -147,11 +176,30 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     buffer.max_size(cfg.limits.max_request_head + read_slack);
     if (cfg.limits.max_request_body > 0) parser.body_limit(cfg.limits.max_request_body);
     else parser.body_limit(boost::none);
+    // Waiting for a request is bounded by idle_timeout; once its first byte is here, the
+    // rest of the head must follow within head_timeout (slow heads hold a slot each).
+    if (buffer.size() == 0) {
+      client.expires_after(idle);
+      auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
+      buffer.commit(rn);
+      guard.set_idle(false);  // a request has begun: a drain lets it finish
+      if (rec) break;  // idle timeout, the client closed, or a drain: no request started
+    }
     client.expires_after(idle);
+    std::optional<cancel_at> head_due;
+    head_due.emplace(client.socket(), std::chrono::steady_clock::now() + cfg.limits.head_timeout);
     auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, use_tuple);
+    bool const head_late = head_due->fired();
+    head_due.reset();
     guard.set_idle(false);
     if (ec) {
-      if (auto reply = reply_for_read_error(ec)) co_await send_error(client, *reply, false, idle);
+      if (head_late) {
+        // Named, not a temporary in the co_await expression: GCC 12 frees such temporaries twice.
+        error_reply const late{408, error_type::bad_request, "request head not complete within limits.head_timeout", {}, 0};
+        co_await send_error(client, late, false, idle);
+      } else if (auto reply = reply_for_read_error(ec)) {
+        co_await send_error(client, *reply, false, idle);
+      }
       break;
     }
     vetted v;

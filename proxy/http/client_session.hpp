@@ -9,6 +9,7 @@
 #include "proxy/upstream/pool.hpp"
 #include "proxy/upstream/secure_origins.hpp"
 
+#include <atomic>
 #include <memory>
 #include <random>
 
@@ -29,8 +30,12 @@ struct session_context {
   std::mt19937_64* rng = nullptr;  ///< the worker's: backoff jitter draws from it (R-1)
   retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
   std::string_view instance_token;  ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
+  std::atomic<std::size_t>* open_connections = nullptr;  ///< client connections of all workers
 };
 
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);
+
+/// Answers a connection over limits.max_connections with 503 `overloaded` and closes it.
+net::awaitable<void> refuse_connection(tcp::socket socket);
 
 }  // namespace rebound::http

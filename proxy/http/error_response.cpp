@@ -24,6 +24,7 @@ std::string_view to_string(error_type t) {
     case error_type::unknown_host: return "unknown_host";
     case error_type::upstream_protocol_error: return "upstream_protocol_error";
     case error_type::loop_detected: return "loop_detected";
+    case error_type::overloaded: return "overloaded";
   }
   return "upstream_protocol_error";
 }
@@ -33,7 +34,8 @@ unsigned default_status(error_type t) {
     case error_type::attempt_timeout:
     case error_type::deadline_exceeded: return 504;
     case error_type::circuit_open:
-    case error_type::budget_exhausted: return 503;
+    case error_type::budget_exhausted:
+    case error_type::overloaded: return 503;
     case error_type::bad_request: return 400;
     case error_type::unknown_host: return 403;
     case error_type::loop_detected: return 508;

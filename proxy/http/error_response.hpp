@@ -26,6 +26,7 @@ enum class error_type {
   bad_request,
   unknown_host,
   upstream_protocol_error,
+  overloaded,     ///< 503: limits.max_connections reached
   loop_detected,  ///< 508: the request targets this rebound or already passed through it
 };
 

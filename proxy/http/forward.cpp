@@ -1,6 +1,7 @@
 #include "proxy/http/forward.hpp"
 
 #include "proxy/auth/jwt.hpp"
+#include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward_once.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
@@ -47,7 +48,7 @@ struct kept_body {
     body has no length to check in advance: reading stops once it passes `limit`. */
 net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer,
                                           request_parser& parser, std::string& out,
-                                          std::size_t limit, std::chrono::milliseconds idle) {
+                                          std::size_t limit, std::chrono::milliseconds idle, body_pace pace) {
   if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
   std::array<char, 16 * 1024> chunk;
   auto& body = parser.get().body();
@@ -56,7 +57,11 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
     body.data = chunk.data();
     body.size = chunk.size();
     client.expires_after(idle);
+    std::optional<cancel_at> due;
+    due.emplace(client.socket(), pace.deadline(out.size()));
     auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
+    if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
+    due.reset();
     if (ec && ec != bhttp::error::need_buffer) {
       if (auto refusal = body_read_refusal(ec, parser))
         co_return kept_body{std::move(*refusal)};
@@ -95,7 +100,15 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 
 }  // namespace
 
+body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start) {
+  return body_pace{start, std::chrono::duration_cast<std::chrono::milliseconds>(cfg.limits.body_timeout),
+                   cfg.limits.min_body_rate};
+}
+
 std::optional<error_reply> body_read_refusal(const error_code& ec, const request_parser& parser) {
+  if (ec == beast::error::timeout)
+    return error_reply{408, error_type::bad_request,
+                       "request body arrived too slowly (limits.body_timeout, limits.min_body_rate) or stalled", {}, 0};
   if (ec == bhttp::error::body_limit) return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
   if (ec == bhttp::error::header_limit && parser.refusal() == field_refusal::trailer_section)
     return error_reply{400, error_type::bad_request, "trailer section too large", {}, 0};
@@ -138,7 +151,8 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
 
   std::string body;
   if (!parser.is_done()) {
-    auto kept = co_await read_whole_body(client, buffer, parser, body, policy.max_retry_body, idle);
+    auto kept = co_await read_whole_body(client, buffer, parser, body, policy.max_retry_body, idle,
+                                         pace_of(*ctx.cfg, std::chrono::steady_clock::now()));
     if (kept.problem) {
       if (kept.problem->status != 0) {
         guard.answered(kept.problem->status);

@@ -3,6 +3,7 @@
     rebound sends itself. Called by the client session once a request head is valid. */
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/error_response.hpp"
+#include "proxy/http/relay.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
@@ -23,6 +24,9 @@ namespace bhttp = boost::beast::http;
 net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, request_parser& parser,
                              const request_target& target, std::string_view dependency, const config::policy& policy);
+
+/// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
+body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);
 
 /// rebound's answer to a request body that could not be read, or nullopt when the client
 /// went away (nobody to answer).

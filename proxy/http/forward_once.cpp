@@ -109,6 +109,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
 
+  auto const body_start = clock::now();
   auto const key = pool_key(target);
   auto* const tls = tls_for(ctx, target, dependency);
   auto* const creds = credentials_for(ctx, req, dependency);
@@ -188,7 +189,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
     if (!body_skipped) {
       auto const upload_start = clock::now();
-      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix);
+      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(*ctx.cfg, body_start));
       // The attempt timeout measures the upstream, not how slowly the client uploads.
       deadline += clock::now() - upload_start;
       if (rr.read_error) {

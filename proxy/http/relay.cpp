@@ -36,7 +36,8 @@ template <bool isRequest, class From, class To>
 net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
                                    bounded_parser<isRequest, bhttp::buffer_body>& p, To& to,
                                    bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle,
-                                   std::string_view prefix) {
+                                   std::string_view prefix, const body_pace* pace) {
+  std::uint64_t received = prefix.size();
   std::array<char, chunk_size> chunk;
   auto& body = p.get().body();
   // Reads as large as the chunk: a fresh buffer would otherwise read 512 bytes at a time
@@ -64,7 +65,8 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
     if (!p.is_done()) {
       body.data = chunk.data();
       body.size = chunk.size();
-      from.expires_after(idle);
+      if (pace) from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
+      else from.expires_after(idle);
       // read_some, not read: read waits until the chunk is full, which would hold back a
       // slow stream's first bytes.
       auto [ec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
@@ -77,6 +79,7 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
       }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
       auto const got = chunk.size() - body.size;
+      received += got;
       if (got == 0 && !p.is_done()) continue;  // only framing was parsed
       body.data = got ? chunk.data() : nullptr;
       body.size = got;
@@ -124,15 +127,16 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
                                                 request_parser& p, upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
-                                                std::chrono::milliseconds idle, std::string_view prefix) {
-  return relay<true>(from, buffer, p, to, sr, idle, prefix);
+                                                std::chrono::milliseconds idle, std::string_view prefix,
+                                                const body_pace& pace) {
+  return relay<true>(from, buffer, p, to, sr, idle, prefix, &pace);
 }
 
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
                                                  response_parser& p, beast::tcp_stream& to,
                                                  bhttp::response_serializer<bhttp::buffer_body>& sr,
                                                  std::chrono::milliseconds idle) {
-  return relay<false>(from, buffer, p, to, sr, idle, {});
+  return relay<false>(from, buffer, p, to, sr, idle, {}, nullptr);
 }
 
 }  // namespace rebound::http

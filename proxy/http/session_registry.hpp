@@ -36,10 +36,14 @@ class session_registry {
   bool draining() const { return draining_; }
   const bool* draining_flag() const { return &draining_; }
 
+  /** Idle sessions are closed, but for those whose next request already sits unread in
+      the socket (a keep-alive client that sent it just as the drain began, or a worker too
+      busy to have read it yet): they read and answer it with `Connection: close`, as the
+      forward path does once draining. Closing them would lose a request that arrived. */
   void begin_drain() {
     draining_ = true;
     for (auto& e : entries_) {
-      if (e.idle) e.stream->close();
+      if (e.idle && !has_unread_bytes(e.stream->socket())) e.stream->close();
       if (e.backoff) e.backoff->cancel();
     }
   }
@@ -47,6 +51,12 @@ class session_registry {
   std::size_t active() const { return active_.load(std::memory_order_relaxed); }
 
  private:
+  static bool has_unread_bytes(boost::asio::ip::tcp::socket& s) {
+    boost::system::error_code ec;
+    auto const n = s.available(ec);
+    return !ec && n > 0;
+  }
+
   std::list<entry> entries_;
   std::atomic<std::size_t> active_{0};
   bool draining_ = false;
