@@ -85,6 +85,9 @@ struct request_limits {
   /// bytes received: a body trickled slower is cut (408 while nothing went upstream).
   duration body_timeout = std::chrono::seconds(30);
   std::uint64_t min_body_rate = 1024;  ///< bytes per second, see body_timeout
+  /// Hosts no dependency names that get their own budget, breaker and metric series; the
+  /// rest share `(other hosts)`. Bounds what a buggy or hostile app can make rebound track.
+  std::size_t max_unknown_hosts = 100;
 };
 
 enum class context_kind { sync, async, webhook, batch };

@@ -176,6 +176,7 @@ std::string effective_config_json(const config& cfg) {
       l.string("max_request_body", format_size(cfg.limits.max_request_body));
       l.string("idle_timeout", format_duration(cfg.limits.idle_timeout));
       l.integer("max_connections", cfg.limits.max_connections);
+      l.integer("max_unknown_hosts", cfg.limits.max_unknown_hosts);
       l.string("head_timeout", format_duration(cfg.limits.head_timeout));
       l.string("body_timeout", format_duration(cfg.limits.body_timeout));
       l.string("min_body_rate", format_size(cfg.limits.min_body_rate));

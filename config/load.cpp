@@ -69,7 +69,7 @@ class reader : public yaml_reader {
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l) {
     if (!expect_map(n, path)) return;
     check_keys(n, path, {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout",
-                         "body_timeout", "min_body_rate"});
+                         "body_timeout", "min_body_rate", "max_unknown_hosts"});
     std::uint64_t head = l.max_request_head;
     typed(n, "max_request_head", path, head, parse_size);
     if (head < 1024 || head > (1u << 20)) error(n["max_request_head"], join(path, "max_request_head"), "must be between 1KiB and 1MiB");
@@ -81,6 +81,10 @@ class reader : public yaml_reader {
     typed(n, "max_connections", path, conns, parse_count);
     if (conns < 1 || conns > 1'000'000) error(n["max_connections"], join(path, "max_connections"), "must be between 1 and 1000000");
     else l.max_connections = static_cast<std::size_t>(conns);
+    unsigned unknown = static_cast<unsigned>(l.max_unknown_hosts);
+    typed(n, "max_unknown_hosts", path, unknown, parse_count);
+    if (unknown > 100'000) error(n["max_unknown_hosts"], join(path, "max_unknown_hosts"), "must be between 0 and 100000");
+    else l.max_unknown_hosts = unknown;
     typed(n, "head_timeout", path, l.head_timeout, parse_duration);
     if (l.head_timeout.count() == 0) error(n["head_timeout"], join(path, "head_timeout"), "must be greater than 0");
     typed(n, "body_timeout", path, l.body_timeout, parse_duration);

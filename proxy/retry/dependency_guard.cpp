@@ -81,7 +81,7 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
 }
 
 guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics)
-    : log_(log), metrics_(metrics) {
+    : log_(log), metrics_(metrics), max_unknown_(cfg.limits.max_unknown_hosts) {
   for (auto const& d : cfg.dependencies) {
     guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
     configured_.emplace(d.name, true);
@@ -91,6 +91,7 @@ guard_registry::guard_registry(const config::config& cfg, const observe::logger&
 guard_registry::reload_report guard_registry::reconfigure(const config::config& cfg) {
   reload_report r;
   std::lock_guard lock(mutex_);
+  max_unknown_ = cfg.limits.max_unknown_hosts;  // hosts already over a lowered cap keep their guard
   auto replace = [&](const std::string& name, const config::policy& p) {
     auto& slot = guards_[name];
     if (slot) retired_.push_back(std::move(slot));
@@ -141,8 +142,8 @@ dependency_guard& guard_registry::find(const std::string& name, const config::po
   std::lock_guard lock(mutex_);
   if (auto it = guards_.find(name); it != guards_.end()) return *it->second;
   std::string key = name;
-  if (unknown_ >= max_unknown_hosts) {
-    key = "(other hosts)";
+  if (unknown_ >= max_unknown_) {
+    key = other_hosts;
     if (auto it = guards_.find(key); it != guards_.end()) return *it->second;
   }
   ++unknown_;

@@ -75,9 +75,8 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
     and new host, never per request. */
 class guard_registry {
  public:
-  /// At most this many unknown hosts get a guard each; beyond it they share one, named
-  /// `(other hosts)`, so a client inventing host names cannot grow memory without bound.
-  static constexpr std::size_t max_unknown_hosts = 4096;
+  /// The name unknown hosts past `limits.max_unknown_hosts` share, in logs and metrics.
+  static constexpr std::string_view other_hosts = "(other hosts)";
 
   guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics);
   dependency_guard& find(const std::string& name, const config::policy& p);
@@ -107,6 +106,10 @@ class guard_registry {
   std::unordered_map<std::string, bool> configured_;  ///< names the current config names
   std::vector<std::unique_ptr<dependency_guard>> retired_;
   std::size_t unknown_ = 0;
+  /// limits.max_unknown_hosts: at most this many unknown hosts get a guard (and metric
+  /// series) each; the rest share `(other hosts)`, so a client inventing host names can grow
+  /// neither memory nor the metrics scrape without bound.
+  std::size_t max_unknown_;
 };
 
 /// One worker's view of the registry.

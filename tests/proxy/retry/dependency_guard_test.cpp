@@ -41,13 +41,32 @@ TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
   auto cfg = config::default_config();
   retry::guard_registry reg(cfg, c.log, c.metrics);
   retry::guard_cache cache(reg);
-  for (std::size_t i = 0; i < retry::guard_registry::max_unknown_hosts; ++i)
+  auto const cap = cfg.limits.max_unknown_hosts;
+  for (std::size_t i = 0; i < cap; ++i)
     EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults).name(), "h" + std::to_string(i) + ":80");
   auto& a = cache.find("one-more:80", cfg.defaults);
   auto& b = cache.find("and-another:80", cfg.defaults);
   EXPECT_EQ(a.name(), "(other hosts)");
   EXPECT_EQ(&a, &b);
-  EXPECT_EQ(reg.snapshots().size(), retry::guard_registry::max_unknown_hosts + 1);
+  EXPECT_EQ(reg.snapshots().size(), cap + 1);
+}
+
+TEST(DependencyGuard, MetricSeriesStayBoundedWhateverHostsAClientInvents) {
+  captured_log c;
+  auto cfg = config::default_config();
+  cfg.limits.max_unknown_hosts = 5;
+  retry::guard_registry reg(cfg, c.log, c.metrics);
+  retry::guard_cache cache(reg);
+  for (int i = 0; i < 6000; ++i) cache.find("h" + std::to_string(i) + ":80", cfg.defaults);
+  reg.publish();
+  auto const scrape = c.metrics.scrape();
+  std::size_t labels = 0;
+  for (std::size_t at = 0; (at = scrape.find("dependency=\"h", at)) != std::string::npos; ++at) ++labels;
+  std::size_t per_host = 0;
+  for (std::size_t at = 0; (at = scrape.find("dependency=\"h0:80\"", at)) != std::string::npos; ++at) ++per_host;
+  EXPECT_GT(per_host, 0u);
+  EXPECT_EQ(labels, 5 * per_host) << "only the first 5 invented hosts have series of their own";
+  EXPECT_NE(scrape.find("dependency=\"(other hosts)\""), std::string::npos);
 }
 
 TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
