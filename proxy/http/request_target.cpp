@@ -81,6 +81,10 @@ target_result parse_request_target(std::string_view method, std::string_view tar
   if (target.front() == '/' || target == "*") {
     // Origin form: the Host header names the upstream (RFC 9112 section 3.2.3).
     if (target == "*" && method != "OPTIONS") return fail("asterisk-form is only valid for OPTIONS");
+    // Beast's request-line parser already refuses these; this parser promises the same to
+    // any caller, since the target is written verbatim into the upstream's request line.
+    for (unsigned char c : target)
+      if (c <= 0x20 || c == 0x7f) return fail("request target contains a space or control character");
     if (host_count > 1) return fail("more than one Host header");
     if (host_count == 0) {
       return fail(version >= 11 ? "missing Host header" : "origin-form request without a Host header: send an absolute URI");

@@ -82,6 +82,9 @@ std::optional<std::time_t> parse_http_date(std::string_view s) {
   return timegm(&tm);
 }
 
+/// The longest wait a Retry-After can ask for; anything longer is read as this.
+constexpr std::uint64_t ten_years = 10ull * 366 * 24 * 3600;
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -98,13 +101,17 @@ std::optional<duration> parse_retry_after(std::string_view value, std::chrono::s
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), secs);
     if (end != value.data() + value.size()) return std::nullopt;
     // Absurd values (or overflow) are a wait far past any deadline, not an error.
-    constexpr std::uint64_t ten_years = 10ull * 366 * 24 * 3600;
     if (ec == std::errc::result_out_of_range || secs > ten_years) secs = ten_years;
     else if (ec != std::errc{}) return std::nullopt;
     return duration(static_cast<duration::rep>(secs * 1000));
   }
   auto const when = parse_http_date(value);
   if (!when) return std::nullopt;
+  // Compared in seconds first: a date past 2262 does not fit system_clock's nanoseconds, and
+  // is a wait far past any deadline all the same (found by fuzz/fuzz_retry_after).
+  auto const now_s = std::chrono::system_clock::to_time_t(now);
+  if (*when <= now_s) return duration(0);
+  if (static_cast<std::uint64_t>(*when - now_s) > ten_years) return duration(static_cast<duration::rep>(ten_years * 1000));
   auto const at = std::chrono::system_clock::from_time_t(*when);
   if (at <= now) return duration(0);
   return std::chrono::duration_cast<duration>(at - now);

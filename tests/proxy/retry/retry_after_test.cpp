@@ -32,6 +32,15 @@ TEST(RetryAfter, R5_HttpDateInAllThreeForms) {
   EXPECT_EQ(parse_retry_after("Sun Nov  6 08:49:37 1994", now), 37s);
 }
 
+// Found by fuzz/fuzz_retry_after: a date past 2262 overflowed system_clock (undefined behaviour).
+TEST(RetryAfter, R5_DateBeyondTheClocksRangeIsAVeryLongWaitNotAnOverflow) {
+  for (auto far : {"Wed, 21 Oct 4198 07:28:00 GMT", "Fri Dec 31 23:59:59 9999"}) {
+    auto r = parse_retry_after(far, now);
+    ASSERT_TRUE(r) << far;
+    EXPECT_GT(*r, std::chrono::hours(24 * 365)) << far;
+  }
+}
+
 TEST(RetryAfter, R5_DateInThePastMeansNoWait) {
   EXPECT_EQ(parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now), 0s);
 }
