@@ -1,21 +1,23 @@
 # rebound container image: compiled on Debian 12, run on Debian 12 slim with only the shared
-# libraries the binary links (libssl3, libyaml-cpp0.7, libspdlog1.10 -> libfmt9; libstdc++6 and
-# libgcc-s1 are already in the base), as uid 10001.
+# libraries the binary links (libssl3, libyaml-cpp0.7, libspdlog1.10 -> libfmt9,
+# libprometheus-cpp-core1.0; libstdc++6 and libgcc-s1 are already in the base) and the CA
+# bundle, as uid 10001. The HEALTHCHECK is `rebound health`: no curl in the image.
 #
 #   docker build -t rebound .                  (podman: podman build --format docker -t rebound .)
 #   docker run --rm -p 3128:3128 -p 9901:9901 rebound
 #   curl -x http://127.0.0.1:3128 http://example.com/
 #
-# bench/oci-check.sh builds and checks this image with podman on a Debian 12 host.
+# scripts/oci-check builds and checks this image with podman on a Debian 12 host (CI runs it).
 ARG BUILD_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
-# The list of scripts/install-deps, minus what only developers use (ccache, curl, python3).
+# The list of scripts/install-deps, minus what only tests and developers use (GoogleTest,
+# ccache, curl, python3).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build libboost1.81-dev libssl-dev libyaml-cpp-dev libspdlog-dev \
-      libgtest-dev libgmock-dev prometheus-cpp-dev \
+      prometheus-cpp-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # Release (-O3) by default; `--build-arg CMAKE_BUILD_TYPE=RelWithDebInfo` builds what
 # scripts/build builds (-O2; the debug info is stripped below).
@@ -23,6 +25,7 @@ ARG CMAKE_BUILD_TYPE=Release
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
+      -DREBOUND_BUILD_TESTS=OFF -DREBOUND_BUILD_BENCH=OFF \
  && cmake --build build --target rebound \
  && strip --strip-unneeded build/rebound \
  && build/rebound --version
@@ -30,7 +33,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 ca-certificates curl \
+      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 rebound \
@@ -43,6 +46,7 @@ EXPOSE 3128 9901
 # SIGTERM: rebound fails /readyz, stops accepting, finishes in-flight requests within
 # drain_timeout and exits 0.
 STOPSIGNAL SIGTERM
+# Asks the admin listener of the config the image runs (0.0.0.0:9901 is asked on 127.0.0.1).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["curl", "-fsS", "-o", "/dev/null", "--max-time", "2", "http://127.0.0.1:9901/healthz"]
+  CMD ["rebound", "health", "--config", "/etc/rebound/rebound.yaml"]
 CMD ["rebound", "--config", "/etc/rebound/rebound.yaml"]

@@ -1,5 +1,7 @@
-// The command line (SPEC section 1): run | check | --version | --help. Nothing else lives here.
+// The command line (SPEC section 1): run | check | health | --version | --help.
 #include "config/load.hpp"
+#include "config/typed_values.hpp"
+#include "proxy/admin/health_probe.hpp"
 #include "proxy/app/server.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/observe/log.hpp"
@@ -21,6 +23,7 @@ namespace {
 constexpr std::string_view usage =
     "usage: rebound [--config FILE] [--log-level trace|debug|info|warn|error|off]\n"
     "       rebound check FILE [--format text|json]\n"
+    "       rebound health [--admin HOST:PORT | --config FILE] [--ready]\n"
     "       rebound --version | --help\n"
     "\n"
     "Without --config, rebound runs on its built-in defaults: the forward proxy on\n"
@@ -96,6 +99,42 @@ int check(const std::string& file, std::string_view format) {
   }
 }
 
+/** `rebound health`: exit 0 when the admin API answers 200 on /healthz (/readyz with
+    --ready) within 2 s, 1 when it does not, 2 on a usage error. The address is --admin's,
+    else the admin of --config's file, else the built-in 127.0.0.1:9901. */
+int health(int argc, char** argv) {
+  std::string admin, config_file, path = "/healthz";
+  for (int i = 2; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--ready") path = "/readyz";
+    else if ((a == "--admin" || a == "--config" || a == "-c") && i + 1 < argc) (a == "--admin" ? admin : config_file) = argv[++i];
+    else {
+      std::cerr << "rebound health: unexpected \"" << a << "\"\n" << usage;
+      return 2;
+    }
+  }
+  rebound::config::endpoint at = rebound::config::default_config().admin;
+  if (!admin.empty()) {
+    auto parsed = rebound::config::parse_endpoint(admin);
+    if (!parsed.value) {
+      std::cerr << "rebound health: --admin: " << parsed.error << "\n";
+      return 2;
+    }
+    at = *parsed.value;
+  } else if (!config_file.empty()) {
+    try {
+      at = rebound::config::load_config_file(config_file).admin;
+    } catch (const rebound::config::config_error& e) {
+      std::cerr << e.what();
+      return 2;
+    }
+  }
+  auto const r = rebound::admin::probe_admin(at.host, at.port, path, std::chrono::seconds(2));
+  (r.healthy ? std::cout : std::cerr) << (r.healthy ? "healthy: " : "unhealthy: ") << path << " on " << at.host << ":"
+                                      << at.port << ": " << r.detail << "\n";
+  return r.healthy ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +155,8 @@ int main(int argc, char** argv) {
     } else if (a == "--version") {
       std::cout << "rebound " << REBOUND_VERSION << "\n";
       return 0;
+    } else if (a == "health" && i == 1) {
+      return health(argc, argv);
     } else if (a == "check" && i == 1) {
       if (argc < 3) {
         std::cerr << "rebound check: missing FILE\n" << usage;
