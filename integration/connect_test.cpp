@@ -92,6 +92,29 @@ TEST(Connect, R4_RefusedConnectIsRetriedThenAnswered502WithTheAttempts) {
   EXPECT_NE(rb.stdout_text().find("\"method\":\"CONNECT\""), std::string::npos);
 }
 
+// CONNECT's retries take the configured jitter too. With base = cap, decorrelated
+// jitter waits exactly the base every time, while full jitter (which the CONNECT path used
+// whatever the config said) draws below it.
+TEST(Connect, R1_DecorrelatedJitterIsHonouredForConnectRetries) {
+  ReboundOptions o;
+  o.extra = "defaults:\n  max_retries: 3\n  backoff: {base: 40ms, cap: 40ms, jitter: decorrelated}\n";
+  ReboundProcess rb(o);
+  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(connect_request(dead)));
+  auto r = c.read_response(15s);
+  ASSERT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
+  ASSERT_TRUE(rb.wait_for_log("\"retry_exhausted\""));
+  auto const logs = rb.stdout_text();
+  std::size_t retries = 0;
+  for (auto at = logs.find("\"retry_attempt\""); at != std::string::npos; at = logs.find("\"retry_attempt\"", at + 1)) {
+    auto const line = logs.substr(logs.rfind('\n', at) + 1, logs.find('\n', at) - logs.rfind('\n', at) - 1);
+    EXPECT_NE(line.find("\"backoff_ms\":40"), std::string::npos) << line;
+    ++retries;
+  }
+  EXPECT_EQ(retries, 3u);
+}
+
 // A listener that appears on a fixed port only after rebound's first connect was refused.
 TEST(Connect, R4_ConnectRetriedUntilTheTargetListensThenTunnels) {
   ReboundOptions o;

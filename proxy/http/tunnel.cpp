@@ -1,8 +1,7 @@
 #include "proxy/http/forward.hpp"
-#include "proxy/retry/backoff.hpp"
 #include "proxy/retry/classify.hpp"
+#include "proxy/retry/decide.hpp"
 #include "proxy/retry/dependency_guard.hpp"
-#include "proxy/retry/retry_after.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -57,17 +56,16 @@ net::awaitable<void> idle_watchdog(const clock::time_point& last_activity, std::
   }
 }
 
-/// How long a retry must leave for its attempt to be worth making (as the HTTP loop).
-constexpr retry::duration min_attempt_time{50};
-
-/** The decision after one connect attempt of a CONNECT (R-4 for tunnels): the wait before
-    the next attempt, or nothing when there is no next one. Only the TCP connect is retried:
-    rebound cannot see inside the tunnel, and once the 200 is sent bytes may flow, so nothing
-    after it ever is. A plain function, so its temporaries stay off the coroutine frame. */
+/** After one connect attempt of a CONNECT: the wait before the next attempt, or nothing
+    when there is none. Only the TCP connect is retried: rebound cannot see inside the
+    tunnel, and once the 200 is sent bytes may flow, so nothing after it ever is. The
+    decision is `retry::decide`, as for HTTP requests; this function does its effects
+    (breaker, budget, logs). A plain function, so its temporaries stay off the coroutine frame. */
 std::optional<retry::duration> next_connect_attempt(const session_context& ctx, const upstream::connect_result& c,
                                                     unsigned attempts, std::chrono::microseconds took,
-                                                    std::string_view dependency, const config::policy& policy,
-                                                    retry::dependency_guard& guard, clock::time_point deadline) {
+                                                    retry::duration previous_wait, std::string_view dependency,
+                                                    const config::policy& policy, retry::dependency_guard& guard,
+                                                    clock::time_point deadline) {
   retry::attempt_outcome const outcome{std::nullopt, c.stream ? std::nullopt : std::optional(c.error)};
   guard.attempt_done({attempts, outcome, took});
   if (c.stream) {
@@ -75,35 +73,41 @@ std::optional<retry::duration> next_connect_attempt(const session_context& ctx, 
     return std::nullopt;
   }
   guard.record(retry::classify(outcome, retry::retry_on::r4_default()) == retry::verdict::retryable);
-  if (retry::classify(outcome, policy.retry_on) != retry::verdict::retryable) return std::nullopt;
+  retry::attempt_facts f;
+  f.outcome = outcome;
+  f.attempts = attempts;
+  f.may_repeat = true;  // nothing has been sent: a connect can always be tried again
+  f.previous_wait = previous_wait;
+  f.now = clock::now();
+  f.deadline = deadline;
+  f.wall_now = std::chrono::system_clock::now();
+  f.u = std::uniform_real_distribution<double>(0.0, 1.0)(*ctx.rng);
+  auto const d = retry::decide(policy, f);
   unsigned const max_attempts = policy.max_retries + 1;
   auto const error = to_string(c.error);
-  if (attempts >= max_attempts || (c.error == error_type::dns_failure && attempts >= retry::dns_failure_max_attempts)) {
-    ctx.log->warn("retry_exhausted", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
-                                      {"max_attempts", max_attempts}, {"error_type", error}, {"idempotency_key", ""}});
-    guard.exhausted();
+  if (auto const* s = std::get_if<retry::stop>(&d)) {
+    if (s->reason == retry::stop_reason::exhausted) {
+      ctx.log->warn("retry_exhausted", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
+                                        {"max_attempts", max_attempts}, {"error_type", error}, {"idempotency_key", ""}});
+      guard.exhausted();
+    } else if (s->reason != retry::stop_reason::final) {
+      ctx.log->warn("retry_stopped", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
+                                      {"error_type", error}, {"reason", retry::to_string(s->reason)}, {"retry_after_ms", -1}});
+    }
     return std::nullopt;
   }
-  double const u = std::uniform_real_distribution<double>(0.0, 1.0)(*ctx.rng);
-  auto const backoff = retry::full_jitter(attempts, policy.backoff.base, policy.backoff.cap, u);
-  auto const remaining = std::chrono::duration_cast<retry::duration>(deadline - clock::now());
-  auto const plan = retry::plan_wait(backoff, std::nullopt, remaining, std::min(policy.attempt_timeout, min_attempt_time));
-  if (!plan.retry) {
-    ctx.log->warn("retry_stopped", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
-                                    {"error_type", error}, {"reason", to_string(*plan.why_not)}, {"retry_after_ms", -1}});
-    return std::nullopt;
-  }
+  auto const wait = std::get<retry::retry_in>(d).wait;
   if (auto const permit = guard.allow_retry(); !permit.granted) {
     ctx.log->warn("retry_suppressed", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
                                        {"error_type", error}, {"reason", permit.why}});
     return std::nullopt;
   }
-  guard.retry_scheduled(plan.wait);
+  guard.retry_scheduled(wait);
   ctx.log->info("retry_attempt", {{"correlation_id", ""}, {"dependency", dependency}, {"attempt", attempts + 1},
-                                  {"max_attempts", max_attempts}, {"backoff_ms", static_cast<long long>(plan.wait.count())},
+                                  {"max_attempts", max_attempts}, {"backoff_ms", static_cast<long long>(wait.count())},
                                   {"error_type", error}, {"idempotency_key", ""}, {"method", "CONNECT"}, {"path", ""},
                                   {"status", 0}, {"duration_ms", static_cast<long long>(took.count() / 1000)}});
-  return plan.wait;
+  return wait;
 }
 
 }  // namespace
@@ -120,6 +124,7 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
   }
   auto const deadline = clock::now() + policy.total_timeout;
   unsigned attempts = 0;
+  retry::duration previous_wait{0};
   std::optional<upstream::connect_result> last;
   net::steady_timer backoff(co_await net::this_coro::executor);
   for (;;) {
@@ -128,11 +133,12 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
     auto const attempt_deadline = std::min(deadline, started + policy.attempt_timeout);
     auto r = co_await upstream::connect_to(target.connect_host, target.port, attempt_deadline);
     auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - started);
-    auto const wait = next_connect_attempt(ctx, r, attempts, took, dependency, policy, guard, deadline);
+    auto const wait = next_connect_attempt(ctx, r, attempts, took, previous_wait, dependency, policy, guard, deadline);
     if (!wait) {
       last.emplace(std::move(r));
       break;
     }
+    previous_wait = *wait;
     backoff.expires_after(*wait);
     co_await backoff.async_wait(use_tuple);
   }

@@ -1,8 +1,7 @@
 #include "proxy/retry/loop.hpp"
 
-#include "proxy/retry/backoff.hpp"
 #include "proxy/retry/classify.hpp"
-#include "proxy/retry/retry_after.hpp"
+#include "proxy/retry/decide.hpp"
 
 #include <boost/asio/this_coro.hpp>
 
@@ -12,9 +11,6 @@ namespace rebound::retry {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-/// No attempt starts with less time than this left: it could not finish.
-constexpr duration min_attempt_time{50};
 
 std::string outcome_name(const attempt_outcome& o) {
   if (o.status) return "http_" + std::to_string(*o.status);
@@ -45,9 +41,9 @@ struct next_step {
   std::string last_outcome;  ///< for the message when a drain cuts the wait
 };
 
-/** Everything between an attempt and the next one, but the wait: R-4 through retry_on,
-    R-6 (facts.may_retry), R-2's count, R-1's draw, R-5 and R-3 through plan_wait, R-7
-    through the gate. Logs the decision. */
+/** Everything between an attempt and the next one, but the wait: `decide` (R-1 to R-6,
+    R-9's expiry), then the effects it leaves to the loop: the breaker's record, a drain,
+    R-7's budget (asked last, so only a retry that would really go spends it), the logs. */
 next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failure> failure,
                            const upstream::exchange& ex, clock::time_point attempt_start, bool draining) {
   auto& result = st.result;
@@ -66,57 +62,54 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   // The breaker counts what R-4 calls a transient failure, whatever retry_on narrows.
   st.gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
 
-  if (classify(outcome, policy.retry_on) != verdict::retryable) return {};
-  if (!facts.may_retry) {
-    if (policy.max_retries > 0 && result.attempts == 1)
-      st.log.info("retry_skipped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                    {"method", facts.method}, {"path", facts.path},
-                                    {"error_type", outcome_name(outcome)}, {"reason", facts.why_not}});
-    return {};
-  }
-  bool const dns_spent = outcome.error == http::error_type::dns_failure && result.attempts >= dns_failure_max_attempts;
-  if (result.attempts >= st.max_attempts || dns_spent) {
-    st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                    {"attempts", result.attempts}, {"max_attempts", st.max_attempts},
-                                    {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key}});
-    st.observer.exhausted();
-    return {};
-  }
-  if (draining) return {};
-
-  unsigned const retry_number = result.attempts;  // the retry about to happen: 1, 2, ...
-  double const u = std::uniform_real_distribution<double>(0.0, 1.0)(st.rng);
-  duration const backoff = policy.backoff.jitter == config::jitter_kind::full
-                               ? full_jitter(retry_number, policy.backoff.base, policy.backoff.cap, u)
-                               : decorrelated_jitter(st.previous_wait, policy.backoff.base, policy.backoff.cap, u);
-  std::optional<duration> retry_after;
+  attempt_facts af;
+  af.outcome = outcome;
   if (ex.response) {
     auto const& h = ex.response->get();
     if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
-      retry_after = parse_retry_after(it->value(), std::chrono::system_clock::now());
+      af.retry_after = std::string_view(it->value().data(), it->value().size());
   }
-  auto const remaining = std::chrono::duration_cast<duration>(st.total_deadline - clock::now());
-  auto const plan = plan_wait(backoff, retry_after, remaining, std::min(policy.attempt_timeout, min_attempt_time));
-  if (!plan.retry) {
+  af.attempts = result.attempts;
+  af.may_repeat = facts.may_retry;
+  af.previous_wait = st.previous_wait;
+  af.now = clock::now();
+  af.deadline = st.total_deadline;
+  af.wall_now = std::chrono::system_clock::now();
+  af.credential_expires = facts.credential_expires;
+  af.u = std::uniform_real_distribution<double>(0.0, 1.0)(st.rng);
+  auto const d = decide(policy, af);
+
+  if (auto const* s = std::get_if<stop>(&d)) {
+    switch (s->reason) {
+      case stop_reason::final:
+        return {};
+      case stop_reason::not_repeatable:
+        if (policy.max_retries > 0 && result.attempts == 1)
+          st.log.info("retry_skipped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                        {"method", facts.method}, {"path", facts.path},
+                                        {"error_type", outcome_name(outcome)}, {"reason", facts.why_not}});
+        return {};
+      case stop_reason::exhausted:
+        st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
+                                        {"attempts", result.attempts}, {"max_attempts", st.max_attempts},
+                                        {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key}});
+        st.observer.exhausted();
+        return {};
+      default:
+        break;
+    }
+    if (draining) return {};
     st.log.warn("retry_stopped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                   {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
-                                  {"reason", http::to_string(*plan.why_not)},
-                                  {"retry_after_ms", static_cast<long long>(retry_after ? retry_after->count() : -1)}});
+                                  {"reason", to_string(s->reason)},
+                                  {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
     // a Retry-After past the deadline returns that response at once. Without a
     // response to return, the client learns why from the error type.
-    if (failure) result.failure = upstream::attempt_failure{*plan.why_not, "no time left for another attempt"};
+    if (failure && s->error_type) result.failure = upstream::attempt_failure{*s->error_type, "no time left for another attempt"};
     return {};
   }
-  // a retry must not go out with the request's own credential once it has expired;
-  // the client gets the last answer instead (it can renew the token, rebound cannot).
-  if (facts.credential_expires && std::chrono::system_clock::now() + plan.wait >= *facts.credential_expires) {
-    st.log.warn("retry_stopped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                  {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
-                                  {"reason", "credential_expired"},
-                                  {"retry_after_ms", static_cast<long long>(retry_after ? retry_after->count() : -1)}});
-    return {};
-  }
-  // the budget is asked last, so only a retry that would really go spends it.
+  if (draining) return {};
+  auto const& go = std::get<retry_in>(d);
   if (auto const permit = st.gate.allow_retry(); !permit.granted) {
     st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                      {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
@@ -125,15 +118,15 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
       result.failure = upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
     return {};
   }
-  st.previous_wait = plan.wait;
-  st.observer.retry_scheduled(plan.wait);
+  st.previous_wait = go.wait;
+  st.observer.retry_scheduled(go.wait);
   st.log.info("retry_attempt", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
                                 {"attempt", result.attempts + 1}, {"max_attempts", st.max_attempts},
-                                {"backoff_ms", static_cast<long long>(plan.wait.count())},
+                                {"backoff_ms", static_cast<long long>(go.wait.count())},
                                 {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key},
                                 {"method", facts.method}, {"path", facts.path}, {"status", outcome.status.value_or(0)},
                                 {"duration_ms", static_cast<long long>(took.count() / 1000)}});
-  return {true, plan.wait, failure ? std::string() : outcome_name(outcome)};
+  return {true, go.wait, failure ? std::string() : outcome_name(outcome)};
 }
 
 /** Watches the client during a backoff: a client that hangs up cancels the wait. Bytes
@@ -204,7 +197,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                 hooks.observer ? *hooks.observer : silent_observer(),
                 clock::now() + policy.total_timeout,
                 1 + (facts.may_retry ? policy.max_retries : 0),
-                policy.backoff.base,
+                duration{0},
                 {}};
 
   for (;;) {

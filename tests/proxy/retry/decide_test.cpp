@@ -1,0 +1,164 @@
+// `decide`, the one retry decision (R-1..R-6, R-9's expiry), table by table. Time and
+// randomness are inputs: no clock is read and nothing sleeps.
+#include "proxy/retry/decide.hpp"
+
+#include <gtest/gtest.h>
+
+#include <variant>
+
+using namespace rebound;
+using namespace rebound::retry;
+using namespace std::chrono_literals;
+using rebound::http::error_type;
+
+namespace {
+
+const auto t0 = std::chrono::steady_clock::time_point{} + 1000h;
+// Sun, 06 Nov 1994 08:49:00 GMT
+const auto wall = std::chrono::system_clock::from_time_t(784111740);
+
+config::policy policy(unsigned max_retries = 3) {
+  config::policy p;
+  p.max_retries = max_retries;
+  p.backoff.base = 100ms;
+  p.backoff.cap = 1000ms;
+  p.total_timeout = 30s;
+  p.attempt_timeout = 2s;
+  return p;
+}
+
+attempt_facts after(attempt_outcome o, unsigned attempts = 1, double u = 0.5) {
+  attempt_facts f;
+  f.outcome = o;
+  f.attempts = attempts;
+  f.now = t0;
+  f.deadline = t0 + 30s;
+  f.wall_now = wall;
+  f.u = u;
+  return f;
+}
+
+attempt_outcome status(unsigned s) { return {s, std::nullopt}; }
+attempt_outcome error(error_type e) { return {std::nullopt, e}; }
+
+std::optional<stop_reason> stopped(const decision& d) {
+  if (auto const* s = std::get_if<stop>(&d)) return s->reason;
+  return std::nullopt;
+}
+duration waited(const decision& d) { return std::get<retry_in>(d).wait; }
+
+}  // namespace
+
+// Every row of R-4's table: what must be retried is, what must not is not.
+TEST(Decide, R4_EveryRetryableRowIsRetried) {
+  for (auto o : {status(408), status(429), status(500), status(502), status(503), status(504),
+                 error(error_type::connect_refused), error(error_type::connect_reset), error(error_type::connect_timeout),
+                 error(error_type::attempt_timeout), error(error_type::dns_failure),
+                 error(error_type::tls_handshake_timeout)}) {
+    auto const d = decide(policy(), after(o));
+    EXPECT_TRUE(std::holds_alternative<retry_in>(d)) << (o.status ? std::to_string(*o.status) : std::string(http::to_string(*o.error)));
+  }
+}
+
+TEST(Decide, R4_EveryFinalRowAndEverySuccessStops) {
+  for (auto o : {status(200), status(201), status(204), status(301), status(304), status(400), status(401), status(403),
+                 status(404), status(409), status(422), status(501), status(505), error(error_type::tls_certificate)}) {
+    EXPECT_EQ(stopped(decide(policy(), after(o))), stop_reason::final)
+        << (o.status ? std::to_string(*o.status) : std::string(http::to_string(*o.error)));
+  }
+}
+
+TEST(Decide, R4_RetryOnNarrowsTheRetryableSet) {
+  auto p = policy();
+  p.retry_on = retry_on::none();
+  p.retry_on.add(retry_on::cls::s503);
+  EXPECT_FALSE(stopped(decide(p, after(status(503)))));
+  EXPECT_EQ(stopped(decide(p, after(status(502)))), stop_reason::final);
+  EXPECT_EQ(stopped(decide(p, after(error(error_type::connect_refused)))), stop_reason::final);
+}
+
+TEST(Decide, R6_ARequestThatMayNotBeRepeatedIsNeverRetried) {
+  auto f = after(status(503));
+  f.may_repeat = false;
+  EXPECT_EQ(stopped(decide(policy(), f)), stop_reason::not_repeatable);
+}
+
+TEST(Decide, R2_MaxRetriesCountsRetriesNotAttempts) {
+  EXPECT_FALSE(stopped(decide(policy(3), after(status(503), 3))));
+  EXPECT_EQ(stopped(decide(policy(3), after(status(503), 4))), stop_reason::exhausted);
+  EXPECT_EQ(stopped(decide(policy(0), after(status(503), 1))), stop_reason::exhausted);
+}
+
+TEST(Decide, R4_ADnsFailureIsRetriedOnceWhateverMaxRetriesSays) {
+  EXPECT_FALSE(stopped(decide(policy(5), after(error(error_type::dns_failure), 1))));
+  EXPECT_EQ(stopped(decide(policy(5), after(error(error_type::dns_failure), 2))), stop_reason::exhausted);
+  EXPECT_FALSE(stopped(decide(policy(5), after(status(503), 2))));  // the cap is DNS's alone
+}
+
+// R-1 full jitter: uniform(0, min(cap, base * 2^(n-1))), at both ends of the draw.
+TEST(Decide, R1_FullJitterDrawsBetweenZeroAndTheDoubledBase) {
+  struct row {
+    unsigned attempts;
+    double u;
+    duration want;
+  };
+  for (auto r : {row{1, 0.0, 0ms}, row{1, 0.5, 50ms}, row{1, 0.999999, 99ms}, row{2, 0.999999, 199ms},
+                 row{3, 0.5, 200ms}, row{10, 0.999999, 999ms}, row{10, 0.0, 0ms}}) {
+    auto p = policy(20);
+    EXPECT_EQ(waited(decide(p, after(status(503), r.attempts, r.u))), r.want) << r.attempts << " " << r.u;
+  }
+}
+
+// R-1 decorrelated jitter: min(cap, uniform(base, previous * 3)), the base before the first.
+TEST(Decide, R1_DecorrelatedJitterGrowsFromThePreviousWait) {
+  auto p = policy(20);
+  p.backoff.jitter = config::jitter_kind::decorrelated;
+  auto f = after(status(503), 1, 0.0);
+  EXPECT_EQ(waited(decide(p, f)), 100ms);  // first retry: uniform(base, base * 3) at 0
+  f.u = 0.999999;
+  EXPECT_NEAR(static_cast<double>(waited(decide(p, f)).count()), 300.0, 1.0);
+  f.previous_wait = 250ms;
+  f.u = 0.5;
+  EXPECT_NEAR(static_cast<double>(waited(decide(p, f)).count()), 100.0 + 0.5 * (750.0 - 100.0), 1.0);
+  f.previous_wait = 900ms;
+  f.u = 0.999999;
+  EXPECT_NEAR(static_cast<double>(waited(decide(p, f)).count()), 1000.0, 1.0);  // capped
+  EXPECT_LE(waited(decide(p, f)), 1000ms);
+}
+
+TEST(Decide, R5_RetryAfterInSecondsOrAsADateOverridesAShorterBackoff) {
+  auto f = after(status(503), 1, 0.0);
+  f.retry_after = "3";
+  EXPECT_EQ(waited(decide(policy(), f)), 3s);
+  f.retry_after = "Sun, 06 Nov 1994 08:49:05 GMT";
+  EXPECT_EQ(waited(decide(policy(), f)), 5s);
+  f.retry_after = "soon";  // unreadable: the backoff alone
+  EXPECT_EQ(waited(decide(policy(), f)), 0ms);
+}
+
+TEST(Decide, R5_RetryAfterBeyondTheDeadlineStopsAtOnce) {
+  auto f = after(status(503));
+  f.retry_after = "31";
+  auto const d = decide(policy(), f);
+  ASSERT_EQ(stopped(d), stop_reason::retry_after_beyond_deadline);
+  EXPECT_EQ(std::get<stop>(d).error_type, error_type::retry_after_exceeds_deadline);
+  EXPECT_EQ(std::get<stop>(d).retry_after, 31s);
+}
+
+TEST(Decide, R3_NoRetryWhenTheWaitLeavesNoTimeForAnAttempt) {
+  auto f = after(status(503), 1, 0.999999);  // waits 99 ms
+  f.deadline = t0 + 120ms;                    // leaves 21 ms, under the 50 ms an attempt needs
+  auto const d = decide(policy(), f);
+  ASSERT_EQ(stopped(d), stop_reason::deadline);
+  EXPECT_EQ(std::get<stop>(d).error_type, error_type::deadline_exceeded);
+  f.deadline = t0 + 200ms;
+  EXPECT_FALSE(stopped(decide(policy(), f)));
+}
+
+TEST(Decide, R9_NoRetryGoesOutWithTheRequestsOwnExpiredCredential) {
+  auto f = after(status(503), 1, 0.999999);  // waits 99 ms
+  f.credential_expires = wall + 50ms;
+  EXPECT_EQ(stopped(decide(policy(), f)), stop_reason::credential_expired);
+  f.credential_expires = wall + 10s;
+  EXPECT_FALSE(stopped(decide(policy(), f)));
+}
