@@ -3,7 +3,9 @@
 
     Written field by field from an allow-list, never by walking the YAML: a key added to the
     config shows up here only when someone writes it here, so a secret added later (a client
-    secret, a token) cannot leak by default. Secrets are written as "<redacted>" (R-9).
+    secret, a token) cannot leak by default. The config holds file paths to secrets, never
+    the secrets themselves (R-9: `rebound check` refuses an inline one), so nothing needs
+    redacting here.
     The output is itself a valid config (JSON is YAML) with every policy resolved: each
     dependency carries its effective policy, so loading it gives back the same behaviour.
     Durations and sizes use the YAML's own spelling. */

@@ -20,7 +20,7 @@ scripts/install-deps --fuzz
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S . -B "$build" -G Ninja -DREBOUND_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
-    -DSANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    -DSANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREBOUND_WERROR=ON
 fi
 ninja -C "$build" $(printf 'fuzz_%s ' "${targets[@]}")
 

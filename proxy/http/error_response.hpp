@@ -1,6 +1,8 @@
 #pragma once
 /** The answers rebound makes itself (SPEC section 6): a status, `Rebound-Error: TYPE`, and
     the JSON body `{"error": {"type", "message", "dependency", "attempts"}}`. */
+#include "proxy/retry/error_type.hpp"
+
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -9,31 +11,10 @@
 
 namespace rebound::http {
 
-/// SPEC section 6's error types: every failure rebound reports is one of these.
-enum class error_type {
-  connect_refused,
-  connect_reset,
-  connect_timeout,
-  dns_failure,
-  tls_handshake_timeout,
-  tls_certificate,
-  attempt_timeout,
-  deadline_exceeded,
-  circuit_open,
-  budget_exhausted,
-  retry_after_exceeds_deadline,
-  auth_refresh_failed,
-  bad_request,
-  unknown_host,
-  upstream_protocol_error,
-  overloaded,     ///< 503: limits.max_connections reached
-  loop_detected,  ///< 508: the request targets this rebound or already passed through it
-};
-
-std::string_view to_string(error_type t);
-
-/// The status SPEC section 6 gives each type (bad_request varies: 400, 413, 431, 501...).
-unsigned default_status(error_type t);
+// The error vocabulary lives with the retry rules that read it; the answers are made here.
+using retry::default_status;
+using retry::error_type;
+using retry::to_string;
 
 struct error_reply {
   unsigned status = 502;

@@ -1,6 +1,7 @@
 #pragma once
-/** Minimal JSON text building for log lines and error bodies: rebound writes JSON, never
-    reads it, so an escaper is all it needs. */
+/** JSON text building for log lines, error bodies and admin answers: an escaper is all
+    writing needs. (What rebound reads as JSON, token endpoint answers and JWT payloads, goes
+    through Boost.JSON.) */
 #include <string>
 #include <string_view>
 

@@ -69,12 +69,12 @@ std::optional<retry_on::cls> retryable_class(const attempt_outcome& o) {
   }
   if (!o.error) return std::nullopt;
   switch (*o.error) {
-    case http::error_type::connect_refused: return c::connect_refused;
-    case http::error_type::connect_reset: return c::connect_reset;
-    case http::error_type::connect_timeout:
-    case http::error_type::attempt_timeout: return c::timeout;
-    case http::error_type::dns_failure: return c::dns_failure;
-    case http::error_type::tls_handshake_timeout: return c::tls_handshake_timeout;
+    case error_type::connect_refused: return c::connect_refused;
+    case error_type::connect_reset: return c::connect_reset;
+    case error_type::connect_timeout:
+    case error_type::attempt_timeout: return c::timeout;
+    case error_type::dns_failure: return c::dns_failure;
+    case error_type::tls_handshake_timeout: return c::tls_handshake_timeout;
     default: return std::nullopt;  // tls_certificate, protocol errors, auth: final
   }
 }

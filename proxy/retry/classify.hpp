@@ -1,7 +1,7 @@
 #pragma once
 /** R-4: what may be retried. The one place that decides whether an attempt's outcome is
     retryable; the retry loop asks it and nothing else. */
-#include "proxy/http/error_response.hpp"
+#include "proxy/retry/error_type.hpp"
 
 #include <bitset>
 #include <optional>
@@ -13,7 +13,7 @@ namespace rebound::retry {
 /// What one attempt produced: an upstream status, or rebound's own error type.
 struct attempt_outcome {
   std::optional<unsigned> status;            ///< set when a response head arrived
-  std::optional<http::error_type> error;     ///< set when no response arrived
+  std::optional<error_type> error;     ///< set when no response arrived
 };
 
 enum class verdict {

@@ -8,7 +8,7 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
   if (classify(f.outcome, policy.retry_on) != verdict::retryable) return stop{stop_reason::final, {}, {}};
   if (!f.may_repeat) return stop{stop_reason::not_repeatable, {}, {}};
   unsigned const max_attempts = 1 + policy.max_retries;
-  bool const dns_spent = f.outcome.error == http::error_type::dns_failure && f.attempts >= dns_failure_max_attempts;
+  bool const dns_spent = f.outcome.error == error_type::dns_failure && f.attempts >= dns_failure_max_attempts;
   if (f.attempts >= max_attempts || dns_spent) return stop{stop_reason::exhausted, {}, {}};
 
   // the retry about to happen is number `attempts` (1 for the first retry).
@@ -22,7 +22,7 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
   auto const remaining = std::chrono::duration_cast<duration>(f.deadline - f.now);
   auto const plan = plan_wait(backoff, retry_after, remaining, std::min(policy.attempt_timeout, min_attempt_time));
   if (!plan.retry) {
-    auto const reason = *plan.why_not == http::error_type::retry_after_exceeds_deadline ? stop_reason::retry_after_beyond_deadline
+    auto const reason = *plan.why_not == error_type::retry_after_exceeds_deadline ? stop_reason::retry_after_beyond_deadline
                                                                                        : stop_reason::deadline;
     return stop{reason, plan.why_not, retry_after};
   }

@@ -51,7 +51,7 @@ enum class stop_reason {
 struct stop {
   stop_reason reason = stop_reason::final;
   /// The error the client gets when no response is left to return (the deadline stops).
-  std::optional<http::error_type> error_type;
+  std::optional<error_type> error;
   std::optional<duration> retry_after;
 };
 

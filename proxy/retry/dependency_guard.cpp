@@ -55,11 +55,11 @@ admission dependency_guard::admit() {
 
 retry_permit dependency_guard::allow_retry() {
   if (!breaker_.allow_retry())
-    return {false, http::error_type::circuit_open, "the circuit breaker is not closed: no retries"};
+    return {false, error_type::circuit_open, "the circuit breaker is not closed: no retries"};
   auto const now = clock::now();
   if (budget_.try_withdraw(now)) return {};
   if (open_on_budget_exhausted_) report(breaker_.budget_exhausted(now, draw()), "retry budget exhausted (R-7)");
-  return {false, http::error_type::budget_exhausted, "retry budget exhausted (R-7)"};
+  return {false, error_type::budget_exhausted, "retry budget exhausted (R-7)"};
 }
 
 void dependency_guard::record(bool failed) { report(breaker_.record(failed, clock::now(), draw())); }

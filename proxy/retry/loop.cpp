@@ -51,9 +51,9 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   auto const& policy = st.policy;
   // when the loop's deadline, not the attempt's, cut the attempt short, the whole
   // request is out of time.
-  if (failure && failure->type == http::error_type::attempt_timeout &&
+  if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
-    failure = upstream::attempt_failure{http::error_type::deadline_exceeded, "total_timeout reached"};
+    failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
   attempt_outcome const outcome =
       failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex.response->get().result_int(), std::nullopt};
   result.failure = failure;
@@ -105,7 +105,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
                                   {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
     // a Retry-After past the deadline returns that response at once. Without a
     // response to return, the client learns why from the error type.
-    if (failure && s->error_type) result.failure = upstream::attempt_failure{*s->error_type, "no time left for another attempt"};
+    if (failure && s->error) result.failure = upstream::attempt_failure{*s->error, "no time left for another attempt"};
     return {};
   }
   if (draining) return {};
@@ -233,7 +233,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       // connection, so the client learns what it was from the message.
       if (!st.result.failure)
         st.result.failure = upstream::attempt_failure{
-            http::error_type::deadline_exceeded, "shutting down before the retry; the last attempt answered " + step.last_outcome};
+            error_type::deadline_exceeded, "shutting down before the retry; the last attempt answered " + step.last_outcome};
       co_return std::move(st.result);
     }
   }

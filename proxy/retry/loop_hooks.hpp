@@ -20,7 +20,7 @@ struct admission {
 /// refused retry leaves it without a response, and the reason logged with `retry_suppressed`.
 struct retry_permit {
   bool granted = true;
-  http::error_type refusal = http::error_type::budget_exhausted;
+  error_type refusal = error_type::budget_exhausted;
   std::string_view why;
 };
 

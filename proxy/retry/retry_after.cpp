@@ -118,9 +118,9 @@ std::optional<duration> parse_retry_after(std::string_view value, std::chrono::s
 }
 
 wait_plan plan_wait(duration backoff, std::optional<duration> retry_after, duration remaining, duration min_attempt) {
-  if (retry_after && *retry_after >= remaining) return {false, duration(0), http::error_type::retry_after_exceeds_deadline};
+  if (retry_after && *retry_after >= remaining) return {false, duration(0), error_type::retry_after_exceeds_deadline};
   auto const wait = std::max(backoff, retry_after.value_or(duration(0)));
-  if (remaining - wait < min_attempt) return {false, duration(0), http::error_type::deadline_exceeded};
+  if (remaining - wait < min_attempt) return {false, duration(0), error_type::deadline_exceeded};
   return {true, wait, std::nullopt};
 }
 

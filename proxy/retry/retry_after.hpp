@@ -1,7 +1,7 @@
 #pragma once
 /** R-5: Retry-After (RFC 9110 section 10.2.3), and how it combines with the backoff and the
     deadline of R-3. */
-#include "proxy/http/error_response.hpp"
+#include "proxy/retry/error_type.hpp"
 
 #include <chrono>
 #include <optional>
@@ -19,7 +19,7 @@ std::optional<duration> parse_retry_after(std::string_view value, std::chrono::s
 struct wait_plan {
   bool retry = false;                  ///< false: stop now and return the last outcome
   duration wait{0};                    ///< how long to wait before the retry
-  std::optional<http::error_type> why_not;  ///< retry_after_exceeds_deadline or deadline_exceeded
+  std::optional<error_type> why_not;  ///< retry_after_exceeds_deadline or deadline_exceeded
 };
 
 /** R-5 and R-3 together: wait `max(backoff, retry_after)`; a Retry-After that reaches past

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 using namespace rebound::retry;
-using rebound::http::error_type;
+using rebound::retry::error_type;
 
 namespace {
 attempt_outcome status(unsigned s) { return {s, std::nullopt}; }

@@ -9,7 +9,7 @@
 using namespace rebound;
 using namespace rebound::retry;
 using namespace std::chrono_literals;
-using rebound::http::error_type;
+using rebound::retry::error_type;
 
 namespace {
 
@@ -56,7 +56,7 @@ TEST(Decide, R4_EveryRetryableRowIsRetried) {
                  error(error_type::attempt_timeout), error(error_type::dns_failure),
                  error(error_type::tls_handshake_timeout)}) {
     auto const d = decide(policy(), after(o));
-    EXPECT_TRUE(std::holds_alternative<retry_in>(d)) << (o.status ? std::to_string(*o.status) : std::string(http::to_string(*o.error)));
+    EXPECT_TRUE(std::holds_alternative<retry_in>(d)) << (o.status ? std::to_string(*o.status) : std::string(to_string(*o.error)));
   }
 }
 
@@ -64,7 +64,7 @@ TEST(Decide, R4_EveryFinalRowAndEverySuccessStops) {
   for (auto o : {status(200), status(201), status(204), status(301), status(304), status(400), status(401), status(403),
                  status(404), status(409), status(422), status(501), status(505), error(error_type::tls_certificate)}) {
     EXPECT_EQ(stopped(decide(policy(), after(o))), stop_reason::final)
-        << (o.status ? std::to_string(*o.status) : std::string(http::to_string(*o.error)));
+        << (o.status ? std::to_string(*o.status) : std::string(to_string(*o.error)));
   }
 }
 
@@ -141,7 +141,7 @@ TEST(Decide, R5_RetryAfterBeyondTheDeadlineStopsAtOnce) {
   f.retry_after = "31";
   auto const d = decide(policy(), f);
   ASSERT_EQ(stopped(d), stop_reason::retry_after_beyond_deadline);
-  EXPECT_EQ(std::get<stop>(d).error_type, error_type::retry_after_exceeds_deadline);
+  EXPECT_EQ(std::get<stop>(d).error, error_type::retry_after_exceeds_deadline);
   EXPECT_EQ(std::get<stop>(d).retry_after, 31s);
 }
 
@@ -150,7 +150,7 @@ TEST(Decide, R3_NoRetryWhenTheWaitLeavesNoTimeForAnAttempt) {
   f.deadline = t0 + 120ms;                    // leaves 21 ms, under the 50 ms an attempt needs
   auto const d = decide(policy(), f);
   ASSERT_EQ(stopped(d), stop_reason::deadline);
-  EXPECT_EQ(std::get<stop>(d).error_type, error_type::deadline_exceeded);
+  EXPECT_EQ(std::get<stop>(d).error, error_type::deadline_exceeded);
   f.deadline = t0 + 200ms;
   EXPECT_FALSE(stopped(decide(policy(), f)));
 }

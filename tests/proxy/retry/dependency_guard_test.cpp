@@ -93,7 +93,7 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   EXPECT_FALSE(refused.allowed);
   EXPECT_GT(refused.retry_after.count(), 0);
   EXPECT_FALSE(g.allow_retry().granted);
-  EXPECT_EQ(g.allow_retry().refusal, http::error_type::circuit_open);
+  EXPECT_EQ(g.allow_retry().refusal, retry::error_type::circuit_open);
 }
 
 TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
@@ -106,7 +106,7 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   EXPECT_TRUE(g.allow_retry().granted);  // 20% of 5
   auto const refused = g.allow_retry();
   EXPECT_FALSE(refused.granted);
-  EXPECT_EQ(refused.refusal, http::error_type::budget_exhausted);
+  EXPECT_EQ(refused.refusal, retry::error_type::budget_exhausted);
   EXPECT_EQ(g.take_snapshot().state, retry::breaker_state::open);
   EXPECT_NE(c.out.str().find("\"reason\":\"budget_exhausted\""), std::string::npos) << c.out.str();
 }

@@ -4,7 +4,7 @@
 
 using namespace rebound::retry;
 using namespace std::chrono_literals;
-using rebound::http::error_type;
+using rebound::retry::error_type;
 
 namespace {
 // Sun, 06 Nov 1994 08:49:00 GMT

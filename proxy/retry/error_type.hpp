@@ -1,0 +1,34 @@
+#pragma once
+/** SPEC section 6's error types: every failure rebound reports, retries or answers is one of
+    these. Beast-free, so the config and the pure retry rules can name them without pulling
+    in the HTTP machinery; the answers themselves are made in proxy/http/error_response. */
+#include <string_view>
+
+namespace rebound::retry {
+
+enum class error_type {
+  connect_refused,
+  connect_reset,
+  connect_timeout,
+  dns_failure,
+  tls_handshake_timeout,
+  tls_certificate,
+  attempt_timeout,
+  deadline_exceeded,
+  circuit_open,
+  budget_exhausted,
+  retry_after_exceeds_deadline,
+  auth_refresh_failed,
+  bad_request,
+  unknown_host,
+  upstream_protocol_error,
+  overloaded,     ///< 503: limits.max_connections reached
+  loop_detected,  ///< 508: the request targets this rebound or already passed through it
+};
+
+std::string_view to_string(error_type t);
+
+/// The status SPEC section 6 gives each type (bad_request varies: 400, 413, 431, 501...).
+unsigned default_status(error_type t);
+
+}  // namespace rebound::retry
