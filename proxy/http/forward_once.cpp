@@ -37,39 +37,7 @@ struct failure {
   std::string message;
 };
 
-failure upstream_read_failure(const error_code& ec) {
-  if (ec == beast::error::timeout) return {504, error_type::attempt_timeout, "no response head within attempt_timeout"};
-  if (ec == bhttp::error::end_of_stream || upstream::ends_stream(ec) || ec == net::error::connection_reset ||
-      ec == bhttp::error::partial_message)
-    return {502, error_type::connect_reset, "upstream closed the connection before a complete response head"};
-  return {502, error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
-}
-
-/** Reads response heads until a final one, passing interim 1xx answers to an HTTP/1.1
-    client (a 100 only if the client asked for it and has not had one). */
-net::awaitable<error_code> read_final_head(upstream::connection& up, beast::flat_buffer& ubuf, std::optional<response_parser>& rp,
-                                           beast::tcp_stream& client, bool is_head, unsigned client_version,
-                                           bool& continue_sent, bool want_continue, bool return_on_continue,
-                                           clock::time_point deadline, std::chrono::milliseconds idle) {
-  for (;;) {
-    rp.emplace();
-    rp->header_limit(upstream::max_response_head);
-    rp->body_limit(boost::none);
-    if (is_head) rp->skip(true);
-    up.expires_at(deadline);
-    auto [ec, n] = co_await bhttp::async_read_header(up, ubuf, *rp, use_tuple);
-    if (ec) co_return ec;
-    auto const status = rp->get().result_int();
-    if (status >= 200) co_return error_code{};
-    if (status == 101) co_return bhttp::error::bad_status;  // rebound never forwards Upgrade
-    if (client_version < 11 || (status == 100 && (!want_continue || continue_sent))) continue;
-    if (auto wec = co_await relay_interim(client, rp->get().base(), idle)) co_return wec;
-    if (status == 100) {
-      continue_sent = true;
-      if (return_on_continue) co_return error_code{};
-    }
-  }
-}
+failure upstream_failure(const upstream::attempt_failure& f) { return {default_status(f.type), f.type, f.message}; }
 
 }  // namespace
 
@@ -141,7 +109,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   beast::flat_buffer ubuf(upstream::response_buffer_limit);
   std::optional<response_parser> rp;
   bhttp::request_serializer<bhttp::buffer_body> sr{req};
-  bool continue_sent = false;
+  // 1xx go to an HTTP/1.1 client; a 100 only to one that asked and has not had one.
+  upstream::interim_route route{client_version >= 11 ? &client : nullptr, idle, want_continue, false, false};
   bool body_skipped = false;  // the upstream answered before wanting the body
 
   {
@@ -166,25 +135,25 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         upstream_spoke = spoke.index() == 0;
       }
       if (upstream_spoke) {
-        auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, true, true,
-                                            deadline, idle);
-        if (hec) {
-          error_reply const reply = fail(upstream_read_failure(hec));
+        route.stop_at_100 = true;
+        auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, route);
+        route.stop_at_100 = false;
+        if (failed) {
+          error_reply const reply = fail(upstream_failure(*failed));
           co_await send_error(client, reply, false, idle);
           co_return false;
         }
-        auto const status = rp->get().result_int();
-        // A 100 read here was already relayed by read_final_head; the final status it
-        // read instead means the upstream refused the body.
-        if (continue_sent) rp.reset();
-        else body_skipped = status >= 200;
+        // A 100 read here went to the client already; a final status instead means the
+        // upstream refused the body.
+        if (route.sent_100) rp.reset();
+        else body_skipped = rp->get().result_int() >= 200;
       }
-      if (!continue_sent && !body_skipped) {
+      if (!route.sent_100 && !body_skipped) {
         static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
         client.expires_after(idle);
         auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
         if (cec) co_return false;
-        continue_sent = true;
+        route.sent_100 = true;
       }
     }
     if (!body_skipped) {
@@ -210,10 +179,9 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   }
 
   if (!rp) {
-    auto hec = co_await read_final_head(*up, ubuf, rp, client, is_head, client_version, continue_sent, want_continue,
-                                        false, deadline, idle);
-    if (hec) {
-      error_reply const reply = fail(upstream_read_failure(hec));
+    auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, route);
+    if (failed) {
+      error_reply const reply = fail(upstream_failure(*failed));
       co_await send_error(client, reply, false, idle);
       co_return false;
     }

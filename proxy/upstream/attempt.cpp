@@ -18,6 +18,33 @@ attempt_failure read_failure(const error_code& ec) {
   return {http::error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
 }
 
+net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, beast::flat_buffer& buffer,
+                                                               std::optional<response_parser>& rp, bool is_head,
+                                                               clock::time_point deadline, interim_route& route) {
+  for (;;) {
+    rp.emplace();
+    rp->header_limit(max_response_head);
+    rp->body_limit(boost::none);
+    if (is_head) rp->skip(true);
+    up.expires_at(deadline);
+    auto [ec, n] = co_await bhttp::async_read_header(up, buffer, *rp, use_tuple);
+    if (ec) co_return read_failure(ec);
+    auto const status = rp->get().result_int();
+    if (status >= 200) co_return std::nullopt;
+    if (status == 101) co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
+    bool const is_100 = status == 100;
+    if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
+    if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
+      route.client = nullptr;
+      continue;
+    }
+    if (is_100) {
+      route.sent_100 = true;
+      if (route.stop_at_100) co_return std::nullopt;
+    }
+  }
+}
+
 net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,
                                                                 bhttp::request<bhttp::buffer_body>& req,
                                                                 clock::time_point deadline) {
@@ -65,33 +92,17 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
       if (wec == beast::error::timeout) co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
       co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
     }
-    for (;;) {
-      out.response.emplace();
-      out.response->header_limit(max_response_head);
-      out.response->body_limit(boost::none);
-      if (is_head) out.response->skip(true);
-      up.expires_at(deadline);
-      auto [ec, n] = co_await bhttp::async_read_header(up, out.buffer, *out.response, use_tuple);
-      if (ec) {
-        bool const nothing_received = out.buffer.size() == 0 && !out.response->got_some();
-        out.response.reset();
-        if (reused && round == 0 && nothing_received && ec != beast::error::timeout) break;  // stale: go again
-        co_return read_failure(ec);
-      }
-      auto const status = out.response->get().result_int();
-      if (status == 101) {
-        out.response.reset();
-        co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
-      }
-      if (status >= 200) co_return std::nullopt;
-      // A 100 answers an Expect the client did not send (its body is at hand); other 1xx
-      // go on to the client even if the attempt is then retried: they promise nothing
-      // about the final answer (an Early Hints of a failed attempt only wasted a preload).
-      if (status != 100 && to.interim_to) {
-        if (auto wec = co_await http::relay_interim(*to.interim_to, out.response->get().base(), to.client_idle))
-          to.interim_to = nullptr;  // the client's trouble shows when the final answer goes out
-      }
-    }
+    // A 100 answers an Expect the client did not send (its body is at hand); other 1xx
+    // go on to the client even if the attempt is then retried: they promise nothing
+    // about the final answer (an Early Hints of a failed attempt only wasted a preload).
+    interim_route route{to.interim_to, to.client_idle, false, false, false};
+    auto failed = co_await read_final_head(up, out.buffer, out.response, is_head, deadline, route);
+    to.interim_to = route.client;
+    if (!failed) co_return std::nullopt;
+    bool const nothing_received = out.buffer.size() == 0 && !out.response->got_some();
+    out.response.reset();
+    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout) continue;  // stale: go again
+    co_return failed;
   }
   co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
 }

@@ -85,4 +85,25 @@ net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential
 /// The failure type of a response head that could not be read.
 attempt_failure read_failure(const error_code& ec);
 
+/// Where interim (1xx) answers go while the final head is awaited.
+struct interim_route {
+  beast::tcp_stream* client = nullptr;  ///< null: dropped (an HTTP/1.0 client, or none to tell)
+  std::chrono::milliseconds idle{0};    ///< how long a write to the client may take
+  bool pass_100 = false;     ///< the client sent Expect: 100-continue and has had no 100 yet
+  bool stop_at_100 = false;  ///< return once a 100 went to the client: its body goes next
+  bool sent_100 = false;     ///< out: a 100 went to the client
+};
+
+/** Reads response heads from `up` until a final one, into `rp` (bounded by
+    max_response_head and bounded_parser's field limits). 1xx answers go to `route.client`
+    (RFC 9110 section 15.2: a proxy forwards 1xx it did not ask for); a 100 only when the
+    client asked for one, since any other 100 answers an Expect rebound handled itself.
+    A client that cannot take an interim answer does not fail the exchange: its trouble
+    shows when the final answer goes out. A 101 is a failure: rebound never forwards
+    Upgrade. With `route.stop_at_100`, returns once a 100 went to the client (`rp` then
+    holds it). On failure `rp` still holds what was parsed, for the caller to judge. */
+net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, beast::flat_buffer& buffer,
+                                                               std::optional<response_parser>& rp, bool is_head,
+                                                               clock::time_point deadline, interim_route& route);
+
 }  // namespace rebound::upstream
