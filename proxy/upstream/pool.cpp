@@ -23,7 +23,7 @@ std::optional<connection> pool::take(const std::string& key) {
   auto it = idle_.find(key);
   if (it == idle_.end()) return std::nullopt;
   auto& q = it->second;
-  auto const now = clock::now();
+  auto const now = now_();
   while (!q.empty()) {
     idle entry = std::move(q.back());
     q.pop_back();
@@ -42,11 +42,11 @@ void pool::put(const std::string& key, connection stream) {
     q.front().stream.socket().close(ec);
     q.pop_front();
   }
-  q.push_back(idle{std::move(stream), clock::now()});
+  q.push_back(idle{std::move(stream), now_()});
 }
 
 void pool::sweep() {
-  auto const now = clock::now();
+  auto const now = now_();
   for (auto it = idle_.begin(); it != idle_.end();) {
     auto& q = it->second;
     while (!q.empty() && (now - q.front().since >= idle_timeout_ || !still_open(q.front().stream))) {

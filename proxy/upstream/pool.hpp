@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -19,8 +20,10 @@ class pool {
  public:
   using clock = std::chrono::steady_clock;
 
-  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout)
-      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout) {}
+  /// `now` is the clock idle times are measured with (tests pass their own).
+  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout,
+       std::function<clock::time_point()> now = &clock::now)
+      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout), now_(std::move(now)) {}
 
   /** The most recently used live connection for `key`, if any. Every connection is
       checked first, however briefly it sat idle: one the peer has closed (or sent
@@ -44,6 +47,7 @@ class pool {
   };
   std::size_t max_idle_per_key_;
   std::chrono::milliseconds idle_timeout_;
+  std::function<clock::time_point()> now_;
   std::unordered_map<std::string, std::deque<idle>> idle_;
 };
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
+#include <poll.h>
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
@@ -25,6 +25,21 @@ struct connected_pair {
   explicit connected_pair(net::io_context& io) : ioc(io) {
     client.socket().connect(acceptor.local_endpoint());
     acceptor.accept(server);
+  }
+};
+
+/// Blocks until the kernel has something for `s` to read (a FIN, bytes): the event the pool's
+/// liveness check looks for, awaited rather than slept for. False after 5 s.
+bool readable(const rebound::upstream::connection& s) {
+  pollfd p{const_cast<rebound::upstream::connection&>(s).socket().native_handle(), POLLIN, 0};
+  return ::poll(&p, 1, 5000) == 1;
+}
+
+/// A clock the test moves by hand.
+struct manual_clock {
+  pool::clock::time_point t{std::chrono::hours(1)};
+  std::function<pool::clock::time_point()> fn() {
+    return [this] { return t; };
   }
 };
 
@@ -47,13 +62,11 @@ TEST(Pool, ConnectionClosedByThePeerWhileIdleIsNeverHandedOut) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 30s);
-  p.put("k", rebound::upstream::connection(std::move(c.client)));
+  rebound::upstream::connection conn(std::move(c.client));
   c.server.close();
-  // The FIN may take a moment to arrive on loopback; poll for it rather than sleep blindly.
-  for (int i = 0; i < 200 && p.idle_count() == 1; ++i) {
-    std::this_thread::sleep_for(5ms);
-    p.sweep();
-  }
+  ASSERT_TRUE(readable(conn)) << "the FIN never arrived";
+  p.put("k", std::move(conn));
+  p.sweep();
   EXPECT_EQ(p.idle_count(), 0u);
   EXPECT_FALSE(p.take("k"));
 }
@@ -62,41 +75,42 @@ TEST(Pool, ConnectionWithUnsolicitedBytesIsNotReused) {
   net::io_context ioc;
   connected_pair c(ioc);
   pool p(8, 30s);
-  p.put("k", rebound::upstream::connection(std::move(c.client)));
+  rebound::upstream::connection conn(std::move(c.client));
   net::write(c.server, net::buffer(std::string_view("HTTP/1.1 200 OK\r\n\r\n")));
-  bool still_offered = true;
-  for (int i = 0; i < 200 && still_offered; ++i) {
-    auto got = p.take("k");
-    still_offered = got.has_value();
-    if (got) p.put("k", std::move(*got));
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_FALSE(still_offered);
+  ASSERT_TRUE(readable(conn));
+  p.put("k", std::move(conn));
+  EXPECT_FALSE(p.take("k"));
 }
 
 TEST(Pool, EvenARecentlyUsedConnectionIsCheckedBeforeReuse) {
   net::io_context ioc;
   connected_pair c(ioc);
-  pool p(8, 30s);
-  p.put("k", rebound::upstream::connection(std::move(c.client)));
+  manual_clock time;
+  pool p(8, 30s, time.fn());
+  rebound::upstream::connection conn(std::move(c.client));
   c.server.close();  // an upstream restarting: every idle connection ends at once
-  // Poll until the FIN has arrived; take() must then refuse a connection idle for milliseconds.
-  bool offered = true;
-  for (int i = 0; i < 200 && offered; ++i) {
-    auto got = p.take("k");
-    offered = got.has_value();
-    if (got) p.put("k", std::move(*got));
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_FALSE(offered);
+  ASSERT_TRUE(readable(conn));
+  p.put("k", std::move(conn));
+  time.t += 1ms;  // idle for a millisecond, and still checked
+  EXPECT_FALSE(p.take("k"));
 }
 
-TEST(Pool, ExpiredIdleConnectionIsDropped) {
+TEST(Pool, AConnectionIdleUpToTheIdleTimeoutIsKeptAndPastItDropped) {
   net::io_context ioc;
-  connected_pair c(ioc);
-  pool p(8, 0ms);
-  p.put("k", rebound::upstream::connection(std::move(c.client)));
+  connected_pair a(ioc), b(ioc);
+  manual_clock time;
+  pool p(8, 30s, time.fn());
+  p.put("k", rebound::upstream::connection(std::move(a.client)));
+  time.t += 29'999ms;
+  auto kept = p.take("k");
+  EXPECT_TRUE(kept);
+  p.put("k", rebound::upstream::connection(std::move(b.client)));
+  time.t += 30s;
   EXPECT_FALSE(p.take("k"));
+  p.put("k", std::move(*kept));
+  time.t += 30s;
+  p.sweep();
+  EXPECT_EQ(p.idle_count(), 0u);
 }
 
 TEST(Pool, KeepsAtMostTheLimitPerKeyDroppingTheOldest) {
