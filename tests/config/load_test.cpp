@@ -85,7 +85,10 @@ TEST(Load, WrongValueNamesKeyGivenValueAndWhatIsAccepted) {
 
 TEST(Load, ReportsEveryProblemNotJustTheFirst) {
   auto d = errors_of("listen: nowhere\nworkers: many\nunknown_hosts: maybe\n");
-  EXPECT_EQ(d.size(), 3u);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].path, "listen");
+  EXPECT_EQ(d[1].path, "workers");
+  EXPECT_EQ(d[2].path, "unknown_hosts");
 }
 
 TEST(Load, MalformedYamlIsReportedWithPositionAndMarkedMalformed) {
@@ -105,8 +108,13 @@ TEST(Load, SameHostInTwoDependenciesIsAnError) {
 }
 
 TEST(Load, ZeroTimeoutsAreRefused) {
-  EXPECT_EQ(errors_of("defaults: {attempt_timeout: 0s}\n").size(), 1u);
-  EXPECT_EQ(errors_of("limits: {idle_timeout: 0s}\n").size(), 1u);
+  // The finding must be about the zero itself, not some other key of the file.
+  auto a = errors_of("defaults: {attempt_timeout: 0s}\n");
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].path, "defaults.attempt_timeout");
+  auto i = errors_of("limits: {idle_timeout: 0s}\n");
+  ASSERT_EQ(i.size(), 1u);
+  EXPECT_EQ(i[0].path, "limits.idle_timeout");
 }
 
 TEST(Load, UnreadableFileIsMalformed) {

@@ -61,4 +61,3 @@ TEST(Classify, R4_RetryOnCannotWidenToAFinalClass) {
   EXPECT_EQ(retry_on::parse("timeout").value, retry_on::cls::timeout);
 }
 
-TEST(Classify, R4_DnsFailureIsAllowedTwoAttemptsInAll) { EXPECT_EQ(dns_failure_max_attempts, 2u); }
