@@ -14,11 +14,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdexcept>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 namespace itest {
@@ -100,6 +103,35 @@ bool RawConnection::send(std::string_view bytes) {
   return true;
 }
 
+std::size_t RawConnection::send_until_stalled(std::string_view bytes, std::chrono::milliseconds stall) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;  // the peer is gone
+    pollfd p{fd_, POLLOUT, 0};
+    int r = ::poll(&p, 1, static_cast<int>(stall.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || (p.revents & (POLLERR | POLLHUP))) break;  // stalled for `stall`, or gone
+  }
+  return sent;
+}
+
+bool RawConnection::wait_acknowledged(std::chrono::milliseconds timeout) {
+  auto deadline = steady::now() + timeout;
+  for (;;) {
+    int queued = 0;
+    if (::ioctl(fd_, SIOCOUTQ, &queued) != 0) return false;
+    if (queued == 0) return true;
+    if (steady::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void RawConnection::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
 bool RawConnection::fill(steady::time_point deadline) {
@@ -150,6 +182,11 @@ std::optional<Response> RawConnection::read_response(std::chrono::milliseconds t
       if (n > 0) continue;
     }
     if (eof_) {
+      // Without a byte of it, Beast's put_eof would complete an empty "200" message.
+      if (!p.got_some()) {
+        last_error_ = "connection closed before any response byte";
+        return std::nullopt;
+      }
       boost::beast::error_code ec;
       p.put_eof(ec);
       if (!ec && p.is_done()) break;

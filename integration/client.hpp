@@ -40,6 +40,13 @@ class RawConnection {
   RawConnection(const RawConnection&) = delete;
 
   bool send(std::string_view bytes);  // false if the peer is gone
+  // Sends as much of `bytes` as the peer takes, giving up once it took nothing for `stall`
+  // (its receive window and this socket's send buffer are full) or it is gone; returns the
+  // number of bytes sent.
+  std::size_t send_until_stalled(std::string_view bytes, std::chrono::milliseconds stall);
+  // Waits until the peer's kernel has acknowledged every byte sent so far (this socket's send
+  // queue is empty, SIOCOUTQ): the bytes sit in the peer's socket, read or not. False on timeout.
+  bool wait_acknowledged(std::chrono::milliseconds timeout = 10s);
   void shutdown_write();
 
   // One response (possibly an interim 1xx); nullopt on timeout, EOF before a complete response,

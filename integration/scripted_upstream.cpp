@@ -112,7 +112,7 @@ TcpServer::TcpServer(Handler handler) { start(std::move(handler)); }
 
 TcpServer::~TcpServer() { stop(); }
 
-void TcpServer::start(Handler handler) {
+void TcpServer::start(Handler handler, std::uint16_t port) {
   handler_ = std::move(handler);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error("upstream: socket() failed");
@@ -121,10 +121,10 @@ void TcpServer::start(Handler handler) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(port);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 1024) != 0) {
     ::close(listen_fd_);
-    throw std::runtime_error("upstream: bind/listen failed");
+    throw std::runtime_error("upstream: bind/listen failed" + (port ? " on port " + std::to_string(port) : std::string()));
   }
   socklen_t len = sizeof addr;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -312,6 +312,10 @@ void drain_until_eof(Conn& conn) {
 
 ScriptedUpstream::ScriptedUpstream() {
   start([this](Conn& conn, TcpServer&) { serve(conn, next_connection_++); });
+}
+
+ScriptedUpstream::ScriptedUpstream(std::uint16_t port) {
+  start([this](Conn& conn, TcpServer&) { serve(conn, next_connection_++); }, port);
 }
 
 ScriptedUpstream::~ScriptedUpstream() { stop(); }

@@ -88,7 +88,8 @@ class TcpServer {
 
  protected:
   TcpServer();  // for subclasses that pass the handler later through start()
-  void start(Handler handler);
+  // Listens on 127.0.0.1:port (0: any free port); throws if it cannot.
+  void start(Handler handler, std::uint16_t port = 0);
   virtual void on_stop() {}
 
  private:
@@ -154,6 +155,8 @@ struct ReceivedRequest {
 class ScriptedUpstream : public TcpServer {
  public:
   ScriptedUpstream();
+  // On a given port, e.g. the one a stopped upstream listened on (an upstream restart).
+  explicit ScriptedUpstream(std::uint16_t port);
   ~ScriptedUpstream() override;
 
   void on(const std::string& path, Script script);  // path without query

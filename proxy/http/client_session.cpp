@@ -108,6 +108,15 @@ std::optional<error_reply> reply_for_read_error(const error_code& ec) {
   return std::nullopt;  // timeout, reset, abort: no one is listening
 }
 
+/// Whether the client's next request has begun to arrive: bytes already read into `buffer`
+/// (pipelined), or bytes waiting unread in the socket.
+bool request_waiting(const beast::flat_buffer& buffer, tcp::socket& socket) {
+  if (buffer.size() > 0) return true;
+  error_code ec;
+  auto const n = socket.available(ec);
+  return !ec && n > 0;
+}
+
 /// Counts a client connection for limits.max_connections while it lives.
 class connection_slot {
  public:
@@ -163,7 +172,11 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
   beast::flat_buffer buffer;
 
   for (;;) {
-    if (ctx.sessions->draining()) break;
+    // A drain ends a connection between requests, unless the next request has already
+    // arrived: pipelined behind an answer whose head went out before the drain (so it could
+    // not say Connection: close), or sent as the drain began. That one is answered, with
+    // Connection: close; closing would drop it unanswered.
+    if (ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
     if (ctx.latest) ctx.cfg = *ctx.latest;
     if (ctx.latest_origins) ctx.origins = *ctx.latest_origins;
     auto const& cfg = *ctx.cfg;

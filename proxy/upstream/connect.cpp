@@ -7,12 +7,36 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/beast/core/error.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 namespace rebound::upstream {
 
 using namespace boost::asio::experimental::awaitable_operators;
 
+namespace {
+
+/** Whether this process is out of descriptors (or socket memory) right now. A connect that
+    fails for want of a socket reports its error inconsistently through Beast's connect
+    (EMFILE, or "operation canceled"), so the failure path asks the kernel directly. */
+bool out_of_sockets() {
+  int const fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
+  ::close(fd);
+  return false;
+}
+
+}  // namespace
+
 http::error_type classify_connect_error(const error_code& ec) {
   if (ec == beast::error::timeout) return http::error_type::connect_timeout;
+  // rebound's own resources, not the upstream's doing: answered 503 overloaded, never
+  // retried, and not a failure of the dependency's breaker (R-4 does not call it transient).
+  if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
+      ec == std::errc::too_many_files_open_in_system)
+    return http::error_type::overloaded;
   if (ec == net::error::connection_reset) return http::error_type::connect_reset;
   return http::error_type::connect_refused;
 }
@@ -54,9 +78,12 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
   stream.expires_at(deadline);
   auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
   if (cec) {
-    out.error = classify_connect_error(cec);
-    out.message = "connect to " + host + ":" + std::to_string(port) + " failed: " +
-                  (cec == beast::error::timeout ? std::string("timed out") : cec.message());
+    out.error = cec != beast::error::timeout && out_of_sockets() ? http::error_type::overloaded : classify_connect_error(cec);
+    out.message = out.error == http::error_type::overloaded
+                      ? "rebound is out of descriptors or memory for a connection to " + host + ":" + std::to_string(port) +
+                            " (" + cec.message() + ")"
+                      : "connect to " + host + ":" + std::to_string(port) + " failed: " +
+                            (cec == beast::error::timeout ? std::string("timed out") : cec.message());
     co_return out;
   }
   stream.expires_never();
