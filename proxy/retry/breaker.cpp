@@ -33,10 +33,10 @@ std::string_view to_string(breaker_state s) {
   return "closed";
 }
 
-circuit_breaker::circuit_breaker(const config::breaker_policy& p)
+circuit_breaker::circuit_breaker(const config::breaker_policy& p, time_point created)
     : policy_(p),
       word_(pack(breaker_state::closed, time_point{})),
-      since_ns_(0),
+      since_ns_(ns_of(created)),
       attempts_(p.window),
       failures_(p.window) {}
 

@@ -41,7 +41,8 @@ class circuit_breaker {
   using time_point = std::chrono::steady_clock::time_point;
   using duration = std::chrono::milliseconds;
 
-  explicit circuit_breaker(const config::breaker_policy& p);
+  /// `created` starts the first state's time (in_state_ms of a breaker that never moved).
+  explicit circuit_breaker(const config::breaker_policy& p, time_point created = std::chrono::steady_clock::now());
   const config::breaker_policy& policy() const { return policy_; }
 
   struct decision {

@@ -32,6 +32,13 @@ std::optional<retry::breaker_transition> fail(circuit_breaker& b, int n, circuit
 
 }  // namespace
 
+// Found by the hardening review: a breaker that never changed state reported its time in
+// state from the machine's boot (the steady clock's epoch), not from its creation.
+TEST(Breaker, ABreakerThatNeverMovedIsInItsStateSinceItWasCreated) {
+  circuit_breaker b(small(), at(5ms));
+  EXPECT_EQ(b.since(), at(5ms));
+}
+
 TEST(Breaker, StaysClosedBelowMinRequests) {
   circuit_breaker b(small());
   EXPECT_FALSE(fail(b, 3, at(0ms)));
