@@ -1,5 +1,6 @@
 #include "config/load.hpp"
 
+#include "config/check.hpp"
 #include "config/typed_values.hpp"
 #include "config/yaml_reader.hpp"
 
@@ -272,54 +273,24 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::cb_open_on_budget)) p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
     if (auto const* l = pick(&policy_layer::cb_open_for)) p.circuit_breaker.open_for = *l->cb_open_for;
     if (auto const* l = pick(&policy_layer::cb_probes)) p.circuit_breaker.half_open_probes = *l->cb_probes;
-    if (p.budget.window.count() == 0) {
-      auto const* l = where(&policy_layer::budget_window);
-      error(l->node["budget"] ? l->node["budget"] : l->node, join(l->path, "budget.window"), "must be greater than 0", "R-7");
-    }
-
-    auto at = [&](const policy_layer* l, std::string_view key) {
-      auto n = l->node[std::string(key)];
-      return std::make_pair(n ? n : l->node, join(l->path, key));
+    // Where each finding of the enforcement table (check.cpp) points: the most specific
+    // layer that set the key, else the most specific layer.
+    auto locate = [&](std::string_view key) -> std::pair<YAML::Node, std::string> {
+      auto near = [&](const policy_layer* l, std::string_view node_key) {
+        auto n = l->node[std::string(node_key)];
+        return std::make_pair(n ? n : l->node, join(l->path, key));
+      };
+      if (key == "budget.window") return near(where(&policy_layer::budget_window), "budget");
+      if (key == "idempotency.inject") return near(where(&policy_layer::inject), "idempotency");
+      if (key == "total_timeout") return near(where(&policy_layer::total_timeout), "total_timeout");
+      if (key == "attempt_timeout") return near(where(&policy_layer::attempt_timeout), "attempt_timeout");
+      if (key == "backoff") return near(where(&policy_layer::base), "backoff");
+      return near(where(&policy_layer::max_retries), "max_retries");
     };
-    auto const range = allowed_retries(p.context);
-    if (p.max_retries < range.low || (p.max_retries > range.high && p.approval.empty())) {
-      auto [n, kp] = at(where(&policy_layer::max_retries), "max_retries");
-      error(n, kp,
-            "max_retries " + std::to_string(p.max_retries) + " is outside " + std::to_string(range.low) + ".." +
-                std::to_string(range.high) + " for this context" +
-                (p.max_retries > range.high ? "; above the range needs `approval: <record id>`" : ""),
-            "R-2");
-    }
-    if (p.max_retries > range.high && !p.approval.empty()) {
-      auto [n, kp] = at(where(&policy_layer::max_retries), "max_retries");
-      warn(n, kp,
-           "max_retries " + std::to_string(p.max_retries) + " is above " + std::to_string(range.low) + ".." +
-               std::to_string(range.high) + " for this context, allowed by approval \"" + p.approval + "\"",
-           "R-2");
-    }
-    if (!p.idempotency.inject && p.max_retries > 0) {
-      auto const* l = where(&policy_layer::inject);
-      auto n = l->node["idempotency"] ? l->node["idempotency"] : l->node;
-      warn(n, join(l->path, "idempotency.inject"),
-           "POST and PATCH requests that carry no " + p.idempotency.header +
-               " header are forwarded once: rebound injects no key (inject: false)",
-           "R-6");
-    }
-    if (p.total_timeout > max_total_timeout(p.context)) {
-      auto [n, kp] = at(where(&policy_layer::total_timeout), "total_timeout");
-      error(n, kp,
-            p.context == context_kind::sync ? "a sync total_timeout may not exceed 30s"
-                                            : "total_timeout may not exceed 24h",
-            "R-3");
-    }
-    if (p.total_timeout.count() == 0 || p.attempt_timeout.count() == 0) {
-      auto [n, kp] = at(where(p.total_timeout.count() == 0 ? &policy_layer::total_timeout : &policy_layer::attempt_timeout),
-                        p.total_timeout.count() == 0 ? "total_timeout" : "attempt_timeout");
-      error(n, kp, "must be greater than 0");
-    }
-    if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap) {
-      auto [n, kp] = at(where(&policy_layer::base), "backoff");
-      error(n, kp, "backoff.base must be greater than 0 and at most backoff.cap", "R-1");
+    for (auto const& f : check_policy(p)) {
+      auto [n, kp] = locate(f.key);
+      if (f.warning) warn(n, kp, f.message, f.rule);
+      else error(n, kp, f.message, f.rule);
     }
     return p;
   }
@@ -596,35 +567,6 @@ const dependency* config::find_dependency(std::string_view host, std::uint16_t p
   key.resize(bare);
   if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
   return nullptr;
-}
-
-}  // namespace rebound::config
-
-namespace rebound::config {
-
-unsigned builtin_max_retries(context_kind c) {
-  switch (c) {
-    case context_kind::async:
-    case context_kind::webhook: return 5;
-    default: return 3;
-  }
-}
-
-duration builtin_total_timeout(context_kind c) {
-  return c == context_kind::sync || c == context_kind::batch ? duration(std::chrono::seconds(30))
-                                                             : duration(std::chrono::hours(24));
-}
-
-retry_range allowed_retries(context_kind c) {
-  switch (c) {
-    case context_kind::async: return {1, 10};
-    case context_kind::webhook: return {3, 8};
-    default: return {1, 5};
-  }
-}
-
-duration max_total_timeout(context_kind c) {
-  return c == context_kind::sync ? duration(std::chrono::seconds(30)) : duration(std::chrono::hours(24));
 }
 
 }  // namespace rebound::config

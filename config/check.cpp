@@ -1,0 +1,37 @@
+#include "config/check.hpp"
+
+namespace rebound::config {
+
+std::vector<policy_finding> check_policy(const policy& p) {
+  std::vector<policy_finding> out;
+  if (p.budget.window.count() == 0) out.push_back({"budget.window", "must be greater than 0", "R-7", false});
+  auto const range = allowed_retries(p.context);
+  auto const bounds = std::to_string(range.low) + ".." + std::to_string(range.high) + " for this context";
+  if (p.max_retries < range.low || (p.max_retries > range.high && p.approval.empty()))
+    out.push_back({"max_retries",
+                   "max_retries " + std::to_string(p.max_retries) + " is outside " + bounds +
+                       (p.max_retries > range.high ? "; above the range needs `approval: <record id>`" : ""),
+                   "R-2", false});
+  if (p.max_retries > range.high && !p.approval.empty())
+    out.push_back({"max_retries",
+                   "max_retries " + std::to_string(p.max_retries) + " is above " + bounds + ", allowed by approval \"" +
+                       p.approval + "\"",
+                   "R-2", true});
+  if (!p.idempotency.inject && p.max_retries > 0)
+    out.push_back({"idempotency.inject",
+                   "POST and PATCH requests that carry no " + p.idempotency.header +
+                       " header are forwarded once: rebound injects no key (inject: false)",
+                   "R-6", true});
+  if (p.total_timeout > max_total_timeout(p.context))
+    out.push_back({"total_timeout",
+                   p.context == context_kind::sync ? "a sync total_timeout may not exceed 30s"
+                                                   : "total_timeout may not exceed 24h",
+                   "R-3", false});
+  if (p.total_timeout.count() == 0) out.push_back({"total_timeout", "must be greater than 0", {}, false});
+  else if (p.attempt_timeout.count() == 0) out.push_back({"attempt_timeout", "must be greater than 0", {}, false});
+  if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap)
+    out.push_back({"backoff", "backoff.base must be greater than 0 and at most backoff.cap", "R-1", false});
+  return out;
+}
+
+}  // namespace rebound::config

@@ -1,0 +1,32 @@
+// per context: the built-in retries and total time, and the ranges the standard
+// allows (SPEC 2: context). The loader resolves policies with them; check.cpp enforces them.
+#include "config/config.hpp"
+
+namespace rebound::config {
+
+unsigned builtin_max_retries(context_kind c) {
+  switch (c) {
+    case context_kind::async:
+    case context_kind::webhook: return 5;
+    default: return 3;
+  }
+}
+
+duration builtin_total_timeout(context_kind c) {
+  return c == context_kind::sync || c == context_kind::batch ? duration(std::chrono::seconds(30))
+                                                             : duration(std::chrono::hours(24));
+}
+
+retry_range allowed_retries(context_kind c) {
+  switch (c) {
+    case context_kind::async: return {1, 10};
+    case context_kind::webhook: return {3, 8};
+    default: return {1, 5};
+  }
+}
+
+duration max_total_timeout(context_kind c) {
+  return c == context_kind::sync ? duration(std::chrono::seconds(30)) : duration(std::chrono::hours(24));
+}
+
+}  // namespace rebound::config
