@@ -44,8 +44,7 @@ struct worker {
   std::optional<tcp::acceptor> acceptor;
   std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
-  std::shared_ptr<const config::config> cfg;  ///< current; only this worker's thread touches it
-  std::shared_ptr<const upstream::secure_origins> origins;  ///< built from cfg; swapped with it
+  std::shared_ptr<const http::running_config> running;  ///< current; only this worker's thread touches it
   std::thread thread;
 };
 
@@ -95,7 +94,7 @@ net::awaitable<void> accept_loop(worker& w, http::session_context ctx) {
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    auto const& cfg = ctx.latest ? **ctx.latest : *ctx.cfg;
+    auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
     if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cfg.limits.max_connections) {
       net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
       continue;
@@ -203,11 +202,11 @@ void reload(control_state& cs) {
     return;
   }
   auto const report = cs.guards.reconfigure(*current);
+  auto const next_running = std::make_shared<const http::running_config>(http::running_config{current, origins});
   for (auto& w : cs.workers) {
     worker* wp = w.get();
-    net::post(wp->ioc, [wp, current, origins] {
-      wp->cfg = current;
-      wp->origins = origins;
+    net::post(wp->ioc, [wp, next_running] {
+      wp->running = next_running;
       wp->guards->clear();
     });
   }
@@ -326,6 +325,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   retry::guard_registry guards(*cfg, log, metrics);
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const upstream::secure_origins>(*cfg, &log);
+  auto const running = std::make_shared<const http::running_config>(http::running_config{cfg, origins});
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
@@ -334,8 +334,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
     w->guards.emplace(guards);
-    w->cfg = cfg;
-    w->origins = origins;
+    w->running = running;
     w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
@@ -355,7 +354,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{cfg, &w->cfg, origins, &w->origins, &w->pool, &log, &w->sessions, &w->rng, &*w->guards,
+    http::session_context ctx{running, &w->running, &w->pool, &log, &w->sessions, &w->rng, &*w->guards,
                               instance_token, &open_connections};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});

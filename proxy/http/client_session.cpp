@@ -177,9 +177,8 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     // not say Connection: close), or sent as the drain began. That one is answered, with
     // Connection: close; closing would drop it unanswered.
     if (ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
-    if (ctx.latest) ctx.cfg = *ctx.latest;
-    if (ctx.latest_origins) ctx.origins = *ctx.latest_origins;
-    auto const& cfg = *ctx.cfg;
+    if (ctx.latest) ctx.running = *ctx.latest;
+    auto const& cfg = ctx.cfg();
     auto const idle = cfg.limits.idle_timeout;
     guard.set_idle(true);
     request_parser parser;

@@ -15,15 +15,21 @@
 
 namespace rebound::http {
 
+/** A config and what was built from it (the TLS clients and credential sources of its
+    dependencies): a reload swaps both as one value, so a request never pairs the config of
+    one generation with the TLS origins of another. */
+struct running_config {
+  std::shared_ptr<const config::config> cfg;
+  std::shared_ptr<const upstream::secure_origins> origins;
+};
+
 /// What a worker gives each of its sessions.
 struct session_context {
-  std::shared_ptr<const config::config> cfg;  ///< the config this request runs on
-  /// The worker's current config, taken at the start of each request: a reload changes it
-  /// for new requests while a request in flight finishes on the one it started with.
-  const std::shared_ptr<const config::config>* latest = nullptr;
-  /// TLS clients (and credentials) built from `cfg`; swapped with it.
-  std::shared_ptr<const upstream::secure_origins> origins;
-  const std::shared_ptr<const upstream::secure_origins>* latest_origins = nullptr;
+  /// The config this request runs on, and what was built from it.
+  std::shared_ptr<const running_config> running;
+  /// The worker's current one, taken at the start of each request: a reload changes it for
+  /// new requests while a request in flight finishes on the one it started with.
+  const std::shared_ptr<const running_config>* latest = nullptr;
   upstream::pool* pool = nullptr;
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;
@@ -31,6 +37,9 @@ struct session_context {
   retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
   std::string_view instance_token;  ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
   std::atomic<std::size_t>* open_connections = nullptr;  ///< client connections of all workers
+
+  const config::config& cfg() const { return *running->cfg; }
+  const upstream::secure_origins* origins() const { return running->origins.get(); }
 };
 
 net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);

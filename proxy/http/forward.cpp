@@ -78,7 +78,7 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const retry::request_facts& facts, bool is_head, unsigned client_version,
                                           bool keep, unsigned attempts, const std::string& key) {
-  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
   auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
@@ -144,7 +144,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
                                       const request_target& target, retry::request_facts facts,
                                       const config::policy& policy, retry::dependency_guard& guard) {
   auto& req = parser.get();
-  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto const idle = ctx.cfg().limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
   unsigned const client_version = req.version();
   bool const is_head = req.method() == bhttp::verb::head;
@@ -152,7 +152,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   std::string body;
   if (!parser.is_done()) {
     auto kept = co_await read_whole_body(client, buffer, parser, body, policy.max_retry_body, idle,
-                                         pace_of(*ctx.cfg, std::chrono::steady_clock::now()));
+                                         pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
     if (kept.problem) {
       if (kept.problem->status != 0) {
         guard.answered(kept.problem->status);
@@ -314,13 +314,13 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
 
 auth::credential_source* credentials_for(const session_context& ctx, const bhttp::request<bhttp::buffer_body>& req,
                                         std::string_view dependency) {
-  if (!ctx.origins || req.find(bhttp::field::authorization) != req.end()) return nullptr;
-  return ctx.origins->auth_for(dependency);
+  if (!ctx.origins() || req.find(bhttp::field::authorization) != req.end()) return nullptr;
+  return ctx.origins()->auth_for(dependency);
 }
 
 upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency) {
-  if (target.scheme != "https" || !ctx.origins) return nullptr;
-  return ctx.origins->tls_for(dependency);
+  if (target.scheme != "https" || !ctx.origins()) return nullptr;
+  return ctx.origins()->tls_for(dependency);
 }
 
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
@@ -343,7 +343,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
   switch (plan.how) {
     case forward_plan::route::refuse:
       guard.answered(plan.refusal.status);
-      co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg->limits.idle_timeout);
+      co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg().limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
       co_return co_await forward_buffered(ctx, session, client, buffer, parser, target, plan.facts, policy, guard);

@@ -46,7 +46,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
                                   const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
                                   retry::dependency_guard& guard) {
   auto& req = parser.get();
-  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto const idle = ctx.cfg().limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
   unsigned const client_version = req.version();
   bool const is_head = req.method() == bhttp::verb::head;
@@ -158,7 +158,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
     if (!body_skipped) {
       auto const upload_start = clock::now();
-      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(*ctx.cfg, body_start));
+      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
       // The attempt timeout measures the upstream, not how slowly the client uploads.
       deadline += clock::now() - upload_start;
       if (rr.read_error) {

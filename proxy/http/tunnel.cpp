@@ -115,7 +115,7 @@ std::optional<retry::duration> next_connect_attempt(const session_context& ctx, 
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                 const request_target& target, std::string_view dependency,
                                 const config::policy& policy) {
-  auto const idle = ctx.cfg->limits.idle_timeout;
+  auto const idle = ctx.cfg().limits.idle_timeout;
   auto& guard = ctx.guards->find(dependency, policy);
   if (auto refusal = refused_by_breaker(guard)) {
     guard.answered(refusal->status);
