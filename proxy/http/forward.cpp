@@ -338,7 +338,9 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
                              const request_target& target, std::string_view dependency, const config::policy& policy) {
   forward_plan plan;
   plan_request(plan, parser, target, dependency, policy, *ctx.rng);
-  auto& guard = ctx.guards->find(dependency, policy);
+  // Held for the whole request: a reload may replace the dependency's guard meanwhile.
+  auto const held_guard = ctx.guards->find(dependency, policy);
+  auto& guard = *held_guard;
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
     case forward_plan::route::refuse:

@@ -116,7 +116,9 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
                                 const request_target& target, std::string_view dependency,
                                 const config::policy& policy) {
   auto const idle = ctx.cfg().limits.idle_timeout;
-  auto& guard = ctx.guards->find(dependency, policy);
+  // Held for the whole request: a reload may replace the dependency's guard meanwhile.
+  auto const held_guard = ctx.guards->find(dependency, policy);
+  auto& guard = *held_guard;
   if (auto refusal = refused_by_breaker(guard)) {
     guard.answered(refusal->status);
     co_await send_error(client, *refusal, false, idle);

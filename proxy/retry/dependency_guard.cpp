@@ -83,7 +83,7 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
 guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics)
     : log_(log), metrics_(metrics), max_unknown_(cfg.limits.max_unknown_hosts) {
   for (auto const& d : cfg.dependencies) {
-    guards_.emplace(d.name, std::make_unique<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
+    guards_.emplace(d.name, std::make_shared<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
     configured_.emplace(d.name, true);
   }
 }
@@ -93,9 +93,8 @@ guard_registry::reload_report guard_registry::reconfigure(const config::config& 
   std::lock_guard lock(mutex_);
   max_unknown_ = cfg.limits.max_unknown_hosts;  // hosts already over a lowered cap keep their guard
   auto replace = [&](const std::string& name, const config::policy& p) {
-    auto& slot = guards_[name];
-    if (slot) retired_.push_back(std::move(slot));
-    slot = std::make_unique<dependency_guard>(name, p, log_, metrics_.dependency(name));
+    // The guard replaced lives on in the requests and caches that hold it.
+    guards_[name] = std::make_shared<dependency_guard>(name, p, log_, metrics_.dependency(name));
   };
   std::unordered_map<std::string, bool> configured;
   for (auto const& d : cfg.dependencies) {
@@ -125,7 +124,6 @@ guard_registry::reload_report guard_registry::reconfigure(const config::config& 
       --unknown_;
     }
     // Removed, or an unknown host under changed defaults: made afresh on its next request.
-    retired_.push_back(std::move(it->second));
     it = guards_.erase(it);
   }
   configured_ = std::move(configured);
@@ -138,17 +136,17 @@ void guard_registry::publish() const {
   for (auto const& [name, g] : guards_) g->publish();
 }
 
-dependency_guard& guard_registry::find(const std::string& name, const config::policy& p) {
+std::shared_ptr<dependency_guard> guard_registry::find(const std::string& name, const config::policy& p) {
   std::lock_guard lock(mutex_);
-  if (auto it = guards_.find(name); it != guards_.end()) return *it->second;
+  if (auto it = guards_.find(name); it != guards_.end()) return it->second;
   std::string key = name;
   if (unknown_ >= max_unknown_) {
     key = other_hosts;
-    if (auto it = guards_.find(key); it != guards_.end()) return *it->second;
+    if (auto it = guards_.find(key); it != guards_.end()) return it->second;
   }
   ++unknown_;
-  auto [it, inserted] = guards_.emplace(key, std::make_unique<dependency_guard>(key, p, log_, metrics_.dependency(key)));
-  return *it->second;
+  auto [it, inserted] = guards_.emplace(key, std::make_shared<dependency_guard>(key, p, log_, metrics_.dependency(key)));
+  return it->second;
 }
 
 std::vector<dependency_guard::snapshot> guard_registry::snapshots() const {

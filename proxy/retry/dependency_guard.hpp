@@ -79,7 +79,8 @@ class guard_registry {
   static constexpr std::string_view other_hosts = "(other hosts)";
 
   guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics);
-  dependency_guard& find(const std::string& name, const config::policy& p);
+  /// The guard of `name`; held by the caller for as long as it uses it (a request, a cache).
+  std::shared_ptr<dependency_guard> find(const std::string& name, const config::policy& p);
 
   /// What a reload did to the guards, by dependency name.
   struct reload_report {
@@ -90,8 +91,8 @@ class guard_registry {
   };
   /** A new config (SIGHUP). Guards of dependencies that still exist with the same budget and
       breaker settings keep their state; the others are replaced, and unknown hosts' guards
-      follow `defaults` the same way. A replaced guard stays alive (requests in flight and
-      worker caches may still hold it) until the registry goes; workers must clear their
+      follow `defaults` the same way. A replaced guard lives while requests in flight or a
+      worker's cache still hold it, and is freed with the last of them; workers clear their
       caches afterwards. */
   reload_report reconfigure(const config::config& cfg);
   std::vector<dependency_guard::snapshot> snapshots() const;
@@ -102,9 +103,8 @@ class guard_registry {
   const observe::logger& log_;
   observe::metrics& metrics_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::unique_ptr<dependency_guard>> guards_;
+  std::unordered_map<std::string, std::shared_ptr<dependency_guard>> guards_;
   std::unordered_map<std::string, bool> configured_;  ///< names the current config names
-  std::vector<std::unique_ptr<dependency_guard>> retired_;
   std::size_t unknown_ = 0;
   /// limits.max_unknown_hosts: at most this many unknown hosts get a guard (and metric
   /// series) each; the rest share `(other hosts)`, so a client inventing host names can grow
@@ -118,12 +118,12 @@ class guard_cache {
   explicit guard_cache(guard_registry& r) : registry_(r) {}
   /// After the registry's reconfigure(), on the worker's own thread.
   void clear() { cache_.clear(); }
-  dependency_guard& find(std::string_view name, const config::policy& p) {
-    if (auto it = cache_.find(name); it != cache_.end()) return *it->second;
-    auto& g = registry_.find(std::string(name), p);
+  std::shared_ptr<dependency_guard> find(std::string_view name, const config::policy& p) {
+    if (auto it = cache_.find(name); it != cache_.end()) return it->second;
+    auto g = registry_.find(std::string(name), p);
     // Names past the registry's cap share one guard and are not cached either, so invented
     // host names grow no worker's memory.
-    if (g.name() == name) cache_.emplace(std::string(name), &g);
+    if (g->name() == name) cache_.emplace(std::string(name), g);
     return g;
   }
 
@@ -134,7 +134,7 @@ class guard_cache {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   guard_registry& registry_;
-  std::unordered_map<std::string, dependency_guard*, name_hash, std::equal_to<>> cache_;
+  std::unordered_map<std::string, std::shared_ptr<dependency_guard>, name_hash, std::equal_to<>> cache_;
 };
 
 }  // namespace rebound::retry

@@ -43,9 +43,9 @@ TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
   retry::guard_cache cache(reg);
   auto const cap = cfg.limits.max_unknown_hosts;
   for (std::size_t i = 0; i < cap; ++i)
-    EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults).name(), "h" + std::to_string(i) + ":80");
-  auto& a = cache.find("one-more:80", cfg.defaults);
-  auto& b = cache.find("and-another:80", cfg.defaults);
+    EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults)->name(), "h" + std::to_string(i) + ":80");
+  auto& a = *cache.find("one-more:80", cfg.defaults);
+  auto& b = *cache.find("and-another:80", cfg.defaults);
   EXPECT_EQ(a.name(), "(other hosts)");
   EXPECT_EQ(&a, &b);
   EXPECT_EQ(reg.snapshots().size(), cap + 1);
@@ -76,7 +76,7 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   b.failure_ratio = 0.5;
   auto cfg = with_dependency("payments", b);
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
   EXPECT_TRUE(g.admit().allowed);
   g.record(true);
   g.record(true);
@@ -101,7 +101,7 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   auto cfg = with_dependency("payments", {});
   cfg.dependencies[0].effective.budget.min_retries = 0;
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
   for (int i = 0; i < 5; ++i) g.admit();
   EXPECT_TRUE(g.allow_retry().granted);  // 20% of 5
   auto const refused = g.allow_retry();
@@ -116,7 +116,7 @@ TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
   auto cfg = with_dependency("payments", {});
   cfg.dependencies[0].effective.budget.min_retries = 4;
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
   g.admit();
   EXPECT_TRUE(g.allow_retry().granted);  // 1 of the 4 allowed
   reg.publish();
@@ -146,10 +146,10 @@ config::config two_dependencies(unsigned payments_min_requests) {
 TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange) {
   captured_log c;
   retry::guard_registry reg(two_dependencies(20), c.log, c.metrics);
-  auto const& payments = reg.find("payments", {});
-  auto& search = reg.find("search", {});
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(search.admit().allowed);
-  ASSERT_TRUE(search.allow_retry().granted);
+  auto const payments = reg.find("payments", {});
+  auto const search = reg.find("search", {});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(search->admit().allowed);
+  ASSERT_TRUE(search->allow_retry().granted);
 
   auto cfg = two_dependencies(20);
   cfg.dependencies.pop_back();            // search removed ...
@@ -164,7 +164,7 @@ TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange
   EXPECT_EQ(r.added, std::vector<std::string>{"orders"});
   EXPECT_EQ(r.removed, std::vector<std::string>{"search"});
   EXPECT_TRUE(r.reset.empty());
-  EXPECT_EQ(&reg.find("payments", {}), &payments) << "the same guard, with its state";
+  EXPECT_EQ(reg.find("payments", {}).get(), payments.get()) << "the same guard, with its state";
   std::vector<std::string> names;
   for (auto const& s : reg.snapshots()) names.push_back(s.name);
   EXPECT_EQ(names, (std::vector<std::string>{"orders", "payments"}));
@@ -173,28 +173,46 @@ TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange
 TEST(DependencyGuard, ReloadWithChangedBreakerSettingsStartsThatDependencyAfresh) {
   captured_log c;
   retry::guard_registry reg(two_dependencies(20), c.log, c.metrics);
-  auto& payments = reg.find("payments", {});
-  auto const& search = reg.find("search", {});
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(payments.admit().allowed);
+  auto const payments = reg.find("payments", {});
+  auto const search = reg.find("search", {});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(payments->admit().allowed);
   auto const r = reg.reconfigure(two_dependencies(40));
   EXPECT_EQ(r.reset, std::vector<std::string>{"payments"});
   EXPECT_EQ(r.kept, std::vector<std::string>{"search"});
-  auto const& fresh = reg.find("payments", {});
-  EXPECT_NE(&fresh, &payments);
-  EXPECT_EQ(&reg.find("search", {}), &search);
-  EXPECT_EQ(fresh.take_snapshot().budget.requests, 0u);
-  EXPECT_EQ(payments.take_snapshot().budget.requests, 5u) << "the old guard lives on for requests in flight";
+  auto const fresh = reg.find("payments", {});
+  EXPECT_NE(fresh.get(), payments.get());
+  EXPECT_EQ(reg.find("search", {}).get(), search.get());
+  EXPECT_EQ(fresh->take_snapshot().budget.requests, 0u);
+  EXPECT_EQ(payments->take_snapshot().budget.requests, 5u) << "the old guard lives on for requests in flight";
+}
+
+// Reloads used to keep every replaced guard until the process ended: a config reloaded
+// every minute with changed settings grew without bound.
+TEST(DependencyGuard, AGuardReplacedByAReloadIsFreedOnceNoRequestHoldsIt) {
+  captured_log c;
+  retry::guard_registry reg(two_dependencies(20), c.log, c.metrics);
+  auto held = reg.find("payments", {});  // a request in flight
+  std::weak_ptr<retry::dependency_guard> old = held;
+  reg.reconfigure(two_dependencies(40));
+  EXPECT_FALSE(old.expired()) << "the request still uses it";
+  held.reset();  // the request ends
+  EXPECT_TRUE(old.expired());
+  std::weak_ptr<retry::dependency_guard> removed = reg.find("search", {});
+  auto cfg = two_dependencies(40);
+  cfg.dependencies.pop_back();
+  reg.reconfigure(cfg);
+  EXPECT_TRUE(removed.expired()) << "a dependency no longer configured and held by nobody";
 }
 
 TEST(DependencyGuard, ReloadKeepsUnknownHostsUnlessTheDefaultsChanged) {
   captured_log c;
   auto cfg = config::default_config();
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto const& host = reg.find("10.0.0.1:80", cfg.defaults);
+  auto const host = reg.find("10.0.0.1:80", cfg.defaults);
   EXPECT_TRUE(reg.reconfigure(cfg).removed.empty());
-  EXPECT_EQ(&reg.find("10.0.0.1:80", cfg.defaults), &host);
+  EXPECT_EQ(reg.find("10.0.0.1:80", cfg.defaults).get(), host.get());
   cfg.defaults.budget.min_retries = 3;
   reg.reconfigure(cfg);
   EXPECT_TRUE(reg.snapshots().empty()) << "made afresh on its next request";
-  EXPECT_EQ(reg.find("10.0.0.1:80", cfg.defaults).take_snapshot().budget.allowed, 3u);
+  EXPECT_EQ(reg.find("10.0.0.1:80", cfg.defaults)->take_snapshot().budget.allowed, 3u);
 }
