@@ -138,6 +138,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         route.stop_at_100 = true;
         auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, route);
         route.stop_at_100 = false;
+        if (!failed && !route.client) co_return false;  // the client left before its 100
         if (failed) {
           error_reply const reply = fail(upstream_failure(*failed));
           co_await send_error(client, reply, false, idle);

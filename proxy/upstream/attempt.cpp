@@ -36,6 +36,8 @@ net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, b
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
     if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
       route.client = nullptr;
+      // A client that cannot take the 100 will not send the body the upstream now waits for.
+      if (is_100 && route.stop_at_100) co_return std::nullopt;
       continue;
     }
     if (is_100) {

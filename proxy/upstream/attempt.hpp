@@ -101,7 +101,8 @@ struct interim_route {
     A client that cannot take an interim answer does not fail the exchange: its trouble
     shows when the final answer goes out. A 101 is a failure: rebound never forwards
     Upgrade. With `route.stop_at_100`, returns once a 100 went to the client (`rp` then
-    holds it). On failure `rp` still holds what was parsed, for the caller to judge. */
+    holds it), or could not (`route.client` is then null). On failure `rp` still holds what
+    was parsed, for the caller to judge. */
 net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, beast::flat_buffer& buffer,
                                                                std::optional<response_parser>& rp, bool is_head,
                                                                clock::time_point deadline, interim_route& route);
