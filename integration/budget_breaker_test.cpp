@@ -92,8 +92,8 @@ TEST(BudgetBreaker, R7_BudgetKeepsRetriesWithinTwentyPercentOfRequests) {
 TEST(BudgetBreaker, R7_ExhaustedBudgetWithoutResponseAnswersBudgetExhausted) {
   // Nothing listens on this port: every attempt is connect_refused, so there is no
   // response to hand back when the budget says no.
-  auto const port = free_port();
-  std::string const authority = "127.0.0.1:" + std::to_string(port);
+  RefusingPort const dead;
+  std::string const authority = dead.authority();
   ReboundOptions o;
   o.extra = "defaults:\n  backoff: {base: 1ms, cap: 5ms}\n  circuit_breaker: {mode: off}\n"
             "dependencies:\n  gone:\n    hosts: [\"" + authority + "\"]\n    budget: {min_retries: 0}\n";

@@ -80,7 +80,8 @@ ReboundOptions fast_retries(const std::string& more = {}) {
 
 TEST(Connect, R4_RefusedConnectIsRetriedThenAnswered502WithTheAttempts) {
   ReboundProcess rb(fast_retries());
-  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const refusing;
+  auto const dead = refusing.authority();
   RawConnection c(rb.port());
   ASSERT_TRUE(c.send(connect_request(dead)));
   auto r = c.read_response(15s);
@@ -99,7 +100,8 @@ TEST(Connect, R1_DecorrelatedJitterIsHonouredForConnectRetries) {
   ReboundOptions o;
   o.extra = "defaults:\n  max_retries: 3\n  backoff: {base: 40ms, cap: 40ms, jitter: decorrelated}\n";
   ReboundProcess rb(o);
-  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const refusing;
+  auto const dead = refusing.authority();
   RawConnection c(rb.port());
   ASSERT_TRUE(c.send(connect_request(dead)));
   auto r = c.read_response(15s);
@@ -120,21 +122,12 @@ TEST(Connect, R4_ConnectRetriedUntilTheTargetListensThenTunnels) {
   ReboundOptions o;
   o.extra = "defaults:\n  max_retries: 5\n  total_timeout: 20s\n  backoff: {base: 300ms, cap: 300ms}\n";
   ReboundProcess rb(o);
-  auto const port = free_port();
+  RefusingPort target;
   RawConnection c(rb.port());
-  ASSERT_TRUE(c.send(connect_request("127.0.0.1:" + std::to_string(port))));
+  ASSERT_TRUE(c.send(connect_request(target.authority())));
   ASSERT_TRUE(rb.wait_for_log("\"retry_attempt\"")) << "the first connect was refused and a retry scheduled";
 
-  int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
-  ASSERT_EQ(::listen(fd, 4), 0);
+  int const fd = target.start_listening();
   std::thread echo([fd] {
     int const conn = ::accept(fd, nullptr, nullptr);
     if (conn < 0) return;
@@ -147,12 +140,12 @@ TEST(Connect, R4_ConnectRetriedUntilTheTargetListensThenTunnels) {
   ASSERT_TRUE(c.send("ping"));
   EXPECT_EQ(c.read_exactly(4), "ping");
   echo.join();
-  ::close(fd);
 }
 
 TEST(Connect, R7_OpenBreakerRefusesConnectWithoutTouchingTheTarget) {
   ReboundProcess rb(fast_retries("  max_retries: 1\n  circuit_breaker: {min_requests: 2, open_for: 1h}\n"));
-  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const refusing;
+  auto const dead = refusing.authority();
   EXPECT_TRUE(IsReboundError(raw_exchange(rb.port(), connect_request(dead)), 502, {"connect_refused"}));
   auto r = raw_exchange(rb.port(), connect_request(dead));
   ASSERT_TRUE(IsReboundError(r, 503, {"circuit_open"}));

@@ -113,7 +113,8 @@ TEST(UnknownHost, DenyMatchesListedHostsCaseInsensitively) {
 
 TEST(UpstreamError, ConnectionRefusedGets502ConnectRefused) {
   ReboundProcess rb;
-  std::string authority = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const dead;
+  std::string authority = dead.authority();
   auto r = raw_exchange(rb.port(), absolute_request("GET", authority, "/x"), 20s);
   EXPECT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
 }
@@ -169,8 +170,9 @@ TEST(UpstreamError, ConnectPhaseTimeoutGets502ConnectTimeout) {
 TEST(UpstreamError, ClientConnectionStaysUsableAfterA502) {
   ScriptedUpstream up;
   ReboundProcess rb;
+  RefusingPort const dead;
   RawConnection c(rb.port());
-  ASSERT_TRUE(c.send(absolute_request("GET", "127.0.0.1:" + std::to_string(free_port()), "/refused")));
+  ASSERT_TRUE(c.send(absolute_request("GET", dead.authority(), "/refused")));
   auto r = c.read_response(20s);
   EXPECT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
   ASSERT_TRUE(r);

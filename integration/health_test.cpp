@@ -35,7 +35,8 @@ TEST(Health, ReadsTheAdminAddressFromTheConfigFile) {
 }
 
 TEST(Health, ExitsOneWhenNothingListens) {
-  auto r = health({"--admin", admin_of(free_port())});
+  RefusingPort const dead;
+  auto r = health({"--admin", admin_of(dead.port())});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("unhealthy"), std::string::npos) << r.err;
 }

@@ -46,7 +46,8 @@ TEST(Metrics, R10_RetriedRequestCountsEachAttemptTheBackoffsAndTheAnswer) {
 TEST(Metrics, R10_ExhaustedRetriesAndRebound_sOwnAnswersAreCounted) {
   ScriptedUpstream up;
   up.on("/down", respond(503));
-  auto const dead = free_port();
+  RefusingPort const refusing;
+  auto const dead = refusing.port();
   ReboundOptions o;
   o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n"
             "  circuit_breaker: {mode: off}\n";

@@ -28,21 +28,41 @@ namespace itest {
 
 using namespace std::chrono_literals;
 
-std::uint16_t free_port() {
+namespace {
+
+// Bound to 127.0.0.1:0 without SO_REUSEADDR, so no other socket can share the port while open.
+int bind_loopback_any_port(std::uint16_t& port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("free_port: socket() failed");
+  if (fd < 0) throw std::runtime_error("socket() failed");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    throw std::runtime_error("free_port: bind() failed");
+    throw std::runtime_error("bind() to 127.0.0.1:0 failed");
   }
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+std::uint16_t free_port() {
+  std::uint16_t port = 0;
+  ::close(bind_loopback_any_port(port));
+  return port;
+}
+
+RefusingPort::RefusingPort() { fd_ = bind_loopback_any_port(port_); }
+
+RefusingPort::~RefusingPort() { ::close(fd_); }
+
+int RefusingPort::start_listening() {
+  if (::listen(fd_, 4) != 0) throw std::runtime_error("listen() on a held port failed");
+  return fd_;
 }
 
 std::string make_temp_dir() {

@@ -13,8 +13,30 @@
 
 namespace itest {
 
-// A port nobody listens on right now (bound to 127.0.0.1:0, then released).
+// A port nobody listens on right now (bound to 127.0.0.1:0, then released). Only for a port
+// that something is about to bind: released, it can be handed to any test running alongside.
 std::uint16_t free_port();
+
+// A port that refuses connections for as long as this object lives: bound on 127.0.0.1 and
+// never listened on (Linux answers a SYN to it with RST), and held, so no test running alongside
+// can be given it. A released free_port() was the cause of a two-test flake: one test's "dead"
+// port became the other's upstream, which then saw a request it never expected.
+class RefusingPort {
+ public:
+  RefusingPort();
+  ~RefusingPort();
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  std::uint16_t port() const { return port_; }
+  std::string authority() const { return "127.0.0.1:" + std::to_string(port_); }
+  // From now on the port accepts: for a target that appears only after a refused connect.
+  // Returns the listening descriptor, still owned by this object.
+  int start_listening();
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
 
 // A fresh directory under $TMPDIR (or /tmp); removed with remove_tree().
 std::string make_temp_dir();

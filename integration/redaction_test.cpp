@@ -57,7 +57,8 @@ TEST(Redaction, R9_NoSecretReachesLogsMetricsOrTheAdminApi) {
   up.on("/big", answer(503));
   up.on("/trip", answer(500));
   TcpServer tunnel_target(echo_handler());
-  auto const dead = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const refusing;
+  auto const dead = refusing.authority();
 
   ReboundOptions o;
   o.extra = "log_level: trace\nservice: redaction\n"

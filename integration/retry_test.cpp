@@ -143,7 +143,8 @@ TEST(Retry, R4_FinalStatusesAreNotRetried) {
 
 TEST(Retry, R4_ConnectRefusedIsRetriedThen502WithAttempts) {
   ReboundProcess rb(retry_options("  max_retries: 2\n"));
-  std::string authority = "127.0.0.1:" + std::to_string(free_port());
+  RefusingPort const dead;
+  std::string authority = dead.authority();
   auto r = raw_exchange(rb.port(), absolute_request("GET", authority, "/x"), 20s);
   EXPECT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
   EXPECT_EQ(json_attempts(r), 3) << describe(r);
