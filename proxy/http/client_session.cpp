@@ -6,6 +6,7 @@
 #include "proxy/http/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/request_target.hpp"
+#include "proxy/upstream/secure_origins.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -22,19 +23,25 @@ constexpr std::size_t read_slack = 64 * 1024 + 16 * 1024;
 constexpr std::size_t first_read = 4096;
 
 /// The dependency name and policy for a target: a configured dependency, or the defaults
-/// under the name `host:port` (SPEC section 2).
-struct resolved {
-  std::string name;
-  const config::policy* policy = nullptr;
-  const config::dependency* dependency = nullptr;  ///< null for an unknown host
-};
-
-resolved resolve(const config::config& cfg, const request_target& t, std::string_view method) {
+/// under the name `host:port` (SPEC section 2). The rest of the route is filled in once the
+/// request is known to go out (attach_runtime).
+dependency_route resolve(const config::config& cfg, const request_target& t, std::string_view method) {
   if (auto const* d = cfg.find_dependency(t.host, t.port)) {
     auto const path = std::string_view(t.origin_form).substr(0, t.origin_form.find('?'));
-    return {d->name, &d->policy_for(method, path), d};
+    return {d->name, &d->policy_for(method, path), d, nullptr, nullptr, nullptr};
   }
-  return {t.host + ":" + std::to_string(t.port), &cfg.defaults, nullptr};
+  return {t.host + ":" + std::to_string(t.port), &cfg.defaults, nullptr, nullptr, nullptr, nullptr};
+}
+
+/// The dependency's guard, TLS client and credential source, from the worker and the config
+/// generation this request runs on.
+void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t) {
+  route.guard = ctx.guards->find(route.name, *route.policy);
+  if (auto const* origins = ctx.origins()) {
+    // The one place that decides whether an upstream connection is TLS.
+    if (t.scheme == "https") route.tls = origins->tls_for(route.name);
+    route.auth = origins->auth_for(route.name);
+  }
 }
 
 /// A request head checked and routed, or the answer that refuses it.
@@ -43,7 +50,7 @@ struct vetted {
   bool keep_after_refusal = false;  ///< the connection may carry another request after the refusal
   bool is_connect = false;
   request_target target;
-  resolved dependency;
+  dependency_route dependency;
 };
 
 /** Checks framing and target and finds the dependency. A plain function, so its
@@ -221,12 +228,12 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       continue;
     }
     auto const& t = v.target;
-    auto const& r = v.dependency;
+    attach_runtime(v.dependency, ctx, t);
     if (v.is_connect) {
-      co_await run_tunnel(ctx, client, buffer, t, r.name, *r.policy);
+      co_await run_tunnel(ctx, client, buffer, t, v.dependency);
       co_return;
     }
-    if (!co_await forward(ctx, guard, client, buffer, parser, t, r.name, *r.policy)) break;
+    if (!co_await forward(ctx, guard, client, buffer, parser, t, v.dependency)) break;
   }
   co_await lingering_close(client);
 }

@@ -142,7 +142,9 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
                                       beast::flat_buffer& buffer, request_parser& parser,
                                       const request_target& target, retry::request_facts facts,
-                                      const config::policy& policy, retry::dependency_guard& guard) {
+                                      const dependency_route& route) {
+  auto const& policy = *route.policy;
+  auto& guard = *route.guard;
   auto& req = parser.get();
   auto const idle = ctx.cfg().limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
@@ -163,7 +165,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     }
     if (kept.overflow) {
       log_sent_once(ctx, facts, policy, "chunked body larger than max_retry_body: sent once");
-      co_return co_await forward_once(ctx, client, buffer, parser, target, facts, policy, body, guard);
+      co_return co_await forward_once(ctx, client, buffer, parser, target, facts, route, body);
     }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
@@ -172,15 +174,13 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   if (parser.chunked()) req.content_length(body.size());
 
   auto const key = pool_key(target);
-  upstream::exchange ex;
-  auto const result = co_await retry::run_retry_loop(
+  auto result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool,
-      upstream::destination{key, target.connect_host, target.port, tls_for(ctx, target, facts.dependency),
-                            credentials_for(ctx, req, facts.dependency), facts.may_retry,
+      upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route), facts.may_retry,
                             client_version >= 11 ? &client : nullptr, idle},
       req, body, is_head,
       *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard}, ex);
+      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard});
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
@@ -190,6 +190,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     co_await send_error(client, reply, keep, idle);
     co_return keep;
   }
+  auto& ex = *result.response;
   guard.answered(ex.response->get().result_int());
   co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts, key);
 }
@@ -312,15 +313,9 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
 
 }  // namespace
 
-auth::credential_source* credentials_for(const session_context& ctx, const bhttp::request<bhttp::buffer_body>& req,
-                                        std::string_view dependency) {
-  if (!ctx.origins() || req.find(bhttp::field::authorization) != req.end()) return nullptr;
-  return ctx.origins()->auth_for(dependency);
-}
-
-upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency) {
-  if (target.scheme != "https" || !ctx.origins()) return nullptr;
-  return ctx.origins()->tls_for(dependency);
+auth::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route) {
+  if (!route.auth || req.find(bhttp::field::authorization) != req.end()) return nullptr;
+  return route.auth;
 }
 
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
@@ -335,12 +330,11 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
 
 net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, request_parser& parser,
-                             const request_target& target, std::string_view dependency, const config::policy& policy) {
+                             const request_target& target, const dependency_route& route) {
+  auto const& policy = *route.policy;
+  auto& guard = *route.guard;
   forward_plan plan;
-  plan_request(plan, parser, target, dependency, policy, *ctx.rng);
-  // Held for the whole request: a reload may replace the dependency's guard meanwhile.
-  auto const held_guard = ctx.guards->find(dependency, policy);
-  auto& guard = *held_guard;
+  plan_request(plan, parser, target, route.name, policy, *ctx.rng);
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
     case forward_plan::route::refuse:
@@ -348,12 +342,12 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg().limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
-      co_return co_await forward_buffered(ctx, session, client, buffer, parser, target, plan.facts, policy, guard);
+      co_return co_await forward_buffered(ctx, session, client, buffer, parser, target, plan.facts, route);
     case forward_plan::route::once:
       log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
       break;
   }
-  co_return co_await forward_once(ctx, client, buffer, parser, target, plan.facts, policy, {}, guard);
+  co_return co_await forward_once(ctx, client, buffer, parser, target, plan.facts, route, {});
 }
 
 }  // namespace rebound::http

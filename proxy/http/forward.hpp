@@ -2,6 +2,7 @@
 /** Forwarding one request to its upstream and streaming the answer back, and the answers
     rebound sends itself. Called by the client session once a request head is valid. */
 #include "proxy/http/client_session.hpp"
+#include "proxy/http/dependency_route.hpp"
 #include "proxy/http/error_response.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/request_target.hpp"
@@ -23,7 +24,7 @@ namespace bhttp = boost::beast::http;
     may carry another request (false after errors that leave its stream in doubt). */
 net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
                              beast::flat_buffer& buffer, request_parser& parser,
-                             const request_target& target, std::string_view dependency, const config::policy& policy);
+                             const request_target& target, const dependency_route& route);
 
 /// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);
@@ -41,14 +42,9 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
-/// The TLS client for a request to `target` when its dependency's origin is https://, else
-/// nullptr: the one place that decides whether an upstream connection is TLS.
-upstream::tls_client* tls_for(const session_context& ctx, const request_target& target, std::string_view dependency);
-
 /// rebound's credential source for the dependency, or nullptr: none configured, or the
 /// request carries its own Authorization, which is kept (SPEC 5).
-auth::credential_source* credentials_for(const session_context& ctx, const bhttp::request<bhttp::buffer_body>& req,
-                                        std::string_view dependency);
+auth::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
@@ -57,7 +53,6 @@ net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e,
 /** Relays a CONNECT tunnel: connects, answers 200, then copies bytes both ways with
     half-close until both directions end or the tunnel is idle for `idle_timeout`. */
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const request_target& target, std::string_view dependency,
-                                const config::policy& policy);
+                                const request_target& target, const dependency_route& route);
 
 }  // namespace rebound::http

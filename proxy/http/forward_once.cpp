@@ -43,8 +43,9 @@ failure upstream_failure(const upstream::attempt_failure& f) { return {default_s
 
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
-                                  retry::dependency_guard& guard) {
+                                  const retry::request_facts& facts, const dependency_route& route, std::string_view prefix) {
+  auto const& policy = *route.policy;
+  auto& guard = *route.guard;
   auto& req = parser.get();
   auto const idle = ctx.cfg().limits.idle_timeout;
   bool const client_wants_keep_alive = req.keep_alive();
@@ -79,8 +80,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
 
   auto const body_start = clock::now();
   auto const key = pool_key(target);
-  auto* const tls = tls_for(ctx, target, dependency);
-  auto* const creds = credentials_for(ctx, req, dependency);
+  auto* const tls = route.tls;
+  auto* const creds = credentials_for(req, route);
   attempt_start = clock::now();
   auto deadline = attempt_start + policy.attempt_timeout;
   if (creds) {
@@ -110,7 +111,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   std::optional<response_parser> rp;
   bhttp::request_serializer<bhttp::buffer_body> sr{req};
   // 1xx go to an HTTP/1.1 client; a 100 only to one that asked and has not had one.
-  upstream::interim_route route{client_version >= 11 ? &client : nullptr, idle, want_continue, false, false};
+  upstream::interim_route interim{client_version >= 11 ? &client : nullptr, idle, want_continue, false, false};
   bool body_skipped = false;  // the upstream answered before wanting the body
 
   {
@@ -135,10 +136,10 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         upstream_spoke = spoke.index() == 0;
       }
       if (upstream_spoke) {
-        route.stop_at_100 = true;
-        auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, route);
-        route.stop_at_100 = false;
-        if (!failed && !route.client) co_return false;  // the client left before its 100
+        interim.stop_at_100 = true;
+        auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, interim);
+        interim.stop_at_100 = false;
+        if (!failed && !interim.client) co_return false;  // the client left before its 100
         if (failed) {
           error_reply const reply = fail(upstream_failure(*failed));
           co_await send_error(client, reply, false, idle);
@@ -146,15 +147,15 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         }
         // A 100 read here went to the client already; a final status instead means the
         // upstream refused the body.
-        if (route.sent_100) rp.reset();
+        if (interim.sent_100) rp.reset();
         else body_skipped = rp->get().result_int() >= 200;
       }
-      if (!route.sent_100 && !body_skipped) {
+      if (!interim.sent_100 && !body_skipped) {
         static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
         client.expires_after(idle);
         auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
         if (cec) co_return false;
-        route.sent_100 = true;
+        interim.sent_100 = true;
       }
     }
     if (!body_skipped) {
@@ -180,7 +181,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   }
 
   if (!rp) {
-    auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, route);
+    auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, interim);
     if (failed) {
       error_reply const reply = fail(upstream_failure(*failed));
       co_await send_error(client, reply, false, idle);

@@ -3,8 +3,8 @@
     max_retry_body, or sent with Expect: 100-continue) streams through once, the body relayed
     as it arrives and Expect: 100-continue passed through (RFC 9110 section 10.1.1). */
 #include "proxy/http/client_session.hpp"
+#include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/retry/loop.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -19,11 +19,10 @@ namespace bhttp = boost::beast::http;
 
 /** Forwards the request in `parser` in one attempt. `prefix` is body already read from the
     client (a chunked body that outgrew max_retry_body); it goes out before the rest. The
-    attempt's outcome is recorded with `guard`, so the breaker and the metrics count it like
-    any other. */
+    attempt's outcome is recorded with the route's guard, so the breaker and the metrics
+    count it like any other. */
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const config::policy& policy, std::string_view prefix,
-                                  retry::dependency_guard& guard);
+                                  const retry::request_facts& facts, const dependency_route& route, std::string_view prefix);
 
 }  // namespace rebound::http

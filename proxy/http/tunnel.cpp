@@ -113,12 +113,11 @@ std::optional<retry::duration> next_connect_attempt(const session_context& ctx, 
 }  // namespace
 
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const request_target& target, std::string_view dependency,
-                                const config::policy& policy) {
+                                const request_target& target, const dependency_route& route) {
   auto const idle = ctx.cfg().limits.idle_timeout;
-  // Held for the whole request: a reload may replace the dependency's guard meanwhile.
-  auto const held_guard = ctx.guards->find(dependency, policy);
-  auto& guard = *held_guard;
+  std::string_view const dependency = route.name;
+  auto const& policy = *route.policy;
+  auto& guard = *route.guard;
   if (auto refusal = refused_by_breaker(guard)) {
     guard.answered(refusal->status);
     co_await send_error(client, *refusal, false, idle);

@@ -45,7 +45,7 @@ struct next_step {
     R-9's expiry), then the effects it leaves to the loop: the breaker's record, a drain,
     R-7's budget (asked last, so only a retry that would really go spends it), the logs. */
 next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failure> failure,
-                           const upstream::exchange& ex, clock::time_point attempt_start, bool draining) {
+                           const upstream::exchange* ex, clock::time_point attempt_start, bool draining) {
   auto& result = st.result;
   auto const& facts = st.facts;
   auto const& policy = st.policy;
@@ -55,7 +55,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
       std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
     failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
   attempt_outcome const outcome =
-      failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex.response->get().result_int(), std::nullopt};
+      failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex->response->get().result_int(), std::nullopt};
   result.failure = failure;
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start);
   st.observer.attempt_done({result.attempts, outcome, took});
@@ -64,8 +64,8 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
 
   attempt_facts af;
   af.outcome = outcome;
-  if (ex.response) {
-    auto const& h = ex.response->get();
+  if (ex) {
+    auto const& h = ex->response->get();
     if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
       af.retry_after = std::string_view(it->value().data(), it->value().size());
   }
@@ -188,7 +188,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, loop_hooks hooks, upstream::exchange& ex) {
+                                           const observe::logger& log, loop_hooks hooks) {
   loop_state st{policy,
                 facts,
                 log,
@@ -204,15 +204,18 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
     ++st.result.attempts;
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
-    auto failure = co_await upstream::run_attempt(pool, to, req, body, is_head, attempt_deadline, ex);
-    auto const step = between_attempts(st, std::move(failure), ex, attempt_start, hooks.draining && *hooks.draining);
+    auto attempt = co_await upstream::run_attempt(pool, to, req, body, is_head, attempt_deadline);
+    std::optional<upstream::attempt_failure> failure;
+    if (attempt) st.result.response = std::move(*attempt);
+    else failure = std::move(attempt.error());
+    auto const step = between_attempts(st, std::move(failure), st.result.response.get(), attempt_start,
+                                       hooks.draining && *hooks.draining);
     if (!step.retry) co_return std::move(st.result);
 
-    // The failed attempt's response is dropped with its connection: reading its body only
-    // to throw it away would spend the time the loop has left.
-    ex.response.reset();
-    ex.stream.reset();
-    ex.buffer = beast::flat_buffer{upstream::response_buffer_limit};  // its storage too: a waiting request holds no I/O memory
+    // The failed attempt's response is dropped with its connection and its buffers: reading
+    // its body only to throw it away would spend the time the loop has left, and a request
+    // waiting for its retry holds no I/O memory.
+    st.result.response.reset();
     net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_after(step.wait);
     std::shared_ptr<client_watch> watch;

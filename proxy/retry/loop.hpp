@@ -8,6 +8,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <memory>
 #include <random>
 
 namespace rebound::retry {
@@ -36,17 +37,17 @@ struct loop_hooks {
 
 struct loop_result {
   unsigned attempts = 0;
+  std::unique_ptr<upstream::exchange> response;      ///< the last response head, to be streamed to the client
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
 };
 
-/** Runs attempts until one is final, retries are exhausted, or time is up. On return,
-    `ex` holds the last response head (to be streamed to the client), or `failure` says
-    why there is none. */
+/** Runs attempts until one is final, retries are exhausted, or time is up; returns the last
+    response head, or why there is none. */
 net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, loop_hooks hooks, upstream::exchange& ex);
+                                           const observe::logger& log, loop_hooks hooks);
 
 }  // namespace rebound::retry

@@ -7,8 +7,15 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/throw_exception.hpp>
+
+#include <stdexcept>
 
 namespace rebound::upstream {
+
+void throw_exception_from_error(const attempt_failure& f, const boost::source_location& loc) {
+  boost::throw_exception(std::runtime_error("attempt failed: " + f.message), loc);
+}
 
 attempt_failure read_failure(const error_code& ec) {
   if (ec == beast::error::timeout) return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
@@ -57,31 +64,27 @@ net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential
   co_return std::nullopt;
 }
 
-net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
-                                                           bhttp::request<bhttp::buffer_body>& req, std::string_view body,
-                                                           bool is_head, clock::time_point deadline, exchange& out) {
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                           std::string_view body, bool is_head, clock::time_point deadline) {
   if (to.auth) {
     auto refused = co_await apply_credential(*to.auth, req, deadline);
-    if (refused) {
-      out.stream.reset();
-      out.response.reset();
-      co_return refused;
-    }
+    if (refused) co_return std::move(*refused);
   }
+  auto out = std::make_unique<exchange>();
   for (int round = 0; round < 2; ++round) {
-    out.stream.reset();
-    out.response.reset();
-    out.buffer.consume(out.buffer.size());
+    out->stream.reset();
+    out->response.reset();
+    out->buffer.consume(out->buffer.size());
     if (round == 0 && to.may_reuse) {
-      if (auto pooled = p.take(to.pool_key)) out.stream.emplace(std::move(*pooled));
+      if (auto pooled = p.take(to.pool_key)) out->stream.emplace(std::move(*pooled));
     }
-    bool const reused = out.stream.has_value();
-    if (!out.stream) {
+    bool const reused = out->stream.has_value();
+    if (!out->stream) {
       auto c = co_await open_connection(to.host, to.port, to.tls, deadline);
       if (!c.conn) co_return attempt_failure{c.error, c.message};
-      out.stream.emplace(std::move(*c.conn));
+      out->stream.emplace(std::move(*c.conn));
     }
-    auto& up = *out.stream;
+    auto& up = *out->stream;
     // The body is sent from memory: a retry sends the same bytes again.
     req.body().data = body.empty() ? nullptr : const_cast<char*>(body.data());
     req.body().size = body.size();
@@ -98,13 +101,12 @@ net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination 
     // go on to the client even if the attempt is then retried: they promise nothing
     // about the final answer (an Early Hints of a failed attempt only wasted a preload).
     interim_route route{to.interim_to, to.client_idle, false, false, false};
-    auto failed = co_await read_final_head(up, out.buffer, out.response, is_head, deadline, route);
+    auto failed = co_await read_final_head(up, out->buffer, out->response, is_head, deadline, route);
     to.interim_to = route.client;
-    if (!failed) co_return std::nullopt;
-    bool const nothing_received = out.buffer.size() == 0 && !out.response->got_some();
-    out.response.reset();
+    if (!failed) co_return std::move(out);
+    bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
     if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout) continue;  // stale: go again
-    co_return failed;
+    co_return std::move(*failed);
   }
   co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
 }

@@ -10,8 +10,10 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/system/result.hpp>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,17 +30,25 @@ inline constexpr std::uint32_t max_response_head = 64 * 1024;
 /// chunk-size lines and trailers, which Beast buffers until their end is found.
 inline constexpr std::size_t response_buffer_limit = max_response_head + 64 * 1024 + 16 * 1024;
 
-/// What an attempt leaves behind; the caller owns it so the last one can be streamed on.
+/** A final response head on the connection it came from, its body still to be read: what
+    a successful attempt hands back, to be streamed on or dropped. Beast's parser cannot
+    move, so it lives on the heap and travels as a pointer. */
 struct exchange {
   std::optional<connection> stream;
   beast::flat_buffer buffer{response_buffer_limit};  ///< bytes read past the response head
-  std::optional<response_parser> response;   ///< the final head, when one arrived
+  std::optional<response_parser> response;   ///< the final head
 };
 
 struct attempt_failure {
   http::error_type type;
   std::string message;
 };
+
+/// Only reached by calling value() on a failed attempt_result, which nothing on the data path does.
+[[noreturn]] void throw_exception_from_error(const attempt_failure& f, const boost::source_location& loc);
+
+/// An attempt's outcome as a value: the response head, or why there is none.
+using attempt_result = boost::system::result<std::unique_ptr<exchange>, attempt_failure>;
 
 class tls_client;
 }  // namespace rebound::upstream
@@ -66,14 +76,15 @@ struct destination {
   std::chrono::milliseconds client_idle{0};  ///< how long a write to `interim_to` may take
 };
 
-/** Runs one attempt into `out` (reset first). With `to.auth`, the credential is made sure
-    of first (R-9): without a valid one the attempt fails with auth_refresh_failed and
-    nothing is sent. With `to.may_reuse`, a pooled connection that turns out to be closed
-    before any response byte is replaced by a fresh one once, within the same attempt,
-    and the whole request goes again. */
-net::awaitable<std::optional<attempt_failure>> run_attempt(pool& p, destination to,
-                                                           bhttp::request<bhttp::buffer_body>& req, std::string_view body,
-                                                           bool is_head, clock::time_point deadline, exchange& out);
+/** The one exchange with an upstream for a request whose body is at hand (none, or kept for
+    retries): every attempt of the retry loop is one call. With `to.auth`, the credential is
+    made sure of first (R-9): without a valid one the attempt fails with auth_refresh_failed
+    and nothing is sent. With `to.may_reuse`, a pooled connection that turns out to be
+    closed before any response byte is replaced by a fresh one once, within the same
+    attempt, and the whole request goes again. (A body that streams through once cannot be
+    sent twice, so forward_once builds its exchange from the parts below instead.) */
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                           std::string_view body, bool is_head, clock::time_point deadline);
 
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
