@@ -87,6 +87,35 @@ TEST(Drain, SigtermFinishesInFlightRequestThenExits0) {
   EXPECT_EQ(*code, 0);
 }
 
+// A request waiting out a backoff is answered at once when a drain begins, not after the
+// wait: the drain reaches the wait through its cancellation slot. The upstream's Retry-After
+// makes the wait 20 s and drain_timeout is 30 s: only a cut wait answers within seconds.
+TEST(Drain, APendingRetryWaitIsCutShortAndTheClientToldWhy) {
+  ScriptedUpstream up;
+  Script busy;
+  busy.status = 503;
+  busy.headers = {{"Retry-After", "20"}};
+  up.on("/busy", busy);
+  ReboundOptions o;
+  o.drain_timeout = "30s";
+  o.extra = "defaults:\n  max_retries: 3\n  total_timeout: 30s\n  backoff: {base: 10ms, cap: 50ms}\n";
+  ReboundProcess rb(o);
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/busy")));
+  ASSERT_TRUE(rb.wait_for_log("\"backoff_ms\":20000")) << "the 503 was not scheduled for a retry in 20 s";
+  auto const signalled = std::chrono::steady_clock::now();
+  rb.signal(SIGTERM);
+  auto r = c.read_response(20s);
+  ASSERT_TRUE(r) << "no answer after the drain began";
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, 10s) << "the answer waited out the backoff";
+  EXPECT_TRUE(IsReboundError(r, 504, {"deadline_exceeded"}));
+  EXPECT_NE(r->body.find("shutting down before the retry"), std::string::npos) << r->body;
+  EXPECT_EQ(up.request_count("/busy"), 1u) << "a drain sends no further retry";
+  auto code = rb.wait_exit(20s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+}
+
 TEST(Drain, SigintAlsoDrainsAndExits0) {
   ScriptedUpstream up;
   ReboundProcess rb;

@@ -180,7 +180,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
                             client_version >= 11 ? &client : nullptr, idle},
       req, body, is_head,
       *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), session.backoff_slot(), &client.socket(), &guard, &guard});
+      retry::loop_hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket(), &guard, &guard});
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();

@@ -4,7 +4,7 @@
     A drain closes connections that sit idle between requests at once and lets busy ones
     finish their current exchange (they then close instead of reading another request).
     Used only on its worker's thread; `active()` alone is read from the control thread. */
-#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
@@ -16,7 +16,8 @@ class session_registry {
   struct entry {
     boost::beast::tcp_stream* stream;
     bool idle;
-    boost::asio::steady_timer* backoff = nullptr;  ///< a pending retry wait, cut short by a drain
+    /// Cuts a pending retry wait short when a drain begins; emitting with nothing waiting does nothing.
+    boost::asio::cancellation_signal drain_wait;
   };
 
  public:
@@ -24,7 +25,7 @@ class session_registry {
 
   handle add(boost::beast::tcp_stream& s) {
     active_.fetch_add(1, std::memory_order_relaxed);
-    return entries_.insert(entries_.end(), entry{&s, true, nullptr});
+    return entries_.emplace(entries_.end(), &s, true);
   }
   void remove(handle h) {
     entries_.erase(h);
@@ -44,7 +45,7 @@ class session_registry {
     draining_ = true;
     for (auto& e : entries_) {
       if (e.idle && !has_unread_bytes(e.stream->socket())) e.stream->close();
-      if (e.backoff) e.backoff->cancel();
+      e.drain_wait.emit(boost::asio::cancellation_type::terminal);
     }
   }
 
@@ -70,8 +71,8 @@ class session_guard {
   session_guard(const session_guard&) = delete;
   session_guard& operator=(const session_guard&) = delete;
   void set_idle(bool idle) { r_.set_idle(h_, idle); }
-  /// Where the retry loop registers its pending backoff wait.
-  boost::asio::steady_timer** backoff_slot() { return &h_->backoff; }
+  /// The retry loop binds its backoff wait here, so a drain cuts it short.
+  boost::asio::cancellation_slot drain_slot() { return h_->drain_wait.slot(); }
 
  private:
   session_registry& r_;

@@ -3,6 +3,8 @@
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <memory>
@@ -223,9 +225,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       watch = std::make_shared<client_watch>(client_watch{&timer});
       client_watch::start(watch, *hooks.client);
     }
-    if (hooks.current_wait) *hooks.current_wait = &timer;
-    auto [ec] = co_await timer.async_wait(use_tuple);
-    if (hooks.current_wait) *hooks.current_wait = nullptr;
+    auto [ec] = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
       log_client_gone(st);

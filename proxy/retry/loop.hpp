@@ -6,7 +6,7 @@
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/upstream/attempt.hpp"
 
-#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 
 #include <memory>
 #include <random>
@@ -29,7 +29,7 @@ struct request_facts {
 /// What the loop shares with the session and the dependency. Null members are not used.
 struct loop_hooks {
   const bool* draining = nullptr;              ///< a drain sends no further retry
-  net::steady_timer** current_wait = nullptr;  ///< set while a backoff wait is pending, so a drain can cut it short
+  net::cancellation_slot drain;                ///< a drain emits here, ending a pending backoff wait
   tcp::socket* client = nullptr;               ///< watched during a backoff: a client that hangs up cancels the loop
   dependency_gate* gate = nullptr;             ///< budget and breaker (R-7)
   attempt_observer* observer = nullptr;        ///< metrics
