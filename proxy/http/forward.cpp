@@ -210,8 +210,6 @@ struct forward_plan {
   std::string_view sent_once_why;   ///< with route::once
 };
 
-/** The decisions about a request head, in a plain function so their temporaries stay off
-    the coroutine frame that lives as long as the request (and its backoff waits). */
 /// the request's correlation id (see observe/correlation.hpp), made and sent upstream
 /// as X-Request-ID when the client gave none that can be used.
 void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std::mt19937_64& rng) {
@@ -231,6 +229,8 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
   plan.facts.correlation_id = plan.made_correlation_id;
 }
 
+/** The decisions about a request head, in a plain function so their temporaries stay off
+    the coroutine frame that lives as long as the request (and its backoff waits). */
 void plan_request(forward_plan& plan, request_parser& parser, const request_target& target,
                   std::string_view dependency, const config::policy& policy, std::mt19937_64& rng) {
   auto& req = parser.get();
