@@ -88,11 +88,16 @@ int main(int argc, char** argv) {
       bool const go = retryable && plan.retry && gate.allow_retry().granted;
       observer.retry_scheduled(plan.wait);
       auto const t1 = clock_type::now();
-      log.info("retry_attempt",
-               {{"correlation_id", "5f1c0d2e-8a9b-4c3d-9e8f-0a1b2c3d4e5f"}, {"dependency", "payments"},
-                {"attempt", retry_number + 1}, {"max_attempts", 4}, {"backoff_ms", static_cast<long long>(plan.wait.count())},
-                {"error_type", "http_503"}, {"idempotency_key", "7c9e6679-7425-40de-944b-e07fc1f90ae7"},
-                {"method", "POST"}, {"path", "/v1/payments"}, {"duration_ms", 3}});
+      log.info("retry_attempt", {{"correlation_id", "5f1c0d2e-8a9b-4c3d-9e8f-0a1b2c3d4e5f"},
+                                 {"dependency", "payments"},
+                                 {"attempt", retry_number + 1},
+                                 {"max_attempts", 4},
+                                 {"backoff_ms", static_cast<long long>(plan.wait.count())},
+                                 {"error_type", "http_503"},
+                                 {"idempotency_key", "7c9e6679-7425-40de-944b-e07fc1f90ae7"},
+                                 {"method", "POST"},
+                                 {"path", "/v1/payments"},
+                                 {"duration_ms", 3}});
       auto const t2 = clock_type::now();
       timer.expires_after(plan.wait);
       timer.async_wait([](boost::system::error_code) {});
@@ -108,9 +113,12 @@ int main(int argc, char** argv) {
       armed[i] = std::chrono::duration<double, std::nano>(t3 - t0).count();
     }
     auto d = summarize(decide), l = summarize(logged), a = summarize(armed);
-    decide_p50.push_back(d.p50_ns); decide_p99.push_back(d.p99_ns);
-    logged_p50.push_back(l.p50_ns); logged_p99.push_back(l.p99_ns);
-    armed_p50.push_back(a.p50_ns); armed_p99.push_back(a.p99_ns);
+    decide_p50.push_back(d.p50_ns);
+    decide_p99.push_back(d.p99_ns);
+    logged_p50.push_back(l.p50_ns);
+    logged_p99.push_back(l.p99_ns);
+    armed_p50.push_back(a.p50_ns);
+    armed_p99.push_back(a.p99_ns);
     std::fprintf(stderr, "round %d: decide p50 %.0f ns, log %.0f ns, total %.0f ns (p99 %.0f ns)\n", round + 1,
                  d.p50_ns, l.p50_ns, a.p50_ns, a.p99_ns);
   }

@@ -27,8 +27,10 @@ std::vector<policy_finding> check_policy(const policy& p) {
                    p.context == context_kind::sync ? "a sync total_timeout may not exceed 30s"
                                                    : "total_timeout may not exceed 24h",
                    "R-3", false});
-  if (p.total_timeout.count() == 0) out.push_back({"total_timeout", "must be greater than 0", {}, false});
-  else if (p.attempt_timeout.count() == 0) out.push_back({"attempt_timeout", "must be greater than 0", {}, false});
+  if (p.total_timeout.count() == 0)
+    out.push_back({"total_timeout", "must be greater than 0", {}, false});
+  else if (p.attempt_timeout.count() == 0)
+    out.push_back({"attempt_timeout", "must be greater than 0", {}, false});
   if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap)
     out.push_back({"backoff", "backoff.base must be greater than 0 and at most backoff.cap", "R-1", false});
   return out;

@@ -13,7 +13,7 @@ namespace rebound::config {
 struct policy_finding {
   std::string_view key;  ///< relative to the policy: max_retries, total_timeout, budget.window, ...
   std::string message;
-  std::string rule;      ///< R-1 .. R-7; empty for a plain schema finding
+  std::string rule;  ///< R-1 .. R-7; empty for a plain schema finding
   bool warning = false;
 };
 

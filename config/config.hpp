@@ -29,7 +29,7 @@ enum class unknown_hosts_policy { allow, deny };
 /// Where a dependency's requests are sent (`origin:`), instead of the host the client named.
 struct origin_url {
   std::string scheme = "http";
-  std::string host;          ///< for the resolver: IPv6 literals without brackets
+  std::string host;  ///< for the resolver: IPv6 literals without brackets
   std::uint16_t port = 80;
   bool operator==(const origin_url&) const = default;
 };
@@ -72,8 +72,8 @@ struct auth_settings {
 /** Limits on what a client may send. SPEC section 2 is silent on these; they are
     rebound's own keys (`limits:`), documented in the README. */
 struct request_limits {
-  std::size_t max_request_head = 64 * 1024;  ///< request line + fields; above it: 431
-  std::uint64_t max_request_body = 0;        ///< 0 = unlimited; above it: 413
+  std::size_t max_request_head = 64 * 1024;          ///< request line + fields; above it: 431
+  std::uint64_t max_request_body = 0;                ///< 0 = unlimited; above it: 413
   duration idle_timeout = std::chrono::seconds(60);  ///< idle keep-alive or stalled transfer
   /// Client connections served at once on the proxy port; past it a new one gets 503 and
   /// is closed (the admin port is not counted, so health checks still get through).
@@ -94,8 +94,8 @@ enum class context_kind { sync, async, webhook, batch };
 enum class jitter_kind { full, decorrelated };
 
 struct backoff_policy {
-  duration base = std::chrono::seconds(1);   ///< R-1 default
-  duration cap = std::chrono::seconds(30);   ///< R-1 default
+  duration base = std::chrono::seconds(1);  ///< R-1 default
+  duration cap = std::chrono::seconds(30);  ///< R-1 default
   jitter_kind jitter = jitter_kind::full;
 };
 
@@ -137,9 +137,9 @@ struct policy {
   retry::retry_on retry_on = retry::retry_on::r4_default();
   std::uint64_t max_retry_body = 1 << 20;
   idempotency_policy idempotency;
-  std::string approval;  ///< R-2: recorded approval for max_retries above the range
-  budget_policy budget;             ///< tracked per dependency
-  breaker_policy circuit_breaker;   ///< tracked per dependency
+  std::string approval;            ///< R-2: recorded approval for max_retries above the range
+  budget_policy budget;            ///< tracked per dependency
+  breaker_policy circuit_breaker;  ///< tracked per dependency
 };
 
 /// R-2's default retries and R-3's total duration for a context.
@@ -165,12 +165,12 @@ struct route {
 
 struct dependency {
   std::string name;
-  std::vector<std::string> hosts;  ///< as written: `host` or `host:port`
+  std::vector<std::string> hosts;    ///< as written: `host` or `host:port`
   std::optional<origin_url> origin;  ///< unset: connect to the host the request names
   std::optional<tls_settings> tls;   ///< set exactly when origin is https://
   std::optional<auth_settings> auth;
-  policy effective;                ///< resolved: dependency over defaults
-  std::vector<route> routes;       ///< in file order: the first that matches wins
+  policy effective;           ///< resolved: dependency over defaults
+  std::vector<route> routes;  ///< in file order: the first that matches wins
 
   /// The policy of the first route matching the request, else the dependency's own.
   const policy& policy_for(std::string_view method, std::string_view path) const;
@@ -178,7 +178,7 @@ struct dependency {
 
 struct config {
   std::string service = "unknown_service";  ///< the `service` label of every metric
-  std::string log_level = "info";            ///< trace|debug|info|warn|error|off; --log-level wins
+  std::string log_level = "info";           ///< trace|debug|info|warn|error|off; --log-level wins
   endpoint listen{"127.0.0.1", 3128};
   endpoint admin{"127.0.0.1", 9901};
   unsigned workers = 0;  ///< 0 = one per core

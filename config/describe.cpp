@@ -66,19 +66,26 @@ class object_writer {
 
 std::string_view to_string(context_kind c) {
   switch (c) {
-    case context_kind::sync: return "sync";
-    case context_kind::async: return "async";
-    case context_kind::webhook: return "webhook";
-    case context_kind::batch: return "batch";
+    case context_kind::sync:
+      return "sync";
+    case context_kind::async:
+      return "async";
+    case context_kind::webhook:
+      return "webhook";
+    case context_kind::batch:
+      return "batch";
   }
   return "sync";
 }
 
 std::string_view to_string(breaker_mode m) {
   switch (m) {
-    case breaker_mode::enforce: return "enforce";
-    case breaker_mode::signal: return "signal";
-    case breaker_mode::off: return "off";
+    case breaker_mode::enforce:
+      return "enforce";
+    case breaker_mode::signal:
+      return "signal";
+    case breaker_mode::off:
+      return "off";
   }
   return "enforce";
 }
@@ -129,7 +136,6 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   }
   if (!p.approval.empty()) w.string("approval", p.approval);
 }
-
 
 /// File paths only: the config holds no secret to redact.
 void write_tls(object_writer& dep, const tls_settings& t) {

@@ -35,7 +35,8 @@ std::string join_messages(const std::vector<diagnostic>& ds) {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -48,7 +49,9 @@ class reader : public yaml_reader {
   void read_top(const YAML::Node& root, config& c) {
     if (!root || root.IsNull()) return;  // an empty file means the built-in defaults
     if (!expect_map(root, "")) return;
-    check_keys(root, "", {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts", "limits", "defaults", "dependencies"});
+    check_keys(root, "",
+               {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts",
+                "limits", "defaults", "dependencies"});
     typed(root, "service", "", c.service, parse_service);
     typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
@@ -69,29 +72,37 @@ class reader : public yaml_reader {
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l) {
     if (!expect_map(n, path)) return;
-    check_keys(n, path, {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout",
-                         "body_timeout", "min_body_rate", "max_unknown_hosts"});
+    check_keys(n, path,
+               {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout",
+                "body_timeout", "min_body_rate", "max_unknown_hosts"});
     std::uint64_t head = l.max_request_head;
     typed(n, "max_request_head", path, head, parse_size);
-    if (head < 1024 || head > (1u << 20)) error(n["max_request_head"], join(path, "max_request_head"), "must be between 1KiB and 1MiB");
-    else l.max_request_head = static_cast<std::size_t>(head);
+    if (head < 1024 || head > (1u << 20))
+      error(n["max_request_head"], join(path, "max_request_head"), "must be between 1KiB and 1MiB");
+    else
+      l.max_request_head = static_cast<std::size_t>(head);
     typed(n, "max_request_body", path, l.max_request_body, parse_size);
     typed(n, "idle_timeout", path, l.idle_timeout, parse_duration);
     if (l.idle_timeout.count() == 0) error(n["idle_timeout"], join(path, "idle_timeout"), "must be greater than 0");
     unsigned conns = static_cast<unsigned>(l.max_connections);
     typed(n, "max_connections", path, conns, parse_count);
-    if (conns < 1 || conns > 1'000'000) error(n["max_connections"], join(path, "max_connections"), "must be between 1 and 1000000");
-    else l.max_connections = static_cast<std::size_t>(conns);
+    if (conns < 1 || conns > 1'000'000)
+      error(n["max_connections"], join(path, "max_connections"), "must be between 1 and 1000000");
+    else
+      l.max_connections = static_cast<std::size_t>(conns);
     unsigned unknown = static_cast<unsigned>(l.max_unknown_hosts);
     typed(n, "max_unknown_hosts", path, unknown, parse_count);
-    if (unknown > 100'000) error(n["max_unknown_hosts"], join(path, "max_unknown_hosts"), "must be between 0 and 100000");
-    else l.max_unknown_hosts = unknown;
+    if (unknown > 100'000)
+      error(n["max_unknown_hosts"], join(path, "max_unknown_hosts"), "must be between 0 and 100000");
+    else
+      l.max_unknown_hosts = unknown;
     typed(n, "head_timeout", path, l.head_timeout, parse_duration);
     if (l.head_timeout.count() == 0) error(n["head_timeout"], join(path, "head_timeout"), "must be greater than 0");
     typed(n, "body_timeout", path, l.body_timeout, parse_duration);
     if (l.body_timeout.count() == 0) error(n["body_timeout"], join(path, "body_timeout"), "must be greater than 0");
     typed(n, "min_body_rate", path, l.min_body_rate, parse_size);
-    if (l.min_body_rate == 0) error(n["min_body_rate"], join(path, "min_body_rate"), "must be greater than 0 (bytes per second)");
+    if (l.min_body_rate == 0)
+      error(n["min_body_rate"], join(path, "min_body_rate"), "must be greater than 0 (bytes per second)");
   }
 
   /// One level of policy as written (defaults or a dependency): what it sets, and where.
@@ -114,8 +125,8 @@ class reader : public yaml_reader {
   };
 
   static std::vector<std::string_view> policy_keys() {
-    return {"context", "max_retries", "backoff", "total_timeout", "attempt_timeout", "retry_on", "max_retry_body",
-            "idempotency", "approval", "budget", "circuit_breaker"};
+    return {"context",        "max_retries", "backoff",  "total_timeout", "attempt_timeout", "retry_on",
+            "max_retry_body", "idempotency", "approval", "budget",        "circuit_breaker"};
   }
 
   template <class T, class Parse>
@@ -163,8 +174,10 @@ class reader : public yaml_reader {
         check_keys(i, ipath, {"header", "inject"});
         if (auto h = i["header"]) {
           if (auto v = scalar(h, join(ipath, "header"))) {
-            if (v->empty() || v->find_first_of(" \t:\r\n") != std::string::npos) error(h, join(ipath, "header"), "invalid header name");
-            else l.idempotency_header = *v;
+            if (v->empty() || v->find_first_of(" \t:\r\n") != std::string::npos)
+              error(h, join(ipath, "header"), "invalid header name");
+            else
+              l.idempotency_header = *v;
           }
         }
         optional_typed(i, "inject", ipath, l.inject, parse_bool);
@@ -179,8 +192,9 @@ class reader : public yaml_reader {
         optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
         if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
           error(b["ratio"], join(bpath, "ratio"),
-                *l.budget_ratio == 0 ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
-                                     : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
+                *l.budget_ratio == 0
+                    ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
+                    : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
                 "R-7");
           l.budget_ratio.reset();
         }
@@ -191,8 +205,9 @@ class reader : public yaml_reader {
     if (auto cb = n["circuit_breaker"]) {
       auto const cpath = join(path, "circuit_breaker");
       if (expect_map(cb, cpath)) {
-        check_keys(cb, cpath, {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
-                               "half_open_probes"});
+        check_keys(cb, cpath,
+                   {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
+                    "half_open_probes"});
         optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
         optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
         if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
@@ -224,9 +239,16 @@ class reader : public yaml_reader {
         for (std::size_t k = 0; k < r.size(); ++k) {
           auto const epath = rpath + "[" + std::to_string(k) + "]";
           auto const v = scalar(r[k], epath);
-          if (!v) { ok = false; continue; }
+          if (!v) {
+            ok = false;
+            continue;
+          }
           auto const c = retry::retry_on::parse(*v);
-          if (!c.value) { error(r[k], epath, c.error, "R-4"); ok = false; continue; }
+          if (!c.value) {
+            error(r[k], epath, c.error, "R-4");
+            ok = false;
+            continue;
+          }
           set.add(*c.value);
         }
         if (ok) l.retry_on = set;
@@ -248,7 +270,10 @@ class reader : public yaml_reader {
       return static_cast<const policy_layer*>(nullptr);
     };
     auto const* most_specific = *specific_first.begin();
-    auto where = [&](auto member) { auto const* l = pick(member); return l ? l : most_specific; };
+    auto where = [&](auto member) {
+      auto const* l = pick(member);
+      return l ? l : most_specific;
+    };
     if (auto const* l = pick(&policy_layer::context)) p.context = *l->context;
     p.max_retries = builtin_max_retries(p.context);
     p.total_timeout = builtin_total_timeout(p.context);
@@ -270,7 +295,8 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::cb_failure_ratio)) p.circuit_breaker.failure_ratio = *l->cb_failure_ratio;
     if (auto const* l = pick(&policy_layer::cb_min_requests)) p.circuit_breaker.min_requests = *l->cb_min_requests;
     if (auto const* l = pick(&policy_layer::cb_window)) p.circuit_breaker.window = *l->cb_window;
-    if (auto const* l = pick(&policy_layer::cb_open_on_budget)) p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
+    if (auto const* l = pick(&policy_layer::cb_open_on_budget))
+      p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
     if (auto const* l = pick(&policy_layer::cb_open_for)) p.circuit_breaker.open_for = *l->cb_open_for;
     if (auto const* l = pick(&policy_layer::cb_probes)) p.circuit_breaker.half_open_probes = *l->cb_probes;
     // Where each finding of the enforcement table (check.cpp) points: the most specific
@@ -289,8 +315,10 @@ class reader : public yaml_reader {
     };
     for (auto const& f : check_policy(p)) {
       auto [n, kp] = locate(f.key);
-      if (f.warning) warn(n, kp, f.message, f.rule);
-      else error(n, kp, f.message, f.rule);
+      if (f.warning)
+        warn(n, kp, f.message, f.rule);
+      else
+        error(n, kp, f.message, f.rule);
     }
     return p;
   }
@@ -322,9 +350,11 @@ class reader : public yaml_reader {
       bool const https = d.origin && d.origin->scheme == "https";
       if (auto tls = body["tls"]) {
         auto t = read_tls(*this, tls, join(dpath, "tls"));  // R-9 is checked whatever the origin
-        if (https) d.tls = std::move(t);
+        if (https)
+          d.tls = std::move(t);
         else if (!body["origin"] || d.origin)
-          error(tls, join(dpath, "tls"), "tls applies to an https:// origin; set origin: https://... on the dependency");
+          error(tls, join(dpath, "tls"),
+                "tls applies to an https:// origin; set origin: https://... on the dependency");
       } else if (https) {
         d.tls = tls_settings{};  // the system store, the origin's host name
       }
@@ -344,8 +374,8 @@ class reader : public yaml_reader {
         }
         auto const key = lower(*h);
         if (c.host_index.count(key)) {
-          error(hosts[i], hpath, "host \"" + *h + "\" already belongs to dependency \"" +
-                                     c.dependencies[c.host_index[key]].name + "\"");
+          error(hosts[i], hpath,
+                "host \"" + *h + "\" already belongs to dependency \"" + c.dependencies[c.host_index[key]].name + "\"");
           continue;
         }
         c.host_index.emplace(key, c.dependencies.size());
@@ -390,8 +420,10 @@ class reader : public yaml_reader {
       auto const ppath = join(path, "path_prefix");
       if (auto v = scalar(p, ppath)) {
         if (v->empty() || v->front() != '/' || v->find_first_of("?# ") != std::string::npos)
-          error(p, ppath, "invalid path_prefix \"" + *v + "\" (expected a path starting with /, without query or spaces)");
-        else r.path_prefix = *v;
+          error(p, ppath,
+                "invalid path_prefix \"" + *v + "\" (expected a path starting with /, without query or spaces)");
+        else
+          r.path_prefix = *v;
       }
     }
     if (auto ms = m["methods"]) {
@@ -405,17 +437,21 @@ class reader : public yaml_reader {
         auto const v = scalar(ms[k], epath);
         if (!v) continue;
         bool const token = !v->empty() && std::all_of(v->begin(), v->end(), [](char ch) {
-          return std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+          return std::isalnum(static_cast<unsigned char>(ch)) ||
+                 std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
         });
         if (!token) {
           error(ms[k], epath, "invalid method \"" + *v + "\"");
           continue;
         }
-        bool const upper = std::none_of(v->begin(), v->end(), [](char ch) { return std::islower(static_cast<unsigned char>(ch)); });
+        bool const upper =
+            std::none_of(v->begin(), v->end(), [](char ch) { return std::islower(static_cast<unsigned char>(ch)); });
         if (!upper) {
           std::string up = *v;
           for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-          error(ms[k], epath, "methods are case-sensitive: \"" + *v + "\" would match no standard method; did you mean \"" + up + "\"?");
+          error(ms[k], epath,
+                "methods are case-sensitive: \"" + *v + "\" would match no standard method; did you mean \"" + up +
+                    "\"?");
           continue;
         }
         r.methods.push_back(*v);
@@ -428,14 +464,17 @@ class reader : public yaml_reader {
     if (s == "async") return parsed<context_kind>::ok(context_kind::async);
     if (s == "webhook") return parsed<context_kind>::ok(context_kind::webhook);
     if (s == "batch") return parsed<context_kind>::ok(context_kind::batch);
-    return parsed<context_kind>::fail("invalid context \"" + std::string(s) + "\" (expected sync, async, webhook or batch)");
+    return parsed<context_kind>::fail("invalid context \"" + std::string(s) +
+                                      "\" (expected sync, async, webhook or batch)");
   }
 
   static parsed<jitter_kind> parse_jitter(std::string_view s) {
     if (s == "full") return parsed<jitter_kind>::ok(jitter_kind::full);
     if (s == "decorrelated") return parsed<jitter_kind>::ok(jitter_kind::decorrelated);
     if (s == "equal" || s == "none")
-      return parsed<jitter_kind>::fail("jitter \"" + std::string(s) + "\" is not allowed: equal jitter and fixed intervals make clients retry in step (expected full or decorrelated)");
+      return parsed<jitter_kind>::fail("jitter \"" + std::string(s) +
+                                       "\" is not allowed: equal jitter and fixed intervals make clients retry in step "
+                                       "(expected full or decorrelated)");
     return parsed<jitter_kind>::fail("invalid jitter \"" + std::string(s) + "\" (expected full or decorrelated)");
   }
 
@@ -475,7 +514,8 @@ class reader : public yaml_reader {
     unsigned v = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc{} || end != s.data() + s.size() || v > 256)
-      return parsed<unsigned>::fail("invalid workers \"" + std::string(s) + "\" (expected 0 for one per core, or 1 to 256)");
+      return parsed<unsigned>::fail("invalid workers \"" + std::string(s) +
+                                    "\" (expected 0 for one per core, or 1 to 256)");
     return parsed<unsigned>::ok(v);
   }
 
@@ -501,7 +541,6 @@ class reader : public yaml_reader {
     if (s == "deny") return parsed<unknown_hosts_policy>::ok(unknown_hosts_policy::deny);
     return parsed<unknown_hosts_policy>::fail("invalid value \"" + std::string(s) + "\" (expected allow or deny)");
   }
-
 };
 
 config load(const YAML::Node& root, reader& r, std::vector<diagnostic>* warnings) {
@@ -520,8 +559,12 @@ YAML::Node parse_yaml(std::string_view text, const std::string& name) {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    diagnostic d{name, e.mark.line >= 0 ? e.mark.line + 1 : 0, e.mark.column >= 0 ? e.mark.column + 1 : 0, "",
-                 "malformed YAML: " + e.msg, ""};
+    diagnostic d{name,
+                 e.mark.line >= 0 ? e.mark.line + 1 : 0,
+                 e.mark.column >= 0 ? e.mark.column + 1 : 0,
+                 "",
+                 "malformed YAML: " + e.msg,
+                 ""};
     throw config_error({d}, true);
   }
 }

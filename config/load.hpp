@@ -15,12 +15,12 @@ namespace rebound::config {
 
 struct diagnostic {
   std::string file;
-  int line = 0;    ///< 1-based; 0 when unknown
-  int column = 0;  ///< 1-based
-  std::string path;     ///< e.g. `defaults.attempt_timeout`
+  int line = 0;      ///< 1-based; 0 when unknown
+  int column = 0;    ///< 1-based
+  std::string path;  ///< e.g. `defaults.attempt_timeout`
   std::string message;
-  std::string rule;     ///< e.g. `R-1`; empty for schema problems
-  bool warning = false; ///< SPEC 2.1's warning level: reported, the file still loads
+  std::string rule;      ///< e.g. `R-1`; empty for schema problems
+  bool warning = false;  ///< SPEC 2.1's warning level: reported, the file still loads
 };
 
 /// `FILE:LINE:COL: path.to.key: message (rule)`, with `warning: ` before the path for a warning

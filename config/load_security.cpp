@@ -42,7 +42,8 @@ std::optional<tls_settings> read_tls(yaml_reader& r, const YAML::Node& n, const 
     auto const v = r.scalar(s, yaml_reader::join(path, "server_name"));
     if (v && (v->empty() || v->find_first_of(" /:@") != std::string::npos))
       r.error(s, yaml_reader::join(path, "server_name"), "expected a host name, e.g. payments.example.com");
-    else if (v) t.server_name = *v;
+    else if (v)
+      t.server_name = *v;
   }
   if (auto f = r.readable_file(n, "client_cert", path)) t.client_cert = *f;
   if (auto f = r.readable_file(n, "client_key", path)) t.client_key = *f;
@@ -71,8 +72,9 @@ std::optional<auth_settings> read_auth(yaml_reader& r, const YAML::Node& n, cons
   if (!type) return std::nullopt;
   if (*type == "oauth2_client_credentials") {
     a.type = auth_settings::kind::oauth2_client_credentials;
-    r.check_keys(n, path, {"type", "token_url", "client_id", "client_secret_file", "scope", "ca_file", "refresh_skew",
-                           "client_secret", "token"});
+    r.check_keys(n, path,
+                 {"type", "token_url", "client_id", "client_secret_file", "scope", "ca_file", "refresh_skew",
+                  "client_secret", "token"});
     for (auto const* key : {"token_url", "client_id", "client_secret_file"})
       if (!n[key]) r.error(n, yaml_reader::join(path, key), "missing: oauth2_client_credentials needs it");
     r.typed(n, "token_url", path, a.token_url, parse_service_url);

@@ -7,8 +7,10 @@ namespace rebound::config {
 unsigned builtin_max_retries(context_kind c) {
   switch (c) {
     case context_kind::async:
-    case context_kind::webhook: return 5;
-    default: return 3;
+    case context_kind::webhook:
+      return 5;
+    default:
+      return 3;
   }
 }
 
@@ -19,9 +21,12 @@ duration builtin_total_timeout(context_kind c) {
 
 retry_range allowed_retries(context_kind c) {
   switch (c) {
-    case context_kind::async: return {1, 10};
-    case context_kind::webhook: return {3, 8};
-    default: return {1, 5};
+    case context_kind::async:
+      return {1, 10};
+    case context_kind::webhook:
+      return {3, 8};
+    default:
+      return {1, 5};
   }
 }
 

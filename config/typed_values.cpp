@@ -31,14 +31,20 @@ parsed<duration> parse_duration(std::string_view text) {
   std::string_view unit;
   if (!split_number(text, n, unit)) return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
   std::uint64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else
+    return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
   // A year is far beyond any sensible timeout and keeps every later addition of durations safe.
   constexpr std::uint64_t max_ms = 366ull * 24 * 3'600'000;
-  if (n > max_ms / scale) return parsed<duration>::fail("duration " + quoted(text) + " is too large (at most 366 days)");
+  if (n > max_ms / scale)
+    return parsed<duration>::fail("duration " + quoted(text) + " is too large (at most 366 days)");
   return parsed<duration>::ok(duration(static_cast<duration::rep>(n * scale)));
 }
 
@@ -48,11 +54,16 @@ parsed<std::uint64_t> parse_size(std::string_view text) {
   std::string_view unit;
   if (!split_number(text, n, unit)) return parsed<std::uint64_t>::fail("invalid size " + quoted(text) + accepted);
   std::uint64_t scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB") scale = 1ull << 10;
-  else if (unit == "MiB") scale = 1ull << 20;
-  else if (unit == "GiB") scale = 1ull << 30;
-  else return parsed<std::uint64_t>::fail("invalid size " + quoted(text) + accepted);
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB")
+    scale = 1ull << 10;
+  else if (unit == "MiB")
+    scale = 1ull << 20;
+  else if (unit == "GiB")
+    scale = 1ull << 30;
+  else
+    return parsed<std::uint64_t>::fail("invalid size " + quoted(text) + accepted);
   if (n > std::numeric_limits<std::uint64_t>::max() / scale)
     return parsed<std::uint64_t>::fail("size " + quoted(text) + " is too large");
   return parsed<std::uint64_t>::ok(n * scale);
@@ -76,7 +87,8 @@ std::string format_size(std::uint64_t bytes) {
 parsed<endpoint> parse_endpoint(std::string_view text) {
   auto const accepted = " (expected IP:PORT, e.g. 127.0.0.1:3128 or [::1]:3128)";
   auto const colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return parsed<endpoint>::fail("invalid address " + quoted(text) + accepted);
+  if (colon == std::string_view::npos || colon == 0)
+    return parsed<endpoint>::fail("invalid address " + quoted(text) + accepted);
   std::string_view host = text.substr(0, colon);
   std::string_view port_text = text.substr(colon + 1);
   bool const bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
@@ -117,7 +129,8 @@ split_url split_http_url(std::string_view text, std::string_view what, std::stri
   auto const authority = rest.substr(0, authority_end);
   auto const after = authority_end == std::string_view::npos ? std::string_view{} : rest.substr(authority_end);
   if (authority.find('@') != std::string_view::npos)
-    return split_url{std::nullopt, {},
+    return split_url{std::nullopt,
+                     {},
                      std::string(what) + " " + quoted(text) +
                          " carries credentials: they would show in /config and logs; use the auth key"};
   std::string_view host = authority, port_text;
@@ -165,8 +178,8 @@ parsed<origin_url> parse_origin(std::string_view text) {
   auto u = split_http_url(text, "origin", accepted);
   if (!u.origin) return parsed<origin_url>::fail(u.error);
   if (!u.rest.empty() && u.rest != "/")
-    return parsed<origin_url>::fail("origin " + quoted(text) + " has a path, query or fragment; requests keep their own" +
-                                    accepted);
+    return parsed<origin_url>::fail("origin " + quoted(text) +
+                                    " has a path, query or fragment; requests keep their own" + accepted);
   return parsed<origin_url>::ok(std::move(*u.origin));
 }
 

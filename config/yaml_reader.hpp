@@ -26,14 +26,16 @@ class yaml_reader {
   void error(const YAML::Node& at, const std::string& path, std::string message, std::string rule = {}) {
     auto const mark = at.Mark();
     bool const known = mark.line >= 0;
-    diags_.push_back({file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule)});
+    diags_.push_back(
+        {file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule)});
   }
 
   /// A warning is reported once per place, however many dependencies and routes inherit it.
   void warn(const YAML::Node& at, const std::string& path, std::string message, std::string rule) {
     auto const mark = at.Mark();
     bool const known = mark.line >= 0;
-    diagnostic d{file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule), true};
+    diagnostic d{
+        file_, known ? mark.line + 1 : 0, known ? mark.column + 1 : 0, path, std::move(message), std::move(rule), true};
     for (auto const& w : warnings_)
       if (w.line == d.line && w.column == d.column && w.path == d.path && w.message == d.message) return;
     warnings_.push_back(std::move(d));
@@ -46,12 +48,15 @@ class yaml_reader {
   }
 
   void check_keys_list(const YAML::Node& map, const std::string& path, const std::vector<std::string_view>& allowed) {
-    std::vector<std::pair<std::string, int>> seen;  // key, line: YAML forbids duplicates, yaml-cpp keeps the first silently
+    std::vector<std::pair<std::string, int>>
+        seen;  // key, line: YAML forbids duplicates, yaml-cpp keeps the first silently
     for (auto const& kv : map) {
       auto const key = kv.first.Scalar();
       auto const line = kv.first.Mark().line + 1;
-      if (auto it = std::find_if(seen.begin(), seen.end(), [&](auto const& k) { return k.first == key; }); it != seen.end()) {
-        error(kv.first, join(path, key), "duplicate key \"" + key + "\" (first at line " + std::to_string(it->second) + ")");
+      if (auto it = std::find_if(seen.begin(), seen.end(), [&](auto const& k) { return k.first == key; });
+          it != seen.end()) {
+        error(kv.first, join(path, key),
+              "duplicate key \"" + key + "\" (first at line " + std::to_string(it->second) + ")");
         continue;
       }
       seen.emplace_back(key, line);
@@ -61,7 +66,10 @@ class yaml_reader {
       std::size_t best_d = 3;  // suggest only near misses
       for (auto a : allowed) {
         auto const d = edit_distance(key, a);
-        if (d < best_d) { best_d = d; best = a; }
+        if (d < best_d) {
+          best_d = d;
+          best = a;
+        }
       }
       if (!best.empty()) msg += "; did you mean \"" + std::string(best) + "\"?";
       error(kv.first, join(path, key), msg);
@@ -88,8 +96,10 @@ class yaml_reader {
     auto const s = scalar(n, p);
     if (!s) return;
     auto r = parse(*s);
-    if (r.value) out = *r.value;
-    else error(n, p, r.error);
+    if (r.value)
+      out = *r.value;
+    else
+      error(n, p, r.error);
   }
 
   /// A file path value; one that cannot be read here is a warning (see load_security.cpp).

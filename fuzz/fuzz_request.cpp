@@ -41,9 +41,12 @@ void feed(request_parser& p, std::string_view in, std::size_t step, boost::syste
     }
     auto const used = p.put(boost::asio::buffer(buffered), ec);
     buffered.erase(0, used);
-    if (ec == bhttp::error::need_buffer) ec = {};
-    else if (ec && ec != bhttp::error::need_more) return;
-    else if (!ec && used == 0) ec = bhttp::error::need_more;  // nothing to parse without more input
+    if (ec == bhttp::error::need_buffer)
+      ec = {};
+    else if (ec && ec != bhttp::error::need_more)
+      return;
+    else if (!ec && used == 0)
+      ec = bhttp::error::need_more;  // nothing to parse without more input
   }
 }
 

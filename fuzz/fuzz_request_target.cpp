@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto const r = rebound::http::parse_request_target(method, target, host, host_count, version);
   if (r.value) {
     // What was accepted must be usable: a host to connect to and a path to send.
-    if (r.value->connect_host.empty() || r.value->origin_form.empty() || r.value->origin_form.find_first_of("\r\n ") != std::string::npos)
+    if (r.value->connect_host.empty() || r.value->origin_form.empty() ||
+        r.value->origin_form.find_first_of("\r\n ") != std::string::npos)
       std::abort();
     (void)rebound::http::pool_key(*r.value);
   }

@@ -40,7 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     p.get().body().size = body.size();
     auto const n = p.put(boost::asio::buffer(buffered), ec);
     buffered.erase(0, n);
-    if (ec == bhttp::error::need_buffer) { ec = {}; continue; }
+    if (ec == bhttp::error::need_buffer) {
+      ec = {};
+      continue;
+    }
     if (ec == bhttp::error::need_more) {
       // The upstream closed: a close-delimited body ends here, anything else is truncated.
       ec = {};

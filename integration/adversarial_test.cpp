@@ -109,11 +109,11 @@ std::string tls_client_hello() {
   // supported_versions: TLS 1.3, 1.2
   ext += u16(0x002b) + u16(5) + std::string("\x04\x03\x04\x03\x03", 5);
   std::string body;
-  body += std::string("\x03\x03", 2);           // legacy_version TLS 1.2
-  body += std::string(32, '\x5a');               // random
-  body += std::string(1, '\0');                  // session id: none
+  body += std::string("\x03\x03", 2);                   // legacy_version TLS 1.2
+  body += std::string(32, '\x5a');                      // random
+  body += std::string(1, '\0');                         // session id: none
   body += u16(4) + std::string("\x13\x01\xc0\x2f", 4);  // two cipher suites
-  body += std::string("\x01\x00", 2);            // compression: null
+  body += std::string("\x01\x00", 2);                   // compression: null
   body += u16(ext.size()) + ext;
   std::string handshake = std::string(1, '\x01') + std::string(1, '\0') + u16(body.size()) + body;
   return std::string("\x16\x03\x01", 3) + u16(handshake.size()) + handshake;
@@ -192,14 +192,17 @@ TEST_P(AdversarialMalformed, IsAnsweredExactlyThenClosedAndTheProcessStaysHealth
 
 // No prefix, so the names start with the suite's: --gtest_filter='Adversarial*' finds them.
 INSTANTIATE_TEST_SUITE_P(, AdversarialMalformed, ::testing::ValuesIn(malformed_corpus()),
-                         [](const ::testing::TestParamInfo<MalformedCase>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<MalformedCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // Method names are case-sensitive tokens (RFC 9110 9.1): "get" is a legal extension method,
 // forwarded as it is, not refused and not turned into GET.
 TEST(AdversarialMalformedLegal, LowercaseMethodIsALegalTokenForwardedUnchanged) {
   ScriptedUpstream up;
   ReboundProcess rb(short_head_timeout());
-  auto r = raw_exchange(rb.port(), "get http://" + up.authority() + "/lower HTTP/1.1\r\nHost: " + up.authority() + "\r\n\r\n", 5s);
+  auto r = raw_exchange(rb.port(),
+                        "get http://" + up.authority() + "/lower HTTP/1.1\r\nHost: " + up.authority() + "\r\n\r\n", 5s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u);
   EXPECT_EQ(r->body, "ok /lower");
@@ -214,8 +217,10 @@ TEST(AdversarialMalformedLegal, LowercaseMethodIsALegalTokenForwardedUnchanged) 
 TEST(AdversarialMalformedLegal, ObsFoldIsReplacedBySpaceBeforeForwarding) {
   ScriptedUpstream up;
   ReboundProcess rb(short_head_timeout());
-  auto r = raw_exchange(rb.port(), "GET http://" + up.authority() + "/fold HTTP/1.1\r\nHost: " + up.authority() +
-                                       "\r\nX-Folded: first\r\n \t second\r\nX-After: 1\r\n\r\n", 5s);
+  auto r = raw_exchange(rb.port(),
+                        "GET http://" + up.authority() + "/fold HTTP/1.1\r\nHost: " + up.authority() +
+                            "\r\nX-Folded: first\r\n \t second\r\nX-After: 1\r\n\r\n",
+                        5s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u);
   auto got = up.requests();
@@ -249,8 +254,8 @@ TEST(AdversarialResources, PipeliningClientThatNeverReadsDoesNotGrowMemoryAndOth
   auto const fds_before = open_fds(rb.pid()).size();
 
   // 8,192 requests of ~1.1 KiB: answered in full they would be 512 MiB of responses.
-  std::string const one =
-      "GET http://" + up.authority() + "/pipe HTTP/1.1\r\nHost: " + up.authority() + "\r\nX-Pad: " + std::string(1000, 'r') + "\r\n\r\n";
+  std::string const one = "GET http://" + up.authority() + "/pipe HTTP/1.1\r\nHost: " + up.authority() +
+                          "\r\nX-Pad: " + std::string(1000, 'r') + "\r\n\r\n";
   std::string all;
   for (int i = 0; i < 8192; ++i) all += one;
   auto const start = Clock::now();
@@ -263,7 +268,8 @@ TEST(AdversarialResources, PipeliningClientThatNeverReadsDoesNotGrowMemoryAndOth
             << " ms; forwarded " << forwarded << "; RSS " << rss_before << " -> " << rss_stalled << " KiB\n";
   EXPECT_GT(forwarded, 0u);
   EXPECT_LT(forwarded, 8192u / 4) << "rebound kept reading requests whose answers nobody reads";
-  EXPECT_LT(rss_stalled, rss_before + memory_bound_kib) << "RSS grew from " << rss_before << " to " << rss_stalled << " KiB";
+  EXPECT_LT(rss_stalled, rss_before + memory_bound_kib)
+      << "RSS grew from " << rss_before << " to " << rss_stalled << " KiB";
 
   // Meanwhile, on the same worker, other clients are served.
   for (int i = 0; i < 3; ++i) {
@@ -319,7 +325,8 @@ TEST(AdversarialResources, StalledDownloadOfAHugeBodyIsNotBufferedInMemory) {
   std::cerr << "[stalled download] the upstream wrote " << upstream_wrote / (1024 * 1024) << " MiB of "
             << body_size / (1024 * 1024) << "; RSS " << rss_before << " -> " << rss_stalled << " KiB\n";
   EXPECT_LT(upstream_wrote, body_size / 2) << "rebound kept reading the upstream for a client that does not read";
-  EXPECT_LT(rss_stalled, rss_before + memory_bound_kib) << "RSS grew from " << rss_before << " to " << rss_stalled << " KiB";
+  EXPECT_LT(rss_stalled, rss_before + memory_bound_kib)
+      << "RSS grew from " << rss_before << " to " << rss_stalled << " KiB";
   EXPECT_TRUE(IsHealthy(rb, up)) << "other clients must be served while one download is stalled";
 
   slow.reset();
@@ -369,8 +376,9 @@ TEST(AdversarialResources, ConnectionChurnLeavesNoDescriptorsBehind) {
     auto const pooled_now = upstream_open();
     return fds_after <= fds_before + (pooled_now > pooled_before ? pooled_now - pooled_before : 0);
   });
-  EXPECT_TRUE(released) << "descriptors: " << fds_before << " before, " << fds_after << " after; upstream connections open: "
-                        << pooled_before << " before, " << upstream_open() << " after";
+  EXPECT_TRUE(released) << "descriptors: " << fds_before << " before, " << fds_after
+                        << " after; upstream connections open: " << pooled_before << " before, " << upstream_open()
+                        << " after";
   EXPECT_LE(upstream_open(), 8u) << "the pool should not grow with churning clients";
   EXPECT_TRUE(IsHealthy(rb, up));
 }
@@ -405,7 +413,8 @@ TEST(AdversarialResources, DescriptorExhaustionIsSurvivedAndServingResumesOnceCl
   // It serves clients with the descriptors the limit leaves (under ThreadSanitizer 7 of the 8
   // were seen taken, every time), and the limit keeps it from taking more.
   EXPECT_TRUE(eventually([&] { return open_fds(rb.pid()).size() >= fds_before + 6; }, 2s))
-      << "rebound should take the descriptors left: " << fds_before << " before, " << open_fds(rb.pid()).size() << " now";
+      << "rebound should take the descriptors left: " << fds_before << " before, " << open_fds(rb.pid()).size()
+      << " now";
   crowd.clear();
 
   EXPECT_TRUE(eventually([&] { return admin_get_status(rb.admin_port(), "/healthz", 1s) == 200; }, 5s))
@@ -533,13 +542,16 @@ TEST_P(AdversarialUpstreamCut, ResponseCutMidBodyReachesTheClientTruncatedThenCl
       got += more;
     }
     ++*hits;
-    std::string const out = framing == Framing::content_length
-                                ? "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + partial
-                                : "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n" + partial;  // a 100,000-byte chunk
+    std::string const out =
+        framing == Framing::content_length
+            ? "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + partial
+            : "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n" + partial;  // a 100,000-byte chunk
     if (!conn.write_all(out)) return;
     die->wait([&server] { return server.stopping(); });
-    if (cut == Cut::rst) conn.reset();
-    else conn.shutdown_write();
+    if (cut == Cut::rst)
+      conn.reset();
+    else
+      conn.shutdown_write();
   });
   OpenOnExit const release{die};
   ScriptedUpstream up;
@@ -638,7 +650,8 @@ TEST(AdversarialUpstreamFaults, UpstreamRestartedOnTheSamePortUnderAWarmPoolIsSe
     ASSERT_NO_THROW(r = client.get("http://" + authority + path)) << "request " << i;
     EXPECT_EQ(r.status, 200u) << "request " << i << ": " << r.header("Rebound-Error").value_or("") << " " << r.body;
     EXPECT_EQ(r.body, "ok " + path);
-    EXPECT_EQ(r.header("Rebound-Attempts").value_or(""), "1") << "request " << i << " spent a retry on a dead pooled connection";
+    EXPECT_EQ(r.header("Rebound-Attempts").value_or(""), "1")
+        << "request " << i << " spent a retry on a dead pooled connection";
   }
   auto post = raw_exchange(rb.port(), absolute_request("POST", authority, "/pay", {}, "amount=1"), 5s);
   ASSERT_TRUE(post) << last_exchange_error();
@@ -659,7 +672,9 @@ TEST(AdversarialUpstreamFaults, UpstreamThatNeverAnswersGets504WithinTheAttemptT
   });
   ScriptedUpstream up;
   ReboundOptions o;
-  o.extra = "defaults:\n  max_retries: 2\n  attempt_timeout: 250ms\n  total_timeout: 5s\n  backoff: {base: 10ms, cap: 20ms}\n";
+  o.extra =
+      "defaults:\n  max_retries: 2\n  attempt_timeout: 250ms\n  total_timeout: 5s\n  backoff: {base: 10ms, cap: "
+      "20ms}\n";
   ReboundProcess rb(o);
   RawConnection c(rb.port());
   auto const start = Clock::now();

@@ -86,8 +86,8 @@ struct TempFile {
 
 std::string b64url(const std::string& s) {
   std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   out.resize(static_cast<std::size_t>(n));
   while (!out.empty() && out.back() == '=') out.pop_back();
   for (auto& ch : out) ch = ch == '+' ? '-' : ch == '/' ? '_' : ch;
@@ -96,8 +96,9 @@ std::string b64url(const std::string& s) {
 
 /// An unsigned JWT whose exp is `from_now` away.
 std::string jwt_expiring_in(std::chrono::seconds from_now) {
-  auto const exp = std::chrono::duration_cast<std::chrono::seconds>(
-                       (std::chrono::system_clock::now() + from_now).time_since_epoch()).count();
+  auto const exp =
+      std::chrono::duration_cast<std::chrono::seconds>((std::chrono::system_clock::now() + from_now).time_since_epoch())
+          .count();
   return b64url(R"({"alg":"none"})") + "." + b64url(R"({"sub":"app","exp":)" + std::to_string(exp) + "}") + ".sig";
 }
 
@@ -105,8 +106,9 @@ std::string oauth_dependency(const TokenIssuer& issuer, const ScriptedUpstream& 
                              const std::string& policy = {}) {
   return "log_level: trace\ndependencies:\n  pay:\n    hosts: [pay.internal]\n    origin: http://" + up.authority() +
          "\n    auth:\n      type: oauth2_client_credentials\n      token_url: http://127.0.0.1:" +
-         std::to_string(issuer.port()) + "/oauth/token\n      client_id: checkout\n      client_secret_file: " +
-         secret.path + "\n      scope: payments:write\n" + policy;
+         std::to_string(issuer.port()) +
+         "/oauth/token\n      client_id: checkout\n      client_secret_file: " + secret.path +
+         "\n      scope: payments:write\n" + policy;
 }
 
 Script retry_later(int seconds) {
@@ -216,7 +218,8 @@ TEST(Auth, ApplicationsOwnAuthorizationIsKept) {
   ReboundOptions o;
   o.extra = oauth_dependency(issuer, up, secret);
   ReboundProcess rb(o);
-  auto r = raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/pay", "Authorization: Bearer app-own\r\n"));
+  auto r =
+      raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/pay", "Authorization: Bearer app-own\r\n"));
   ASSERT_TRUE(r) << last_exchange_error();
   ASSERT_EQ(up.request_count(), 1u);
   EXPECT_EQ(up.requests()[0].header("Authorization").value_or(""), "Bearer app-own");
@@ -281,7 +284,8 @@ TEST(Auth, AMissingSecretFileRefusesToStart) {
     ReboundProcess rb(o);
     ADD_FAILURE() << "rebound started without its client secret";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("auth.client_secret_file \"/nonexistent/secret\" cannot be read"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("auth.client_secret_file \"/nonexistent/secret\" cannot be read"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -145,8 +145,8 @@ TEST(Bodies, ResponseBodyIsStreamedBeforeUpstreamFinishes) {
   RawConnection c(rb.port());
   ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/stream")));
   EXPECT_TRUE(c.read_until_contains("first-part-", 10s))
-      << "the first chunk was held back until the upstream finished the response; received so far: \""
-      << c.buffered() << "\"";
+      << "the first chunk was held back until the upstream finished the response; received so far: \"" << c.buffered()
+      << "\"";
   gate->open();
   EXPECT_TRUE(c.read_until_contains("second-part", 10s));
 }

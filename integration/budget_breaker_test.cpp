@@ -46,10 +46,14 @@ TEST(BudgetBreaker, R7_BudgetKeepsRetriesWithinTwentyPercentOfRequests) {
   failing.on("/down", answer(503, "down"));
   ScriptedUpstream healthy;
   ReboundOptions o;
-  o.extra = "defaults:\n  backoff: {base: 1ms, cap: 5ms}\n  circuit_breaker: {mode: off}\n"
-            "dependencies:\n"
-            "  flaky:\n    hosts: [\"" + failing.authority() + "\"]\n    budget: {ratio: 0.2, min_retries: 0}\n"
-            "  steady:\n    hosts: [\"" + healthy.authority() + "\"]\n";
+  o.extra =
+      "defaults:\n  backoff: {base: 1ms, cap: 5ms}\n  circuit_breaker: {mode: off}\n"
+      "dependencies:\n"
+      "  flaky:\n    hosts: [\"" +
+      failing.authority() +
+      "\"]\n    budget: {ratio: 0.2, min_retries: 0}\n"
+      "  steady:\n    hosts: [\"" +
+      healthy.authority() + "\"]\n";
   ReboundProcess rb(o);
 
   constexpr int originals = 200;
@@ -95,8 +99,10 @@ TEST(BudgetBreaker, R7_ExhaustedBudgetWithoutResponseAnswersBudgetExhausted) {
   RefusingPort const dead;
   std::string const authority = dead.authority();
   ReboundOptions o;
-  o.extra = "defaults:\n  backoff: {base: 1ms, cap: 5ms}\n  circuit_breaker: {mode: off}\n"
-            "dependencies:\n  gone:\n    hosts: [\"" + authority + "\"]\n    budget: {min_retries: 0}\n";
+  o.extra =
+      "defaults:\n  backoff: {base: 1ms, cap: 5ms}\n  circuit_breaker: {mode: off}\n"
+      "dependencies:\n  gone:\n    hosts: [\"" +
+      authority + "\"]\n    budget: {min_retries: 0}\n";
   ReboundProcess rb(o);
   auto r = raw_exchange(rb.port(), absolute_request("GET", authority, "/"), 10s);
   EXPECT_TRUE(IsReboundError(r, 503, {"budget_exhausted"}));
@@ -106,8 +112,10 @@ TEST(BudgetBreaker, BreakerOpensFailsFastThenClosesAfterRecovery) {
   ScriptedUpstream up;
   up.on("/svc", answer(503, "down"));
   ReboundOptions o;
-  o.extra = "dependencies:\n  svc:\n    hosts: [\"" + up.authority() + "\"]\n    retry_on: [connect_refused]\n"
-            "    circuit_breaker: {min_requests: 5, failure_ratio: 0.5, window: 30s, open_for: 1s, half_open_probes: 2}\n";
+  o.extra =
+      "dependencies:\n  svc:\n    hosts: [\"" + up.authority() +
+      "\"]\n    retry_on: [connect_refused]\n"
+      "    circuit_breaker: {min_requests: 5, failure_ratio: 0.5, window: 30s, open_for: 1s, half_open_probes: 2}\n";
   ReboundProcess rb(o);
   HttpClient client(rb.port());
   std::string const url = "http://" + up.authority() + "/svc";
@@ -149,7 +157,8 @@ TEST(BudgetBreaker, SignalModeReportsButNeverRefuses) {
   ScriptedUpstream up;
   up.on("/svc", answer(503, "down"));
   ReboundOptions o;
-  o.extra = "dependencies:\n  svc:\n    hosts: [\"" + up.authority() + "\"]\n    retry_on: [connect_refused]\n"
+  o.extra = "dependencies:\n  svc:\n    hosts: [\"" + up.authority() +
+            "\"]\n    retry_on: [connect_refused]\n"
             "    circuit_breaker: {mode: signal, min_requests: 3, open_for: 30s}\n";
   ReboundProcess rb(o);
   HttpClient client(rb.port());

@@ -22,8 +22,9 @@ Checked check(const std::string& yaml, bool json) {
   return c;
 }
 
-constexpr auto approved = "dependencies:\n  reports:\n    hosts: [r]\n    max_retries: 7\n    approval: IAB-2026-114\n"
-                          "    idempotency: {inject: false}\n";
+constexpr auto approved =
+    "dependencies:\n  reports:\n    hosts: [r]\n    max_retries: 7\n    approval: IAB-2026-114\n"
+    "    idempotency: {inject: false}\n";
 
 TEST(Check, R9_VerifyFalseExits1) {
   auto c = check("dependencies:\n  pay:\n    hosts: [p]\n    origin: https://p.example.com\n    tls: {verify: false}\n",
@@ -37,14 +38,16 @@ TEST(Check, AnUnusableCaBundleIsAnErrorAndAMissingOneAWarning) {
   auto const dir = make_temp_dir();
   write_file(dir + "/not-a-ca.pem", "hello\n");
   auto const yaml = [&](const std::string& ca) {
-    return "dependencies:\n  pay:\n    hosts: [p]\n    origin: https://p.example.com\n    tls:\n      ca_file: " + ca + "\n";
+    return "dependencies:\n  pay:\n    hosts: [p]\n    origin: https://p.example.com\n    tls:\n      ca_file: " + ca +
+           "\n";
   };
   auto bad = check(yaml(dir + "/not-a-ca.pem"), false);
   EXPECT_EQ(bad.run.exit_code, 1) << bad.run.out;
   EXPECT_NE(bad.run.err.find("dependencies.pay.tls: tls.ca_file"), std::string::npos) << bad.run.err;
   auto missing = check(yaml(dir + "/absent.pem"), false);
   EXPECT_EQ(missing.run.exit_code, 0) << missing.run.err;
-  EXPECT_NE(missing.run.out.find("warning: dependencies.pay.tls.ca_file: cannot read"), std::string::npos) << missing.run.out;
+  EXPECT_NE(missing.run.out.find("warning: dependencies.pay.tls.ca_file: cannot read"), std::string::npos)
+      << missing.run.out;
   remove_tree(dir);
 }
 
@@ -76,7 +79,8 @@ TEST(Check, JsonListsEveryFindingWithLevelRuleAndPosition) {
   ASSERT_TRUE(findings);
   std::vector<std::string> seen;
   for (auto const& f : findings->a) {
-    ASSERT_TRUE(f.get("level") && f.get("rule") && f.get("line") && f.get("column") && f.get("path") && f.get("message"));
+    ASSERT_TRUE(f.get("level") && f.get("rule") && f.get("line") && f.get("column") && f.get("path") &&
+                f.get("message"));
     seen.push_back(f.get("level")->s + " " + f.get("rule")->s + " " + f.get("path")->s);
   }
   auto has = [&](const std::string& s) { return std::find(seen.begin(), seen.end(), s) != seen.end(); };

@@ -377,8 +377,8 @@ Response HttpClient::request(const std::string& method, const std::string& targe
 
 CurlResult curl(std::uint16_t proxy_port, const std::string& url, const std::vector<std::string>& extra_args) {
   std::string dir = make_temp_dir();
-  std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "20", "-o", dir + "/body", "-w",
-                                   "%{http_code}"};
+  std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time",  "20", "-o",
+                                   dir + "/body",   "-w",  "%{http_code}"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   argv.push_back(url);
   std::string proxy = "http://127.0.0.1:" + std::to_string(proxy_port);

@@ -21,7 +21,7 @@ struct Response {
   std::string reason;
   unsigned version = 11;
   Fields headers;
-  Fields trailers;       // the trailer section of a chunked response (RawConnection only)
+  Fields trailers;  // the trailer section of a chunked response (RawConnection only)
   std::string body;
   bool chunked = false;  // arrived with Transfer-Encoding: chunked
 

@@ -11,7 +11,9 @@ std::string ports_yaml(std::uint16_t listen) {
 }
 
 bool stderr_matches(const BadConfigRun& run, const std::string& pattern) {
-  auto escape = [](const std::string& s) { return std::regex_replace(s, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)"); };
+  auto escape = [](const std::string& s) {
+    return std::regex_replace(s, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+  };
   return std::regex_search(run.err, std::regex("(^|\n)" + escape(run.path) + pattern));
 }
 

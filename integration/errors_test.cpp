@@ -94,7 +94,8 @@ TEST(UnknownHost, DenyAppliesToConnectToo) {
   o.unknown_hosts = "deny";
   o.extra = "dependencies:\n  local:\n    hosts: [\"backend.invalid\"]\n";
   ReboundProcess rb(o);
-  auto r = raw_exchange(rb.port(), "CONNECT " + target.authority() + " HTTP/1.1\r\nHost: " + target.authority() + "\r\n\r\n");
+  auto r = raw_exchange(rb.port(),
+                        "CONNECT " + target.authority() + " HTTP/1.1\r\nHost: " + target.authority() + "\r\n\r\n");
   EXPECT_TRUE(IsReboundError(r, 403, {"unknown_host"}));
   EXPECT_EQ(target.connections(), 0u);
 }
@@ -176,7 +177,8 @@ TEST(UpstreamError, ClientConnectionStaysUsableAfterA502) {
   auto r = c.read_response(20s);
   EXPECT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
   ASSERT_TRUE(r);
-  EXPECT_FALSE(iequals(r->header("Connection").value_or(""), "close")) << "a 502 to a complete request keeps the connection";
+  EXPECT_FALSE(iequals(r->header("Connection").value_or(""), "close"))
+      << "a 502 to a complete request keeps the connection";
   ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/after")));
   auto r2 = c.read_response();
   ASSERT_TRUE(r2) << c.last_error();

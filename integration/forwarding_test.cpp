@@ -87,8 +87,8 @@ TEST(Forwarding, RequestHopByHopFieldsAreRemoved) {
   auto reqs = up.requests();
   ASSERT_EQ(reqs.size(), 1u);
   auto const& q = reqs[0];
-  for (auto name : {"X-Conn-Named", "Proxy-Connection", "Keep-Alive", "TE", "Trailer", "Upgrade",
-                    "Proxy-Authorization"})
+  for (auto name :
+       {"X-Conn-Named", "Proxy-Connection", "Keep-Alive", "TE", "Trailer", "Upgrade", "Proxy-Authorization"})
     EXPECT_EQ(q.header_count(name), 0u) << name << " reached the upstream";
   if (auto c = q.header("Connection")) {
     EXPECT_FALSE(contains(to_lower(*c), "x-conn-named")) << "Connection: " << *c;
@@ -102,12 +102,9 @@ TEST(Forwarding, RequestHopByHopFieldsAreRemoved) {
 TEST(Forwarding, ResponseHopByHopFieldsAreRemoved) {
   ScriptedUpstream up;
   Script s;
-  s.headers = {{"Connection", "X-Resp-Named"},
-               {"X-Resp-Named", "secret"},
-               {"Keep-Alive", "timeout=5, max=100"},
-               {"Proxy-Authenticate", "Basic realm=\"up\""},
-               {"Proxy-Connection", "keep-alive"},
-               {"X-End-To-End", "kept"}};
+  s.headers = {{"Connection", "X-Resp-Named"},       {"X-Resp-Named", "secret"},
+               {"Keep-Alive", "timeout=5, max=100"}, {"Proxy-Authenticate", "Basic realm=\"up\""},
+               {"Proxy-Connection", "keep-alive"},   {"X-End-To-End", "kept"}};
   s.body = "hop";
   up.on("/hop", s);
   ReboundProcess rb;
@@ -289,7 +286,8 @@ TEST(Forwarding, PipelinedRequestsAreAnsweredInOrder) {
   ScriptedUpstream up;
   ReboundProcess rb;
   RawConnection c(rb.port());
-  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/first") + absolute_request("GET", up.authority(), "/second") +
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/first") +
+                     absolute_request("GET", up.authority(), "/second") +
                      absolute_request("GET", up.authority(), "/third")));
   for (auto expected : {"ok /first", "ok /second", "ok /third"}) {
     auto r = c.read_response();
@@ -303,7 +301,8 @@ TEST(Forwarding, PipelinedRequestsAreAnsweredInOrder) {
 TEST(Forwarding, Http10RequestIsForwarded) {
   ScriptedUpstream up;
   ReboundProcess rb;
-  auto r = raw_exchange(rb.port(), "GET http://" + up.authority() + "/old HTTP/1.0\r\nHost: " + up.authority() + "\r\n\r\n");
+  auto r =
+      raw_exchange(rb.port(), "GET http://" + up.authority() + "/old HTTP/1.0\r\nHost: " + up.authority() + "\r\n\r\n");
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u);
   EXPECT_EQ(r->body, "ok /old");

@@ -27,8 +27,9 @@ std::string absolute_request(std::string_view method, std::string_view authority
                                           std::initializer_list<std::string_view> types) {
   std::string expected;
   for (auto t : types) expected.append(expected.empty() ? "" : " or ").append(t);
-  if (!r) return ::testing::AssertionFailure() << "no response; expected " << status << " " << expected
-                                               << " (last raw_exchange: " << last_exchange_error() << ")";
+  if (!r)
+    return ::testing::AssertionFailure() << "no response; expected " << status << " " << expected
+                                         << " (last raw_exchange: " << last_exchange_error() << ")";
   auto describe = [&] {
     return "status " + std::to_string(r->status) + ", Rebound-Error: " + r->header("Rebound-Error").value_or("<none>") +
            ", body: " + r->body.substr(0, 400);
@@ -52,7 +53,8 @@ std::string absolute_request(std::string_view method, std::string_view authority
   if (!m || m->type != Json::Type::string || m->s.empty())
     return ::testing::AssertionFailure() << "error.message missing or empty; " << describe();
   auto d = err->get("dependency");
-  if (!d || d->type != Json::Type::string) return ::testing::AssertionFailure() << "error.dependency missing; " << describe();
+  if (!d || d->type != Json::Type::string)
+    return ::testing::AssertionFailure() << "error.dependency missing; " << describe();
   auto a = err->get("attempts");
   if (!a || a->type != Json::Type::number || a->n < 0 || a->n != static_cast<double>(static_cast<long>(a->n)))
     return ::testing::AssertionFailure() << "error.attempts missing or not a whole number; " << describe();

@@ -90,11 +90,13 @@ TEST(HostileInput, ARequestCarryingTheOwnViaMarkIsRefusedWith508) {
   ASSERT_TRUE(raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/learn")));
   auto const via = up.requests().at(0).header("Via").value_or("");
   ASSERT_TRUE(IsReboundRequestVia(via));
-  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/again", "Via: 1.1 other, " + via + "\r\n"));
+  auto r =
+      raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/again", "Via: 1.1 other, " + via + "\r\n"));
   EXPECT_TRUE(IsReboundError(r, 508, {"loop_detected"}));
   EXPECT_EQ(up.request_count("/again"), 0u);
   // Another instance's mark is a chain, not a loop.
-  auto other = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/chain", "Via: 1.1 rebound (00000000)\r\n"));
+  auto other =
+      raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/chain", "Via: 1.1 rebound (00000000)\r\n"));
   ASSERT_TRUE(other) << last_exchange_error();
   EXPECT_EQ(other->status, 200u);
 }

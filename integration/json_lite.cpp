@@ -51,10 +51,14 @@ struct Parser {
     for (int k = 0; k < 4; ++k) {
       char c = in[i++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else return false;
+      if (c >= '0' && c <= '9')
+        v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        return false;
     }
     return true;
   }
@@ -72,14 +76,30 @@ struct Parser {
       if (i >= in.size()) return false;
       char e = in[i++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned cp;
           if (!hex4(cp)) return false;
@@ -91,7 +111,8 @@ struct Parser {
           put_utf8(out, cp);
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
     return false;
@@ -100,8 +121,10 @@ struct Parser {
     std::size_t start = i;
     if (i < in.size() && in[i] == '-') ++i;
     if (i >= in.size() || !std::isdigit(static_cast<unsigned char>(in[i]))) return false;
-    if (in[i] == '0') ++i;
-    else while (i < in.size() && std::isdigit(static_cast<unsigned char>(in[i]))) ++i;
+    if (in[i] == '0')
+      ++i;
+    else
+      while (i < in.size() && std::isdigit(static_cast<unsigned char>(in[i]))) ++i;
     if (i < in.size() && in[i] == '.') {
       ++i;
       if (i >= in.size() || !std::isdigit(static_cast<unsigned char>(in[i]))) return false;

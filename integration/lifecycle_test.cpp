@@ -200,7 +200,7 @@ TEST(Drain, RequestsThatReachedIdleKeepAliveConnectionsBeforeTheDrainAreAnswered
 
   auto second = [&](std::size_t i) { return absolute_request("GET", up.authority(), "/second-" + std::to_string(i)); };
   auto split = [](std::size_t i) { return i % 2 == 1; };  // odd: first bytes before the drain, the rest after
-  constexpr std::size_t first_bytes = 20;                  // "GET http://127.0.0.1:" ...
+  constexpr std::size_t first_bytes = 20;                 // "GET http://127.0.0.1:" ...
   for (std::size_t i = 1; i < n; i += 2) ASSERT_TRUE(conns[i].send(second(i).substr(0, first_bytes)));
   for (std::size_t i = 1; i < n; i += 2)
     ASSERT_TRUE(conns[i].wait_acknowledged(5s)) << "rebound's kernel never acknowledged the first bytes";
@@ -208,11 +208,13 @@ TEST(Drain, RequestsThatReachedIdleKeepAliveConnectionsBeforeTheDrainAreAnswered
   rb.signal(SIGTERM);
 
   ASSERT_TRUE(canary.wait_closed(5s)) << "the drain should close an idle connection with nothing pending";
-  for (std::size_t i = 1; i < n; i += 2) conns[i].send(second(i).substr(first_bytes));  // the reads below tell if it was closed
+  for (std::size_t i = 1; i < n; i += 2)
+    conns[i].send(second(i).substr(first_bytes));  // the reads below tell if it was closed
 
   for (std::size_t i = 0; i < n; ++i) {
     auto r = conns[i].read_response(5s);
-    ASSERT_TRUE(r) << "connection " << i << (split(i) ? " (request begun before the drain)" : " (request sent with SIGTERM)")
+    ASSERT_TRUE(r) << "connection " << i
+                   << (split(i) ? " (request begun before the drain)" : " (request sent with SIGTERM)")
                    << " lost its second request: " << conns[i].last_error();
     EXPECT_EQ(r->status, 200u);
     EXPECT_EQ(r->body, "ok /second-" + std::to_string(i));
@@ -290,11 +292,12 @@ TEST(Robustness, GarbageBytesNeverCrashTheProcess) {
       "GET http:///x HTTP/1.1\r\nHost: \r\n\r\n",
       "GET ftp://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\n\r\n",
       "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
-      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\n",
+      "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a +
+          "\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\n",
       "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: -1\r\n\r\n",
       "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: 99999999999999999999999\r\n\r\n",
       "GET http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\n folded: continuation\r\n\r\n",
-      "GET http://" + a + "/x HTTP/1.1\r\nHo",  // cut mid-head
+      "GET http://" + a + "/x HTTP/1.1\r\nHo",                                                       // cut mid-head
       "POST http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nContent-Length: 50\r\n\r\nonly-part",  // cut mid-body
   };
   std::mt19937 rng(20240611);

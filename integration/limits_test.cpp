@@ -44,7 +44,8 @@ TEST(Limits, OversizedChunkedBodyGets413) {
   c.send("0\r\n\r\n");
   auto r = c.read_response(15s);
   EXPECT_TRUE(IsReboundError(r, 413, {"bad_request"}));
-  for (auto const& q : up.requests()) EXPECT_FALSE(q.complete && q.path() == "/upload") << "the whole body was forwarded";
+  for (auto const& q : up.requests())
+    EXPECT_FALSE(q.complete && q.path() == "/upload") << "the whole body was forwarded";
 }
 
 TEST(Limits, IdleKeepAliveClientConnectionIsClosedAfterIdleTimeout) {
@@ -104,7 +105,8 @@ TEST(Limits, ABodyTrickledBelowTheMinimumRateIsCutWith408) {
   o.extra = "limits:\n  body_timeout: 1s\n  min_body_rate: 1KiB\n";
   ReboundProcess rb(o);
   RawConnection c(rb.port());
-  ASSERT_TRUE(c.send("PUT http://" + up.authority() + "/trickle HTTP/1.1\r\nHost: " + up.authority() + "\r\nContent-Length: 100\r\n\r\n"));
+  ASSERT_TRUE(c.send("PUT http://" + up.authority() + "/trickle HTTP/1.1\r\nHost: " + up.authority() +
+                     "\r\nContent-Length: 100\r\n\r\n"));
   auto const start = std::chrono::steady_clock::now();
   // One byte every 200 ms: never idle for long, far below 1 KiB/s.
   std::optional<Response> r;

@@ -24,8 +24,10 @@ TEST(Metrics, R10_RetriedRequestCountsEachAttemptTheBackoffsAndTheAnswer) {
   ScriptedUpstream up;
   up.on_sequence("/flaky", {respond(503), respond(503), respond(200)});
   ReboundOptions o;
-  o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 5ms}\n"
-            "dependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n";
+  o.extra =
+      "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 5ms}\n"
+      "dependencies:\n  payments:\n    hosts: [\"" +
+      up.authority() + "\"]\n";
   ReboundProcess rb(o);
   HttpClient client(rb.port());
   EXPECT_EQ(client.get("http://" + up.authority() + "/flaky").status, 200u);
@@ -49,8 +51,9 @@ TEST(Metrics, R10_ExhaustedRetriesAndRebound_sOwnAnswersAreCounted) {
   RefusingPort const refusing;
   auto const dead = refusing.port();
   ReboundOptions o;
-  o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n"
-            "  circuit_breaker: {mode: off}\n";
+  o.extra =
+      "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n"
+      "  circuit_breaker: {mode: off}\n";
   ReboundProcess rb(o);
   HttpClient client(rb.port());
   EXPECT_EQ(client.get("http://" + up.authority() + "/down").status, 503u);
@@ -72,9 +75,12 @@ TEST(Metrics, R7_OpenBreakerAndSpentBudgetShowInTheGauges) {
   ScriptedUpstream up;
   up.on("/down", respond(503));
   ReboundOptions o;
-  o.extra = "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n"
-            "dependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n"
-            "    budget: {min_retries: 2}\n";
+  o.extra =
+      "service: checkout\ndefaults:\n  backoff: {base: 1ms, cap: 2ms}\n"
+      "dependencies:\n  payments:\n    hosts: [\"" +
+      up.authority() +
+      "\"]\n"
+      "    budget: {min_retries: 2}\n";
   ReboundProcess rb(o);
   HttpClient client(rb.port());
   // The first request spends both retries; the second finds the budget dry, which opens the

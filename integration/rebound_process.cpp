@@ -262,8 +262,10 @@ ReboundProcess::~ReboundProcess() {
     if (st != 0) ADD_FAILURE() << "rebound exited with status " << st << " after SIGTERM at teardown";
   }
   if (::testing::Test::HasFailure()) {
-    std::cerr << "[rebound] config:\n" << yaml_ << "[rebound] stderr (tail):\n" << tail(stderr_text())
-              << "\n[rebound] stdout (tail):\n" << tail(stdout_text(), 3000) << "\n";
+    std::cerr << "[rebound] config:\n"
+              << yaml_ << "[rebound] stderr (tail):\n"
+              << tail(stderr_text()) << "\n[rebound] stdout (tail):\n"
+              << tail(stdout_text(), 3000) << "\n";
   }
   remove_tree(dir_);
 }

@@ -58,12 +58,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
 struct ReboundOptions {
   int workers = 2;
   std::string drain_timeout = "2s";
-  std::string unknown_hosts;       // empty: not written (allow)
-  std::string attempt_timeout;     // empty: not written
+  std::string unknown_hosts;    // empty: not written (allow)
+  std::string attempt_timeout;  // empty: not written
   std::string max_request_head;
   std::string max_request_body;
   std::string idle_timeout;
-  std::string extra;               // appended verbatim (e.g. a `dependencies:` block)
+  std::string extra;  // appended verbatim (e.g. a `dependencies:` block)
 };
 
 class ReboundProcess {

@@ -61,14 +61,19 @@ TEST(Redaction, R9_NoSecretReachesLogsMetricsOrTheAdminApi) {
   auto const dead = refusing.authority();
 
   ReboundOptions o;
-  o.extra = "log_level: trace\nservice: redaction\n"
-            "defaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n  max_retry_body: 16B\n"
-            "  circuit_breaker: {mode: off}\n"
-            "dependencies:\n"
-            "  kept:\n    hosts: [\"" + up.authority() + "\"]\n    max_retry_body: 1KiB\n"
-            "  tripped:\n    hosts: [\"localhost:" + std::to_string(up.port()) + "\"]\n"
-            "    max_retry_body: 1KiB\n"
-            "    circuit_breaker: {mode: enforce, min_requests: 2, failure_ratio: 0.5, open_for: 1h}\n";
+  o.extra =
+      "log_level: trace\nservice: redaction\n"
+      "defaults:\n  backoff: {base: 1ms, cap: 2ms}\n  max_retries: 2\n  max_retry_body: 16B\n"
+      "  circuit_breaker: {mode: off}\n"
+      "dependencies:\n"
+      "  kept:\n    hosts: [\"" +
+      up.authority() +
+      "\"]\n    max_retry_body: 1KiB\n"
+      "  tripped:\n    hosts: [\"localhost:" +
+      std::to_string(up.port()) +
+      "\"]\n"
+      "    max_retry_body: 1KiB\n"
+      "    circuit_breaker: {mode: enforce, min_requests: 2, failure_ratio: 0.5, open_for: 1h}\n";
   ReboundProcess rb(o);
   auto const kept = up.authority();
   auto const tripped = "localhost:" + std::to_string(up.port());
@@ -79,8 +84,8 @@ TEST(Redaction, R9_NoSecretReachesLogsMetricsOrTheAdminApi) {
   // No response at all: upstream_error and rebound's own 502.
   expect_no_secret_in_error(raw_exchange(rb.port(), request("POST", dead, "/nowhere"), 20s), "dead port");
   // A body above max_retry_body (16B for unknown hosts): sent once, retry_disabled logged.
-  expect_no_secret_in_error(raw_exchange(rb.port(), request("POST", "127.0.0.1:" + std::to_string(up.port()) + "", "/big")),
-                            "sent once");
+  expect_no_secret_in_error(
+      raw_exchange(rb.port(), request("POST", "127.0.0.1:" + std::to_string(up.port()) + "", "/big")), "sent once");
   // The breaker opens, then refuses with 503 circuit_open.
   for (int i = 0; i < 4; ++i)
     expect_no_secret_in_error(raw_exchange(rb.port(), request("POST", tripped, "/trip")), "breaker");
@@ -118,8 +123,11 @@ TEST(Redaction, R9_NoSecretReachesLogsMetricsOrTheAdminApi) {
   auto const out = rb.stdout_text();
   auto const err = rb.stderr_text();
 
-  for (auto const& [name, text] : {std::pair{"stdout", &out}, {"stderr", &err}, {"/metrics", &metrics},
-                                   {"/dependencies", &dependencies}, {"/config", &config}}) {
+  for (auto const& [name, text] : {std::pair{"stdout", &out},
+                                   {"stderr", &err},
+                                   {"/metrics", &metrics},
+                                   {"/dependencies", &dependencies},
+                                   {"/config", &config}}) {
     auto const at = text->find(marker);
     EXPECT_EQ(at, std::string::npos) << name << " leaks: " << text->substr(at == std::string::npos ? 0 : at, 200);
     EXPECT_EQ(text->find("4111111111111111"), std::string::npos) << name << " leaks the card number";

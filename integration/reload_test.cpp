@@ -24,7 +24,8 @@ TEST(Reload, ValidFileTakesOverAndTheOpenBreakerSurvives) {
   down.on("/x", respond(503));
   ScriptedUpstream other;
   other.on("/y", respond(200));
-  std::string const deps = "dependencies:\n  pay:\n    hosts: [\"" + down.authority() + "\"]\n"
+  std::string const deps = "dependencies:\n  pay:\n    hosts: [\"" + down.authority() +
+                           "\"]\n"
                            "    max_retries: 1\n    backoff: {base: 1ms, cap: 2ms}\n"
                            "    circuit_breaker: {min_requests: 4, open_for: 1h}\n";
   ReboundOptions o;
@@ -45,8 +46,8 @@ TEST(Reload, ValidFileTakesOverAndTheOpenBreakerSurvives) {
   EXPECT_NE(out.find("\"kept\":\"pay\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"added\":\"other\""), std::string::npos) << out;
 
-  EXPECT_TRUE(IsReboundError(raw_exchange(rb.port(), absolute_request("GET", down.authority(), "/x")), 503,
-                             {"circuit_open"}))
+  EXPECT_TRUE(
+      IsReboundError(raw_exchange(rb.port(), absolute_request("GET", down.authority(), "/x")), 503, {"circuit_open"}))
       << "the breaker's state survived the reload";
   EXPECT_EQ(down.request_count(), seen) << "an open breaker touches no upstream";
   auto const ok = raw_exchange(rb.port(), absolute_request("GET", other.authority(), "/y"));
@@ -94,12 +95,14 @@ TEST(Reload, RequestInFlightFinishesOnTheConfigItStartedWith) {
   o.attempt_timeout = "10s";
   ReboundProcess rb(o);
   std::optional<Response> first;
-  std::thread in_flight([&] { first = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/held"), 20s); });
+  std::thread in_flight(
+      [&] { first = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/held"), 20s); });
   ASSERT_TRUE(up.wait_for_requests(1));
 
   // The new file gives attempts 200 ms: the held request would time out under it.
-  write_file(rb.config_path(), "listen: 127.0.0.1:" + std::to_string(rb.port()) + "\nadmin: 127.0.0.1:" +
-                                   std::to_string(rb.admin_port()) + "\nworkers: 2\ndrain_timeout: 2s\n"
+  write_file(rb.config_path(), "listen: 127.0.0.1:" + std::to_string(rb.port()) +
+                                   "\nadmin: 127.0.0.1:" + std::to_string(rb.admin_port()) +
+                                   "\nworkers: 2\ndrain_timeout: 2s\n"
                                    "defaults:\n  attempt_timeout: 200ms\n  max_retries: 1\n");
   rb.signal(SIGHUP);
   ASSERT_TRUE(rb.wait_for_log("\"config_reloaded\""));
@@ -162,8 +165,8 @@ TEST(Reload, WatchedFileIsReloadedWhenItChanges) {
   ASSERT_EQ(std::rename((rb.config_path() + ".new").c_str(), rb.config_path().c_str()), 0);
   ASSERT_TRUE(rb.wait_for_log("\"config_reloaded\"", std::chrono::seconds(15)));
   EXPECT_NE(rb.stdout_text().find("\"config_changed\""), std::string::npos);
-  EXPECT_TRUE(IsReboundError(raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/a")), 403,
-                             {"unknown_host"}));
+  EXPECT_TRUE(
+      IsReboundError(raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/a")), 403, {"unknown_host"}));
 }
 
 }  // namespace

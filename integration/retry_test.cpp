@@ -345,8 +345,8 @@ TEST(Retry, R6_PostWithoutKeyGetsOneInjectedKeyReusedOnEveryAttempt) {
   up.on_sequence("/order", {answer(503), answer(503), answer(201, {}, "created")});
   ReboundProcess rb(retry_options());
   std::string body = "{\"item\":42}";
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/order",
-                                                    "Content-Type: application/json\r\n", body), 20s);
+  auto r = raw_exchange(
+      rb.port(), absolute_request("POST", up.authority(), "/order", "Content-Type: application/json\r\n", body), 20s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 201u) << describe(r);
   EXPECT_EQ(attempts_header(r), "3");
@@ -385,8 +385,9 @@ TEST(Retry, R6_AppKeyIsPreserved) {
   up.on_sequence("/pay", {answer(502), answer(503), answer(200, {}, "paid")});
   ReboundProcess rb(retry_options());
   std::string key = "app-Key_0123:ABC";
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/pay", "Idempotency-Key: " + key + "\r\n",
-                                                    "amount=10"), 20s);
+  auto r = raw_exchange(
+      rb.port(), absolute_request("POST", up.authority(), "/pay", "Idempotency-Key: " + key + "\r\n", "amount=10"),
+      20s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << describe(r);
   EXPECT_EQ(attempts_header(r), "3");
@@ -403,8 +404,8 @@ TEST(Retry, R6_PatchWithAppKeyIsRetried) {
   ScriptedUpstream up;
   up.on_sequence("/doc", {answer(503), answer(200)});
   ReboundProcess rb(retry_options());
-  auto r = raw_exchange(rb.port(), absolute_request("PATCH", up.authority(), "/doc", "Idempotency-Key: patch-1\r\n",
-                                                    "{\"a\":1}"), 20s);
+  auto r = raw_exchange(
+      rb.port(), absolute_request("PATCH", up.authority(), "/doc", "Idempotency-Key: patch-1\r\n", "{\"a\":1}"), 20s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << describe(r);
   EXPECT_EQ(attempts_header(r), "2");
@@ -432,8 +433,8 @@ TEST(Retry, R6_PostWithAppKeyAndInjectOffIsRetried) {
   ScriptedUpstream up;
   up.on_sequence("/order", {answer(503), answer(200)});
   ReboundProcess rb(retry_options("  idempotency: {inject: false}\n"));
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: k-1\r\n", "p"),
-                        20s);
+  auto r =
+      raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: k-1\r\n", "p"), 20s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << describe(r);
   EXPECT_EQ(attempts_header(r), "2");
@@ -444,8 +445,9 @@ TEST(Retry, R6_KeyOver64CharactersIsRefusedBeforeSending) {
   ScriptedUpstream up;
   ReboundProcess rb(retry_options());
   std::string key(65, 'k');
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: " + key + "\r\n",
-                                                    "payload"), 20s);
+  auto r = raw_exchange(
+      rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: " + key + "\r\n", "payload"),
+      20s);
   EXPECT_TRUE(IsReboundError(r, 400, {"bad_request"}));
   EXPECT_EQ(up.request_count(), 0u);
   EXPECT_EQ(up.connections(), 0u);
@@ -455,8 +457,9 @@ TEST(Retry, R6_KeyOf64CharactersIsAccepted) {
   ScriptedUpstream up;
   ReboundProcess rb(retry_options());
   std::string key(64, 'k');
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: " + key + "\r\n",
-                                                    "payload"), 20s);
+  auto r = raw_exchange(
+      rb.port(), absolute_request("POST", up.authority(), "/order", "Idempotency-Key: " + key + "\r\n", "payload"),
+      20s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << describe(r);
   auto reqs = up.requests();
@@ -520,7 +523,8 @@ TEST(Retry, R6_ChunkedBodyWithinMaxRetryBodyIsKeptAndResent) {
   up.on_sequence("/chunked", {answer(503), answer(200, {}, "stored")});
   ReboundProcess rb(retry_options());
   std::string body = pattern(100 * 1024, 5);
-  auto r = raw_exchange(rb.port(), chunked_request("POST", up.authority(), "/chunked", body, "Idempotency-Key: k-77\r\n"), 30s);
+  auto r = raw_exchange(rb.port(),
+                        chunked_request("POST", up.authority(), "/chunked", body, "Idempotency-Key: k-77\r\n"), 30s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << describe(r);
   EXPECT_EQ(attempts_header(r), "2");
@@ -627,8 +631,8 @@ TEST(Retry, ResetMidResponseIsNotRetried) {
 // ---- config refusals and approval ----
 
 BadConfigRun run_defaults(const std::string& lines) {
-  std::string yaml = "listen: 127.0.0.1:" + std::to_string(free_port()) + "\nadmin: 127.0.0.1:" +
-                     std::to_string(free_port()) + "\ndefaults:\n" + lines;
+  std::string yaml = "listen: 127.0.0.1:" + std::to_string(free_port()) +
+                     "\nadmin: 127.0.0.1:" + std::to_string(free_port()) + "\ndefaults:\n" + lines;
   return run_with_config(yaml);
 }
 

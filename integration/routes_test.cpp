@@ -12,7 +12,8 @@ TEST(Routes, FirstMatchingRouteSetsTheRetryPolicy) {
   down.body = "busy";
   for (auto const* p : {"/plain", "/v1/reports/daily", "/v1/payments"}) up.on(p, down);
   ReboundOptions o;
-  o.extra = "dependencies:\n  api:\n    hosts: [\"" + up.authority() + "\"]\n"
+  o.extra = "dependencies:\n  api:\n    hosts: [\"" + up.authority() +
+            "\"]\n"
             "    max_retries: 1\n    backoff: {base: 1ms, cap: 2ms}\n"
             "    routes:\n"
             "      - match: {path_prefix: /v1/reports}\n        max_retries: 4\n"

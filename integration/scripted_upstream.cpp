@@ -124,7 +124,8 @@ void TcpServer::start(Handler handler, std::uint16_t port) {
   addr.sin_port = htons(port);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 1024) != 0) {
     ::close(listen_fd_);
-    throw std::runtime_error("upstream: bind/listen failed" + (port ? " on port " + std::to_string(port) : std::string()));
+    throw std::runtime_error("upstream: bind/listen failed" +
+                             (port ? " on port " + std::to_string(port) : std::string()));
   }
   socklen_t len = sizeof addr;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -436,7 +437,8 @@ void ScriptedUpstream::serve(Conn& conn, std::size_t connection_index) {
       std::size_t i = 0;
       auto const head_fields = received_[index].headers.size();
       for (auto const& f : p.get())
-        if (i++ >= head_fields) received_[index].trailers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+        if (i++ >= head_fields)
+          received_[index].trailers.emplace_back(std::string(f.name_string()), std::string(f.value()));
       received_[index].complete = true;
     }
     cv_.notify_all();

@@ -77,8 +77,8 @@ class TcpServer {
   // Serve TLS with this certificate chain and key from now on; with `client_ca`, a client
   // certificate issued by it is required (mTLS). Call before clients connect.
   void use_tls(const std::string& cert_file, const std::string& key_file, const std::string& client_ca = {});
-  std::size_t tls_handshakes() const { return tls_handshakes_.load(); }          // completed
-  std::size_t tls_resumed() const { return tls_resumed_.load(); }                // of those, resumed sessions
+  std::size_t tls_handshakes() const { return tls_handshakes_.load(); }  // completed
+  std::size_t tls_resumed() const { return tls_resumed_.load(); }        // of those, resumed sessions
   std::size_t tls_failed_handshakes() const { return tls_failed_.load(); }
   std::string last_sni() const;        // the server name the last client sent
   std::string last_client_cn() const;  // CN of the last client certificate, if any
@@ -120,19 +120,19 @@ enum class OnExpect {
 
 struct Script {
   unsigned status = 200;
-  Fields headers;                    // written verbatim (hop-by-hop fields included)
-  std::optional<std::string> body;   // default: "ok " + target
-  bool echo_body = false;            // answer with the request body
-  std::vector<std::string> chunks;   // non-empty: chunked response made of these chunks
+  Fields headers;                   // written verbatim (hop-by-hop fields included)
+  std::optional<std::string> body;  // default: "ok " + target
+  bool echo_body = false;           // answer with the request body
+  std::vector<std::string> chunks;  // non-empty: chunked response made of these chunks
   std::chrono::milliseconds delay{0};
-  std::shared_ptr<Gate> gate;        // held until opened
+  std::shared_ptr<Gate> gate;           // held until opened
   std::shared_ptr<Gate> mid_body_gate;  // chunked responses: the first chunk is sent, the rest held
-  bool reset = false;                // read the request, then RST instead of answering
+  bool reset = false;                   // read the request, then RST instead of answering
   OnExpect on_expect = OnExpect::send_100;
-  bool close_after = false;          // Connection: close, then close
-  bool close_silently = false;       // keep-alive response, then close anyway (an idle-closed pool entry)
-  std::string interim;               // written before the final response (e.g. a 103)
-  std::string raw_response;          // non-empty: these bytes verbatim, then close
+  bool close_after = false;     // Connection: close, then close
+  bool close_silently = false;  // keep-alive response, then close anyway (an idle-closed pool entry)
+  std::string interim;          // written before the final response (e.g. a 103)
+  std::string raw_response;     // non-empty: these bytes verbatim, then close
 };
 
 struct ReceivedRequest {
@@ -140,7 +140,7 @@ struct ReceivedRequest {
   std::string target;
   unsigned version = 11;
   Fields headers;
-  Fields trailers;        // the trailer section of a chunked body
+  Fields trailers;  // the trailer section of a chunked body
   std::string body;
   bool chunked = false;   // arrived with Transfer-Encoding: chunked
   bool complete = false;  // body fully read
@@ -185,7 +185,7 @@ class ScriptedUpstream : public TcpServer {
 };
 
 // Raw byte servers for tunnel tests.
-TcpServer::Handler echo_handler();                 // echoes until EOF, then closes
-TcpServer::Handler collect_then_reply_handler();   // reads to EOF, writes "got:<bytes>", closes
+TcpServer::Handler echo_handler();                // echoes until EOF, then closes
+TcpServer::Handler collect_then_reply_handler();  // reads to EOF, writes "got:<bytes>", closes
 
 }  // namespace itest

@@ -38,7 +38,8 @@ TEST(StaleConnection, R6_AStreamedBodyArrivesWholeAfterTheUpstreamClosedThePool)
   ReboundProcess rb(o);
   leave_a_dead_pooled_connection(rb, up);
   auto const body = pattern(64 * 1024);
-  auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/upload", "Idempotency-Key: k-1\r\n", body));
+  auto r =
+      raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/upload", "Idempotency-Key: k-1\r\n", body));
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u);
   auto got = up.requests();

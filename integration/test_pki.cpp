@@ -44,7 +44,8 @@ X509* new_cert(EVP_PKEY* key, const std::string& cn, long serial, std::chrono::s
 void write_pem(const std::string& path, X509* cert, EVP_PKEY* key) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw std::runtime_error("test pki: cannot write " + path);
-  bool ok = cert ? PEM_write_X509(f, cert) == 1 : PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  bool ok =
+      cert ? PEM_write_X509(f, cert) == 1 : PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
   std::fclose(f);
   if (!ok) throw std::runtime_error("test pki: PEM write failed for " + path);
 }

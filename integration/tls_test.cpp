@@ -135,7 +135,8 @@ void expect_certificate_refused(const IssuedCert& cert, const std::string& tls_b
 
 TEST(Tls, R9_UntrustedCertificateFailsAtOnceWith502) {
   TestPki trusted, other;
-  expect_certificate_refused(other.issue("server", {"localhost"}), trust(trusted), "unable to get local issuer certificate");
+  expect_certificate_refused(other.issue("server", {"localhost"}), trust(trusted),
+                             "unable to get local issuer certificate");
 }
 
 TEST(Tls, R9_ExpiredCertificateFailsAtOnceWith502) {
@@ -177,8 +178,8 @@ TEST(Tls, MutualTlsPresentsTheClientCertificate) {
   up.use_tls(server.cert_file, server.key_file, pki.ca_file());
   up.on("/x", respond(200));
   ReboundOptions o;
-  o.extra = pay_dependency(up.port(), trust(pki) + "      client_cert: " + client.cert_file + "\n      client_key: " +
-                                          client.key_file + "\n");
+  o.extra = pay_dependency(up.port(), trust(pki) + "      client_cert: " + client.cert_file +
+                                          "\n      client_key: " + client.key_file + "\n");
   ReboundProcess rb(o);
   auto r = raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/x"));
   ASSERT_TRUE(r) << last_exchange_error();

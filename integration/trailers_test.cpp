@@ -37,7 +37,9 @@ TEST(Trailers, R9_RequestTrailersNeverReplaceHeadersOnTheStreamedPath) {
   RawConnection c(rb.port());
   c.send("POST http://" + up.authority() + "/up HTTP/1.1\r\nHost: " + up.authority() +
          "\r\nAuthorization: Bearer app\r\nIdempotency-Key: k-1\r\nX-Request-ID: head-id\r\n"
-         "Transfer-Encoding: chunked\r\n\r\n7d0\r\n" + chunk + "\r\n0\r\nAuthorization: Bearer evil\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n7d0\r\n" +
+         chunk +
+         "\r\n0\r\nAuthorization: Bearer evil\r\n"
          "Idempotency-Key: k-2\r\nX-Request-ID: trailer-id\r\nX-Sum: 42\r\n\r\n");
   auto r = c.read_response(10s);
   ASSERT_TRUE(r) << c.last_error();

@@ -57,7 +57,8 @@ std::string findings_json(const std::string& file, bool valid, const std::vector
 /** What start-up would refuse beyond the loader: a CA bundle or client certificate that is
     readable but not usable (not PEM, a key that does not match). Files that cannot be read
     here were warned about already (CI runs check where they are not mounted). */
-std::vector<rebound::config::diagnostic> unusable_tls_files(const std::string& file, const rebound::config::config& cfg) {
+std::vector<rebound::config::diagnostic> unusable_tls_files(const std::string& file,
+                                                            const rebound::config::config& cfg) {
   std::vector<rebound::config::diagnostic> out;
   for (auto const& d : cfg.dependencies) {
     if (!d.tls || !d.origin) continue;
@@ -87,14 +88,18 @@ int check(const std::string& file, std::string_view format) {
       std::cout << findings_json(file, true, warnings);
     } else {
       for (auto const& w : warnings) std::cout << rebound::config::to_string(w) << "\n";
-      std::cout << file << ": ok" << (warnings.empty() ? ""
-                                          : " (" + std::to_string(warnings.size()) +
-                                                (warnings.size() == 1 ? " warning)" : " warnings)")) << "\n";
+      std::cout << file << ": ok"
+                << (warnings.empty()
+                        ? ""
+                        : " (" + std::to_string(warnings.size()) + (warnings.size() == 1 ? " warning)" : " warnings)"))
+                << "\n";
     }
     return 0;
   } catch (const rebound::config::config_error& e) {
-    if (format == "json") std::cout << findings_json(file, false, e.diagnostics());
-    else std::cerr << e.what();
+    if (format == "json")
+      std::cout << findings_json(file, false, e.diagnostics());
+    else
+      std::cerr << e.what();
     return e.malformed() ? 2 : 1;
   }
 }
@@ -106,8 +111,10 @@ int health(int argc, char** argv) {
   std::string admin, config_file, path = "/healthz";
   for (int i = 2; i < argc; ++i) {
     std::string_view a = argv[i];
-    if (a == "--ready") path = "/readyz";
-    else if ((a == "--admin" || a == "--config" || a == "-c") && i + 1 < argc) (a == "--admin" ? admin : config_file) = argv[++i];
+    if (a == "--ready")
+      path = "/readyz";
+    else if ((a == "--admin" || a == "--config" || a == "-c") && i + 1 < argc)
+      (a == "--admin" ? admin : config_file) = argv[++i];
     else {
       std::cerr << "rebound health: unexpected \"" << a << "\"\n" << usage;
       return 2;
@@ -163,7 +170,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::string format = "text";
-      if (argc == 5 && std::string_view(argv[3]) == "--format") format = argv[4];
+      if (argc == 5 && std::string_view(argv[3]) == "--format")
+        format = argv[4];
       else if (argc != 3) {
         std::cerr << usage;
         return 2;
@@ -182,8 +190,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!log_level.empty() && log_level != "trace" && log_level != "debug" && log_level != "info" && log_level != "warn" &&
-      log_level != "error" && log_level != "off") {
+  if (!log_level.empty() && log_level != "trace" && log_level != "debug" && log_level != "info" &&
+      log_level != "warn" && log_level != "error" && log_level != "off") {
     std::cerr << "rebound: --log-level must be one of trace, debug, info, warn, error, off\n";
     return 2;
   }
@@ -191,9 +199,9 @@ int main(int argc, char** argv) {
   std::shared_ptr<const rebound::config::config> cfg;
   std::vector<rebound::config::diagnostic> warnings;
   try {
-    cfg = std::make_shared<const rebound::config::config>(config_path.empty()
-                                                              ? rebound::config::default_config()
-                                                              : rebound::config::load_config_file(config_path, &warnings));
+    cfg = std::make_shared<const rebound::config::config>(
+        config_path.empty() ? rebound::config::default_config()
+                            : rebound::config::load_config_file(config_path, &warnings));
   } catch (const rebound::config::config_error& e) {
     std::cerr << e.what();
     return 2;
@@ -211,7 +219,8 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
   rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
-  for (auto const& w : warnings) log.warn("config_warning", {{"finding", rebound::config::to_string(w)}, {"rule", w.rule}});
+  for (auto const& w : warnings)
+    log.warn("config_warning", {{"finding", rebound::config::to_string(w)}, {"rule", w.rule}});
   try {
     return rebound::app::run(cfg, log, {config_path, !log_level.empty()});
   } catch (const std::exception& e) {

@@ -73,7 +73,8 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     if (state.guards) state.guards->publish();
     return make(bhttp::status::ok, "text/plain; version=0.0.4; charset=utf-8", state.metrics->scrape());
   }
-  if (path == "/config" && state.cfg) return make(bhttp::status::ok, "application/json", config::effective_config_json(*state.cfg));
+  if (path == "/config" && state.cfg)
+    return make(bhttp::status::ok, "application/json", config::effective_config_json(*state.cfg));
   return make(bhttp::status::not_found, "text/plain",
               "not found; try /healthz, /readyz, /metrics, /dependencies or /config\n");
 }

@@ -10,10 +10,10 @@
 namespace rebound::admin {
 
 struct admin_state {
-  std::atomic<bool> ready{false};  ///< listeners up and config loaded; false again while draining
+  std::atomic<bool> ready{false};                 ///< listeners up and config loaded; false again while draining
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
-  const observe::metrics* metrics = nullptr;       ///< for GET /metrics
-  std::shared_ptr<const config::config> cfg;       ///< for GET /config; a reload replaces it
+  const observe::metrics* metrics = nullptr;      ///< for GET /metrics
+  std::shared_ptr<const config::config> cfg;      ///< for GET /config; a reload replaces it
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -121,7 +121,8 @@ tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool 
   tcp::acceptor a(ioc);
   error_code ec;
   auto const step = [&](std::string_view what) {
-    if (ec) throw std::runtime_error(std::string(key) + " " + to_string(ep) + ": " + std::string(what) + ": " + ec.message());
+    if (ec)
+      throw std::runtime_error(std::string(key) + " " + to_string(ep) + ": " + std::string(what) + ": " + ec.message());
   };
   a.open(ep.protocol(), ec);
   step("socket");
@@ -185,13 +186,17 @@ void reload(control_state& cs) {
     restart.push_back(name);
     next.*key = running.*key;
   };
-  auto same_endpoint = [](const config::endpoint& a, const config::endpoint& b) { return a.host == b.host && a.port == b.port; };
+  auto same_endpoint = [](const config::endpoint& a, const config::endpoint& b) {
+    return a.host == b.host && a.port == b.port;
+  };
   if (!same_endpoint(next.listen, running.listen)) restart.push_back("listen"), next.listen = running.listen;
   if (!same_endpoint(next.admin, running.admin)) restart.push_back("admin"), next.admin = running.admin;
   pin(&config::config::workers, "workers");
   pin(&config::config::service, "service");  // the label of every metric series already made
-  if (cs.options.log_level_pinned) next.log_level = running.log_level;
-  else log.set_level(next.log_level);
+  if (cs.options.log_level_pinned)
+    next.log_level = running.log_level;
+  else
+    log.set_level(next.log_level);
 
   auto const current = std::make_shared<const config::config>(std::move(next));
   std::shared_ptr<const upstream::secure_origins> origins;
@@ -212,12 +217,16 @@ void reload(control_state& cs) {
   }
   cs.admin.cfg = current;
   cs.origins = origins;
-  log.info("config_reloaded", {{"file", path}, {"dependencies", current->dependencies.size()},
-                               {"kept", joined(report.kept)}, {"reset", joined(report.reset)},
-                               {"added", joined(report.added)}, {"removed", joined(report.removed)}});
+  log.info("config_reloaded", {{"file", path},
+                               {"dependencies", current->dependencies.size()},
+                               {"kept", joined(report.kept)},
+                               {"reset", joined(report.reset)},
+                               {"added", joined(report.added)},
+                               {"removed", joined(report.removed)}});
   if (!restart.empty())
-    log.warn("config_restart_needed", {{"keys", joined(restart)},
-                                       {"message", "changed keys bound at start-up keep their running values until a restart"}});
+    log.warn("config_restart_needed",
+             {{"keys", joined(restart)},
+              {"message", "changed keys bound at start-up keep their running values until a restart"}});
 }
 
 /// What identifies a version of the config file: a rewrite, a rename over it or a
@@ -354,8 +363,8 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{running, &w->running, &w->pool, &log, &w->sessions, &w->rng, &*w->guards,
-                              instance_token, &open_connections};
+    http::session_context ctx{running,     &w->running,    &w->pool,         &log, &w->sessions, &w->rng,
+                              &*w->guards, instance_token, &open_connections};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }
@@ -364,8 +373,10 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     wp->thread = std::thread([wp, &log] { run_guarded(wp->ioc, log, "worker"); });
   }
   state.ready = true;
-  log.info("listening", {{"listen", to_string(ep)}, {"admin", to_string(admin_acceptor.local_endpoint())},
-                         {"workers", n}, {"version", REBOUND_VERSION}});
+  log.info("listening", {{"listen", to_string(ep)},
+                         {"admin", to_string(admin_acceptor.local_endpoint())},
+                         {"workers", n},
+                         {"version", REBOUND_VERSION}});
   run_guarded(control, log, "control");
   for (auto& w : workers) w->ioc.stop();
   for (auto& w : workers) w->thread.join();

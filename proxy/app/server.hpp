@@ -12,8 +12,8 @@
 namespace rebound::app {
 
 struct run_options {
-  std::string config_path;         ///< what SIGHUP reloads; empty = built-in defaults
-  bool log_level_pinned = false;   ///< --log-level given: a reload does not change the level
+  std::string config_path;        ///< what SIGHUP reloads; empty = built-in defaults
+  bool log_level_pinned = false;  ///< --log-level given: a reload does not change the level
 };
 
 /** Binds the listeners (throws std::runtime_error naming the address if one cannot be

@@ -17,7 +17,8 @@ credential bearer_file::current(wall_clock::time_point now) {
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0)
     return {std::nullopt, "cannot read the token file " + path_ + ": " + std::strerror(errno)};
-  stamp const seen{st.st_ino, st.st_size, static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+  stamp const seen{st.st_ino, st.st_size,
+                   static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
   std::lock_guard lock(mutex_);
   if (!(seen == stamp_)) {
     std::ifstream in(path_, std::ios::binary);

@@ -73,14 +73,19 @@ std::optional<wall_clock::time_point> jwt_expiry(std::string_view token) {
   auto const* exp = claims.as_object().if_contains("exp");
   if (!exp) return std::nullopt;
   double seconds = 0;
-  if (exp->is_int64()) seconds = static_cast<double>(exp->as_int64());
-  else if (exp->is_uint64()) seconds = static_cast<double>(exp->as_uint64());
-  else if (exp->is_double()) seconds = exp->as_double();
-  else return std::nullopt;
+  if (exp->is_int64())
+    seconds = static_cast<double>(exp->as_int64());
+  else if (exp->is_uint64())
+    seconds = static_cast<double>(exp->as_uint64());
+  else if (exp->is_double())
+    seconds = exp->as_double();
+  else
+    return std::nullopt;
   // The clock counts nanoseconds in 64 bits, up to the year 2262: a later exp is no date
   // rebound can hold (and converting it would overflow).
   if (!std::isfinite(seconds) || seconds < 0 || seconds > 9e9) return std::nullopt;
-  return wall_clock::time_point(std::chrono::duration_cast<wall_clock::duration>(std::chrono::duration<double>(seconds)));
+  return wall_clock::time_point(
+      std::chrono::duration_cast<wall_clock::duration>(std::chrono::duration<double>(seconds)));
 }
 
 std::string_view bearer_token(std::string_view authorization) {

@@ -35,8 +35,10 @@ std::string form_encode(std::string_view s) {
   static constexpr char hex[] = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') out.push_back(static_cast<char>(c));
-    else if (c == ' ') out.push_back('+');
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~')
+      out.push_back(static_cast<char>(c));
+    else if (c == ' ')
+      out.push_back('+');
     else {
       out.push_back('%');
       out.push_back(hex[c >> 4]);
@@ -106,8 +108,9 @@ token_answer read_token_answer(unsigned status, std::string_view body, wall_cloc
   }
   out.expires_in = fallback_lifetime;
   if (auto const* e = obj->if_contains("expires_in"); e && (e->is_int64() || e->is_uint64() || e->is_double())) {
-    double const v = e->is_double() ? e->as_double() : e->is_int64() ? static_cast<double>(e->as_int64())
-                                                                      : static_cast<double>(e->as_uint64());
+    double const v = e->is_double()  ? e->as_double()
+                     : e->is_int64() ? static_cast<double>(e->as_int64())
+                                     : static_cast<double>(e->as_uint64());
     if (v > 0 && v < 1e9) out.expires_in = std::chrono::seconds(static_cast<long long>(v));
   } else if (auto const exp = jwt_expiry(value)) {
     out.expires_in = std::chrono::duration_cast<std::chrono::seconds>(*exp - now);
@@ -189,7 +192,8 @@ void oauth2_client::finish(const token_answer& answer) {
   for (auto& w : waiting) net::post(w.executor, [t = w.timer] { t->cancel(); });
   if (!log_) return;
   if (answer.access_token)
-    log_->info("auth_refreshed", {{"dependency", dependency_}, {"expires_in_s", static_cast<long long>(answer.expires_in.count())}});
+    log_->info("auth_refreshed",
+               {{"dependency", dependency_}, {"expires_in_s", static_cast<long long>(answer.expires_in.count())}});
   else
     log_->error("auth_refresh_failed", {{"dependency", dependency_}, {"message", answer.error}});
 }
@@ -216,7 +220,8 @@ net::awaitable<token_answer> oauth2_client::fetch(steady_clock::time_point deadl
   req.set(bhttp::field::content_type, "application/x-www-form-urlencoded");
   req.set(bhttp::field::accept, "application/json");
   req.set(bhttp::field::connection, "close");
-  req.set(bhttp::field::authorization, "Basic " + base64_encode(form_encode(settings_.client_id) + ":" + form_encode(secret)));
+  req.set(bhttp::field::authorization,
+          "Basic " + base64_encode(form_encode(settings_.client_id) + ":" + form_encode(secret)));
   req.body() = "grant_type=client_credentials";
   if (!settings_.scope.empty()) req.body() += "&scope=" + form_encode(settings_.scope);
   req.prepare_payload();

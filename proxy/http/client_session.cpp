@@ -73,17 +73,22 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
   v.target = std::move(*target.value);
   auto const& t = v.target;
   if (t.scheme == "https") {
-    v.refusal = error_reply{400, error_type::bad_request,
+    v.refusal = error_reply{400,
+                            error_type::bad_request,
                             "https:// targets travel in a CONNECT tunnel; to have rebound retry them, call http:// "
                             "and configure the dependency's origin: https://...",
-                            {}, 0};
+                            {},
+                            0};
     v.keep_after_refusal = parser.is_done();
     return false;
   }
   if (targets_listener(t.connect_host, t.port, cfg.listen) || via_names_instance(req.base(), instance_token)) {
-    v.refusal = error_reply{508, error_type::loop_detected,
-                            "forwarding loop: the request targets this rebound (" + t.authority + ") or already passed through it",
-                            {}, 0};
+    v.refusal = error_reply{
+        508,
+        error_type::loop_detected,
+        "forwarding loop: the request targets this rebound (" + t.authority + ") or already passed through it",
+        {},
+        0};
     return false;
   }
   v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
@@ -107,8 +112,7 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
 std::optional<error_reply> reply_for_read_error(const error_code& ec) {
   if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
     return error_reply{431, error_type::bad_request, "request head too large", {}, 0};
-  if (ec == bhttp::error::body_limit)
-    return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
+  if (ec == bhttp::error::body_limit) return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
   if (ec == bhttp::error::partial_message) return std::nullopt;  // the client went away mid-head
   if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category())
     return error_reply{400, error_type::bad_request, "malformed request: " + ec.message(), {}, 0};
@@ -193,8 +197,10 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     // What the buffer may hold bounds a chunk-size line and a trailer section, which Beast
     // otherwise buffers without limit while it looks for their end.
     buffer.max_size(cfg.limits.max_request_head + read_slack);
-    if (cfg.limits.max_request_body > 0) parser.body_limit(cfg.limits.max_request_body);
-    else parser.body_limit(boost::none);
+    if (cfg.limits.max_request_body > 0)
+      parser.body_limit(cfg.limits.max_request_body);
+    else
+      parser.body_limit(boost::none);
     // Waiting for a request is bounded by idle_timeout; once its first byte is here, the
     // rest of the head must follow within head_timeout (slow heads hold a slot each).
     if (buffer.size() == 0) {
@@ -202,7 +208,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
       buffer.commit(rn);
       guard.set_idle(false);  // a request has begun: a drain lets it finish
-      if (rec) break;  // idle timeout, the client closed, or a drain: no request started
+      if (rec) break;         // idle timeout, the client closed, or a drain: no request started
     }
     client.expires_after(idle);
     std::optional<cancel_at> head_due;
@@ -214,7 +220,8 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     if (ec) {
       if (head_late) {
         // Named, not a temporary in the co_await expression: GCC 12 frees such temporaries twice.
-        error_reply const late{408, error_type::bad_request, "request head not complete within limits.head_timeout", {}, 0};
+        error_reply const late{
+            408, error_type::bad_request, "request head not complete within limits.head_timeout", {}, 0};
         co_await send_error(client, late, false, idle);
       } else if (auto reply = reply_for_read_error(ec)) {
         co_await send_error(client, *reply, false, idle);

@@ -33,9 +33,9 @@ struct session_context {
   upstream::pool* pool = nullptr;
   const observe::logger* log = nullptr;
   session_registry* sessions = nullptr;
-  std::mt19937_64* rng = nullptr;  ///< the worker's: backoff jitter draws from it (R-1)
+  std::mt19937_64* rng = nullptr;        ///< the worker's: backoff jitter draws from it (R-1)
   retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
-  std::string_view instance_token;  ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
+  std::string_view instance_token;       ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
   std::atomic<std::size_t>* open_connections = nullptr;  ///< client connections of all workers
 
   const config::config& cfg() const { return *running->cfg; }

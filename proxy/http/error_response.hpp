@@ -27,6 +27,7 @@ struct error_reply {
 
 /** Builds the complete response. `keep_alive` false adds `Connection: close`: rebound
     closes after any error that leaves unread request bytes on the connection. */
-boost::beast::http::response<boost::beast::http::string_body> make_error_response(const error_reply& e, bool keep_alive);
+boost::beast::http::response<boost::beast::http::string_body> make_error_response(const error_reply& e,
+                                                                                  bool keep_alive);
 
 }  // namespace rebound::http

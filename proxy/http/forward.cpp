@@ -33,10 +33,12 @@ namespace {
 void log_sent_once(const session_context& ctx, const retry::request_facts& facts, const config::policy& policy,
                    std::string_view reason) {
   if (!facts.may_retry || policy.max_retries == 0) return;
-  ctx.log->info("retry_disabled", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                   {"method", facts.method}, {"path", facts.path}, {"reason", reason}});
+  ctx.log->info("retry_disabled", {{"correlation_id", facts.correlation_id},
+                                   {"dependency", facts.dependency},
+                                   {"method", facts.method},
+                                   {"path", facts.path},
+                                   {"reason", reason}});
 }
-
 
 /// How reading a body to keep it ended.
 struct kept_body {
@@ -46,9 +48,9 @@ struct kept_body {
 
 /** Reads the whole request body into `out`, so every attempt can send it again. A chunked
     body has no length to check in advance: reading stops once it passes `limit`. */
-net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                          request_parser& parser, std::string& out,
-                                          std::size_t limit, std::chrono::milliseconds idle, body_pace pace) {
+net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
+                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
+                                          body_pace pace) {
   if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
   std::array<char, 16 * 1024> chunk;
   auto& body = parser.get().body();
@@ -63,8 +65,7 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
     if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
     due.reset();
     if (ec && ec != bhttp::error::need_buffer) {
-      if (auto refusal = body_read_refusal(ec, parser))
-        co_return kept_body{std::move(*refusal)};
+      if (auto refusal = body_read_refusal(ec, parser)) co_return kept_body{std::move(*refusal)};
       co_return kept_body{error_reply{0, error_type::bad_request, "client went away", {}, 0}};
     }
     out.append(chunk.data(), chunk.size() - body.size);
@@ -107,14 +108,18 @@ body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_poi
 
 std::optional<error_reply> body_read_refusal(const error_code& ec, const request_parser& parser) {
   if (ec == beast::error::timeout)
-    return error_reply{408, error_type::bad_request,
-                       "request body arrived too slowly (limits.body_timeout, limits.min_body_rate) or stalled", {}, 0};
+    return error_reply{408,
+                       error_type::bad_request,
+                       "request body arrived too slowly (limits.body_timeout, limits.min_body_rate) or stalled",
+                       {},
+                       0};
   if (ec == bhttp::error::body_limit) return error_reply{413, error_type::bad_request, "request body too large", {}, 0};
   if (ec == bhttp::error::header_limit && parser.refusal() == field_refusal::trailer_section)
     return error_reply{400, error_type::bad_request, "trailer section too large", {}, 0};
   if (ec == bhttp::error::buffer_overflow)
     return error_reply{400, error_type::bad_request, "chunk-size line or trailer section too large", {}, 0};
-  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() && ec != bhttp::error::partial_message)
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
+      ec != bhttp::error::partial_message)
     return error_reply{400, error_type::bad_request, "malformed request body: " + ec.message(), {}, 0};
   return std::nullopt;  // the client went away or stalled: nobody to answer
 }
@@ -122,16 +127,24 @@ std::optional<error_reply> body_read_refusal(const error_code& ec, const request
 void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
                         unsigned status, unsigned attempts, std::string_view message) {
   // a certificate rebound refuses is a security event, not a flaky upstream.
-  auto const level = error_type == to_string(http::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
-  ctx.log->event(level, "upstream_error", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                   {"method", facts.method}, {"path", facts.path}, {"error_type", error_type},
-                                   {"status", status}, {"attempts", attempts}, {"message", message}});
+  auto const level =
+      error_type == to_string(http::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
+  ctx.log->event(level, "upstream_error",
+                 {{"correlation_id", facts.correlation_id},
+                  {"dependency", facts.dependency},
+                  {"method", facts.method},
+                  {"path", facts.path},
+                  {"error_type", error_type},
+                  {"status", status},
+                  {"attempts", attempts},
+                  {"message", message}});
 }
 
 namespace {
 
 /// rebound's answer when the loop left no response, logged.
-error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const retry::loop_result& result) {
+error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts,
+                          const retry::loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
   return error_reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
@@ -140,9 +153,8 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. */
 net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                                      beast::flat_buffer& buffer, request_parser& parser,
-                                      const request_target& target, retry::request_facts facts,
-                                      const dependency_route& route) {
+                                      beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
+                                      retry::request_facts facts, const dependency_route& route) {
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   auto& req = parser.get();
@@ -176,10 +188,9 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   auto const key = pool_key(target);
   auto result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool,
-      upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route), facts.may_retry,
-                            client_version >= 11 ? &client : nullptr, idle},
-      req, body, is_head,
-      *ctx.rng, *ctx.log,
+      upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
+                            facts.may_retry, client_version >= 11 ? &client : nullptr, idle},
+      req, body, is_head, *ctx.rng, *ctx.log,
       retry::loop_hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket(), &guard, &guard});
   if (result.client_gone) co_return false;
 
@@ -202,7 +213,7 @@ namespace {
 /// How a request is to be forwarded, decided before anything is sent.
 struct forward_plan {
   enum class route { refuse, buffered, once } how = route::buffered;
-  error_reply refusal;              ///< with route::refuse
+  error_reply refusal;  ///< with route::refuse
   bool keep_after_refusal = false;
   retry::request_facts facts;
   std::string injected_key;         ///< facts.idempotency_key views it when rebound made the key
@@ -231,11 +242,11 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
 
 /** The decisions about a request head, in a plain function so their temporaries stay off
     the coroutine frame that lives as long as the request (and its backoff waits). */
-void plan_request(forward_plan& plan, request_parser& parser, const request_target& target,
-                  std::string_view dependency, const config::policy& policy, std::mt19937_64& rng) {
+void plan_request(forward_plan& plan, request_parser& parser, const request_target& target, std::string_view dependency,
+                  const config::policy& policy, std::mt19937_64& rng) {
   auto& req = parser.get();
-  if (auto it = req.find(bhttp::field::expect); it != req.end() && req.version() >= 11 &&
-                                                !beast::iequals(it->value(), "100-continue")) {
+  if (auto it = req.find(bhttp::field::expect);
+      it != req.end() && req.version() >= 11 && !beast::iequals(it->value(), "100-continue")) {
     plan.how = forward_plan::route::refuse;
     plan.refusal = error_reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
     return;
@@ -289,8 +300,7 @@ void plan_request(forward_plan& plan, request_parser& parser, const request_targ
   // With Expect: 100-continue the head must go upstream before the body is read (RFC 9110
   // 10.1.1), so such a body streams through once too.
   bool const expects_continue = has_body && req.version() >= 11 && req.count(bhttp::field::expect) > 0;
-  bool const keepable =
-      !has_body || (!expects_continue && (parser.chunked() || (cl && *cl <= policy.max_retry_body)));
+  bool const keepable = !has_body || (!expects_continue && (parser.chunked() || (cl && *cl <= policy.max_retry_body)));
   if (keepable && (facts.may_retry || !has_body)) {
     plan.how = forward_plan::route::buffered;
     return;
@@ -302,8 +312,7 @@ void plan_request(forward_plan& plan, request_parser& parser, const request_targ
 
 /** An open breaker in enforce mode fails the request fast (503 circuit_open) with the time
     until it lets a probe through as Retry-After; nothing reaches the upstream. */
-void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard,
-                            const request_parser& parser) {
+void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, const request_parser& parser) {
   auto refusal = refused_by_breaker(guard);
   if (!refusal) return;
   plan.how = forward_plan::route::refuse;
@@ -322,15 +331,18 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
   auto const a = guard.admit();
   if (a.allowed) return std::nullopt;
   auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
-  return error_reply{503, error_type::circuit_open,
+  return error_reply{503,
+                     error_type::circuit_open,
                      "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
                          std::to_string(a.retry_after.count()) + " ms",
-                     guard.name(), 0, std::max(1u, secs)};
+                     guard.name(),
+                     0,
+                     std::max(1u, secs)};
 }
 
 net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, request_parser& parser,
-                             const request_target& target, const dependency_route& route) {
+                             beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
+                             const dependency_route& route) {
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   forward_plan plan;

@@ -23,8 +23,8 @@ namespace bhttp = boost::beast::http;
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
 net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, request_parser& parser,
-                             const request_target& target, const dependency_route& route);
+                             beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
+                             const dependency_route& route);
 
 /// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);

@@ -43,7 +43,8 @@ failure upstream_failure(const upstream::attempt_failure& f) { return {default_s
 
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const dependency_route& route, std::string_view prefix) {
+                                  const retry::request_facts& facts, const dependency_route& route,
+                                  std::string_view prefix) {
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   auto& req = parser.get();
@@ -119,7 +120,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
       up->expires_at(deadline);
       auto [ec, n] = co_await bhttp::async_write_header(*up, sr, use_tuple);
       if (ec) {
-        error_reply const reply = fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
+        error_reply const reply =
+            fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
         co_await send_error(client, reply, false, idle);
         co_return false;
       }
@@ -147,8 +149,10 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         }
         // A 100 read here went to the client already; a final status instead means the
         // upstream refused the body.
-        if (interim.sent_100) rp.reset();
-        else body_skipped = rp->get().result_int() >= 200;
+        if (interim.sent_100)
+          rp.reset();
+        else
+          body_skipped = rp->get().result_int() >= 200;
       }
       if (!interim.sent_100 && !body_skipped) {
         static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -160,7 +164,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
     if (!body_skipped) {
       auto const upload_start = clock::now();
-      auto rr = co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
+      auto rr =
+          co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
       // The attempt timeout measures the upstream, not how slowly the client uploads.
       deadline += clock::now() - upload_start;
       if (rr.read_error) {
@@ -173,7 +178,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
       }
       if (rr.write_error) {
         error_reply const reply = fail({502, upstream::classify_connect_error(rr.write_error),
-                                          "sending the request body failed: " + rr.write_error.message()});
+                                        "sending the request body failed: " + rr.write_error.message()});
         co_await send_error(client, reply, false, idle);
         co_return false;
       }
@@ -209,6 +214,5 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   }
   co_return client_keep_alive;
 }
-
 
 }  // namespace rebound::http

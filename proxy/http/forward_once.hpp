@@ -23,6 +23,7 @@ namespace bhttp = boost::beast::http;
     count it like any other. */
 net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                   request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const dependency_route& route, std::string_view prefix);
+                                  const retry::request_facts& facts, const dependency_route& route,
+                                  std::string_view prefix);
 
 }  // namespace rebound::http

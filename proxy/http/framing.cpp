@@ -19,7 +19,8 @@ std::optional<framing_problem> check_request_framing(const bhttp::fields& f, uns
   }
   if (!has_te) return std::nullopt;
   if (version < 11) return framing_problem{400, "Transfer-Encoding in an HTTP/1.0 request"};
-  if (f.count(bhttp::field::content_length) > 0) return framing_problem{400, "Content-Length together with Transfer-Encoding"};
+  if (f.count(bhttp::field::content_length) > 0)
+    return framing_problem{400, "Content-Length together with Transfer-Encoding"};
   if (codings.empty() || !boost::beast::iequals(codings.back(), "chunked"))
     return framing_problem{400, "Transfer-Encoding whose final coding is not chunked"};
   // Only chunked is relayed: another coding would reach the upstream undeclared once the

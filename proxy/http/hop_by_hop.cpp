@@ -18,8 +18,8 @@ void strip_hop_by_hop(bhttp::fields& f) {
       for (auto token : bhttp::token_list{h.value()}) named.emplace_back(token);
   }
   for (auto const& n : named) f.erase(n);
-  for (auto name : {bhttp::field::connection, bhttp::field::proxy_connection, bhttp::field::keep_alive, bhttp::field::te,
-                    bhttp::field::trailer, bhttp::field::transfer_encoding, bhttp::field::upgrade,
+  for (auto name : {bhttp::field::connection, bhttp::field::proxy_connection, bhttp::field::keep_alive,
+                    bhttp::field::te, bhttp::field::trailer, bhttp::field::transfer_encoding, bhttp::field::upgrade,
                     bhttp::field::proxy_authorization, bhttp::field::proxy_authenticate}) {
     f.erase(name);
   }

@@ -8,23 +8,25 @@ std::string pool_key(const request_target& t) {
   return t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
 }
 
-std::string_view loggable_path(std::string_view origin_form) {
-  return origin_form.substr(0, origin_form.find('?'));
-}
+std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
 
-void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
-                              const request_target& t, std::string_view via_token) {
+void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
+                              const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,
+                              std::string_view via_token) {
   strip_hop_by_hop(req.base());
   add_via(req.base(), req.version(), via_token);
   req.target(t.origin_form);
   req.set(bhttp::field::host, t.authority);
   req.version(11);
-  if (p.chunked()) req.chunked(true);
-  else if (auto cl = p.content_length()) req.content_length(*cl);  // collapses a valid "42, 42"
+  if (p.chunked())
+    req.chunked(true);
+  else if (auto cl = p.content_length())
+    req.content_length(*cl);  // collapses a valid "42, 42"
 }
 
-bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head,
-                             unsigned client_version, bool client_keep_alive, unsigned attempts) {
+bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
+                             const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
+                             bool client_keep_alive, unsigned attempts) {
   strip_hop_by_hop(res.base());
   add_via(res.base(), res.version());
   auto const status = res.result_int();

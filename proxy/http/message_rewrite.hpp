@@ -20,12 +20,14 @@ std::string pool_key(const request_target& t);
 std::string_view loggable_path(std::string_view origin_form);
 
 /// The request head as the upstream hop must see it.
-void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req, const bhttp::request_parser<bhttp::buffer_body>& p,
-                              const request_target& t, std::string_view via_token = {});
+void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
+                              const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,
+                              std::string_view via_token = {});
 
 /** The response head as the client hop must see it, with `Rebound-Attempts`; returns
     whether the client connection can stay open after this response. */
-bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res, const bhttp::response_parser<bhttp::buffer_body>& p,
-                             bool is_head, unsigned client_version, bool client_keep_alive, unsigned attempts);
+bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
+                             const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
+                             bool client_keep_alive, unsigned attempts);
 
 }  // namespace rebound::http

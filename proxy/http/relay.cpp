@@ -65,8 +65,10 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
     if (!p.is_done()) {
       body.data = chunk.data();
       body.size = chunk.size();
-      if (pace) from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
-      else from.expires_after(idle);
+      if (pace)
+        from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
+      else
+        from.expires_after(idle);
       // read_some, not read: read waits until the chunk is full, which would hold back a
       // slow stream's first bytes.
       auto [ec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
@@ -124,8 +126,8 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
   co_return ec;
 }
 
-net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                                request_parser& p, upstream::connection& to,
+net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
+                                                upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix,
                                                 const body_pace& pace) {

@@ -42,8 +42,8 @@ struct relay_result {
 /** Reads the rest of `p`'s message from `from` and writes it, header first if not yet sent,
     through `sr` to `to`. Each read and each write must progress within `idle`. `prefix` is
     body already read from `from`; it goes out first. */
-net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer,
-                                                request_parser& p, upstream::connection& to,
+net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
+                                                upstream::connection& to,
                                                 bhttp::request_serializer<bhttp::buffer_body>& sr,
                                                 std::chrono::milliseconds idle, std::string_view prefix,
                                                 const body_pace& pace);

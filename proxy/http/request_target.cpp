@@ -13,7 +13,8 @@ namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -87,7 +88,8 @@ target_result parse_request_target(std::string_view method, std::string_view tar
       if (c <= 0x20 || c == 0x7f) return fail("request target contains a space or control character");
     if (host_count > 1) return fail("more than one Host header");
     if (host_count == 0) {
-      return fail(version >= 11 ? "missing Host header" : "origin-form request without a Host header: send an absolute URI");
+      return fail(version >= 11 ? "missing Host header"
+                                : "origin-form request without a Host header: send an absolute URI");
     }
     auto a = boost::urls::parse_authority(host_header);
     if (!a) return fail("invalid Host header \"" + std::string(host_header) + "\"");
@@ -104,8 +106,10 @@ target_result parse_request_target(std::string_view method, std::string_view tar
   if (host_count > 1) return fail("more than one Host header");
   if (auto err = fill_authority(u->authority(), t.scheme == "https" ? 443 : 80, false, t)) return fail(*err);
   auto const path = u->encoded_path();
-  if (path.empty()) t.origin_form = method == "OPTIONS" && !u->has_query() ? "*" : "/";
-  else t.origin_form = std::string(path);
+  if (path.empty())
+    t.origin_form = method == "OPTIONS" && !u->has_query() ? "*" : "/";
+  else
+    t.origin_form = std::string(path);
   if (u->has_query()) {
     t.origin_form += '?';
     t.origin_form += std::string_view(u->encoded_query());

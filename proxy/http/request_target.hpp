@@ -12,12 +12,12 @@
 namespace rebound::http {
 
 struct request_target {
-  std::string scheme = "http";   ///< lower case
-  std::string host;              ///< as in a Host header: IPv6 literals keep their brackets
-  std::string connect_host;      ///< for the resolver: IPv6 literals without brackets
+  std::string scheme = "http";  ///< lower case
+  std::string host;             ///< as in a Host header: IPv6 literals keep their brackets
+  std::string connect_host;     ///< for the resolver: IPv6 literals without brackets
   std::uint16_t port = 80;
-  std::string authority;         ///< the Host value to send: host, plus :port unless default
-  std::string origin_form;       ///< path and query for the upstream request line
+  std::string authority;    ///< the Host value to send: host, plus :port unless default
+  std::string origin_form;  ///< path and query for the upstream request line
 };
 
 struct target_result {

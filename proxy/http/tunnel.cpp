@@ -87,26 +87,44 @@ std::optional<retry::duration> next_connect_attempt(const session_context& ctx, 
   auto const error = to_string(c.error);
   if (auto const* s = std::get_if<retry::stop>(&d)) {
     if (s->reason == retry::stop_reason::exhausted) {
-      ctx.log->warn("retry_exhausted", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
-                                        {"max_attempts", max_attempts}, {"error_type", error}, {"idempotency_key", ""}});
+      ctx.log->warn("retry_exhausted", {{"correlation_id", ""},
+                                        {"dependency", dependency},
+                                        {"attempts", attempts},
+                                        {"max_attempts", max_attempts},
+                                        {"error_type", error},
+                                        {"idempotency_key", ""}});
       guard.exhausted();
     } else if (s->reason != retry::stop_reason::final) {
-      ctx.log->warn("retry_stopped", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
-                                      {"error_type", error}, {"reason", retry::to_string(s->reason)}, {"retry_after_ms", -1}});
+      ctx.log->warn("retry_stopped", {{"correlation_id", ""},
+                                      {"dependency", dependency},
+                                      {"attempts", attempts},
+                                      {"error_type", error},
+                                      {"reason", retry::to_string(s->reason)},
+                                      {"retry_after_ms", -1}});
     }
     return std::nullopt;
   }
   auto const wait = std::get<retry::retry_in>(d).wait;
   if (auto const permit = guard.allow_retry(); !permit.granted) {
-    ctx.log->warn("retry_suppressed", {{"correlation_id", ""}, {"dependency", dependency}, {"attempts", attempts},
-                                       {"error_type", error}, {"reason", permit.why}});
+    ctx.log->warn("retry_suppressed", {{"correlation_id", ""},
+                                       {"dependency", dependency},
+                                       {"attempts", attempts},
+                                       {"error_type", error},
+                                       {"reason", permit.why}});
     return std::nullopt;
   }
   guard.retry_scheduled(wait);
-  ctx.log->info("retry_attempt", {{"correlation_id", ""}, {"dependency", dependency}, {"attempt", attempts + 1},
-                                  {"max_attempts", max_attempts}, {"backoff_ms", static_cast<long long>(wait.count())},
-                                  {"error_type", error}, {"idempotency_key", ""}, {"method", "CONNECT"}, {"path", ""},
-                                  {"status", 0}, {"duration_ms", static_cast<long long>(took.count() / 1000)}});
+  ctx.log->info("retry_attempt", {{"correlation_id", ""},
+                                  {"dependency", dependency},
+                                  {"attempt", attempts + 1},
+                                  {"max_attempts", max_attempts},
+                                  {"backoff_ms", static_cast<long long>(wait.count())},
+                                  {"error_type", error},
+                                  {"idempotency_key", ""},
+                                  {"method", "CONNECT"},
+                                  {"path", ""},
+                                  {"status", 0},
+                                  {"duration_ms", static_cast<long long>(took.count() / 1000)}});
   return wait;
 }
 
@@ -145,9 +163,14 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
   }
   auto& c = *last;
   if (!c.stream) {
-    ctx.log->warn("upstream_error", {{"correlation_id", ""}, {"dependency", dependency}, {"method", "CONNECT"},
-                                     {"path", ""}, {"error_type", to_string(c.error)}, {"status", default_status(c.error)},
-                                     {"attempts", attempts}, {"message", c.message}});
+    ctx.log->warn("upstream_error", {{"correlation_id", ""},
+                                     {"dependency", dependency},
+                                     {"method", "CONNECT"},
+                                     {"path", ""},
+                                     {"error_type", to_string(c.error)},
+                                     {"status", default_status(c.error)},
+                                     {"attempts", attempts},
+                                     {"message", c.message}});
     error_reply const reply{default_status(c.error), c.error, c.message, std::string(dependency), attempts};
     guard.answered(reply.status);
     co_await send_error(client, reply, false, idle);

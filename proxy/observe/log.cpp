@@ -117,8 +117,10 @@ logger::~logger() {
 }
 
 void logger::flush() const {
-  if (batch_) batch_->drain();
-  else sink_->flush();
+  if (batch_)
+    batch_->drain();
+  else
+    sink_->flush();
 }
 
 std::size_t logger::dropped() const { return batch_ ? batch_->dropped() : 0; }
@@ -149,9 +151,12 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
     std::visit(
         [&](auto const& v) {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::string_view>) append_json_string(line, v);
-          else if constexpr (std::is_same_v<T, bool>) line += v ? "true" : "false";
-          else line += std::to_string(v);
+          if constexpr (std::is_same_v<T, std::string_view>)
+            append_json_string(line, v);
+          else if constexpr (std::is_same_v<T, bool>)
+            line += v ? "true" : "false";
+          else
+            line += std::to_string(v);
         },
         f.value);
   }

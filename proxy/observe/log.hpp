@@ -11,7 +11,6 @@
     worker made to wait; dropped() counts them. */
 #include <spdlog/logger.h>
 
-
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -47,9 +46,15 @@ class logger {
   explicit logger(std::shared_ptr<spdlog::logger> sink);
 
   void event(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> fields) const;
-  void info(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::info, name, fields); }
-  void warn(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::warn, name, fields); }
-  void error(std::string_view name, std::initializer_list<field> fields = {}) const { event(spdlog::level::err, name, fields); }
+  void info(std::string_view name, std::initializer_list<field> fields = {}) const {
+    event(spdlog::level::info, name, fields);
+  }
+  void warn(std::string_view name, std::initializer_list<field> fields = {}) const {
+    event(spdlog::level::warn, name, fields);
+  }
+  void error(std::string_view name, std::initializer_list<field> fields = {}) const {
+    event(spdlog::level::err, name, fields);
+  }
   bool enabled(spdlog::level::level_enum lvl) const { return sink_->should_log(lvl); }
   /// A new level (a reloaded config's log_level); safe while other threads log.
   void set_level(std::string_view level) { sink_->set_level(spdlog::level::from_str(std::string(level))); }

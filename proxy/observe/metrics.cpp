@@ -28,8 +28,10 @@ struct counter_name {
   const char* name;
   const char* help;
 };
-constexpr counter_name attempts_total{"retry_attempts_total", "Upstream attempts, by attempt number (1 = the original request)"};
-constexpr counter_name exhausted_total{"retry_exhausted_total", "Requests whose retries ran out (max_retries) while still failing"};
+constexpr counter_name attempts_total{"retry_attempts_total",
+                                      "Upstream attempts, by attempt number (1 = the original request)"};
+constexpr counter_name exhausted_total{"retry_exhausted_total",
+                                       "Requests whose retries ran out (max_retries) while still failing"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
 
@@ -140,7 +142,8 @@ std::string metrics::scrape() const {
   // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
   // the name from the first scrape on and no series has to be invented to carry it.
   for (auto const& c : {attempts_total, exhausted_total, dlq_total, requests_total}) {
-    bool const present = std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
+    bool const present =
+        std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
     if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";
   }
   return text;

@@ -73,7 +73,9 @@ class metrics {
 
  private:
   friend class dependency_metrics;
-  prometheus::Labels labels(const std::string& dependency) const { return {{"service", service_}, {"dependency", dependency}}; }
+  prometheus::Labels labels(const std::string& dependency) const {
+    return {{"service", service_}, {"dependency", dependency}};
+  }
 
   std::string service_;
   std::shared_ptr<prometheus::Registry> registry_;

@@ -14,7 +14,8 @@ std::int64_t ns_of(circuit_breaker::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 circuit_breaker::time_point at_ns(std::int64_t ns) {
-  return circuit_breaker::time_point{} + std::chrono::duration_cast<circuit_breaker::time_point::duration>(std::chrono::nanoseconds(ns));
+  return circuit_breaker::time_point{} +
+         std::chrono::duration_cast<circuit_breaker::time_point::duration>(std::chrono::nanoseconds(ns));
 }
 std::uint64_t pack(breaker_state s, circuit_breaker::time_point t) {
   return (static_cast<std::uint64_t>(ns_of(t)) << state_bits) | static_cast<std::uint64_t>(s);
@@ -26,9 +27,12 @@ circuit_breaker::time_point time_of(std::uint64_t word) { return at_ns(static_ca
 
 std::string_view to_string(breaker_state s) {
   switch (s) {
-    case breaker_state::closed: return "closed";
-    case breaker_state::half_open: return "half_open";
-    case breaker_state::open: return "open";
+    case breaker_state::closed:
+      return "closed";
+    case breaker_state::half_open:
+      return "half_open";
+    case breaker_state::open:
+      return "open";
   }
   return "closed";
 }
@@ -54,9 +58,8 @@ std::optional<breaker_transition> circuit_breaker::move(std::uint64_t seen, brea
 std::optional<breaker_transition> circuit_breaker::open_from(std::uint64_t seen, breaker_state from,
                                                              std::string_view reason, time_point now, double u) {
   // +-10%: a fleet of sidecars that opened together does not probe together.
-  auto const jittered = std::chrono::duration_cast<time_point::duration>(
-      std::chrono::duration<double, std::nano>(static_cast<double>(std::chrono::nanoseconds(policy_.open_for).count()) *
-                                               (0.9 + 0.2 * u)));
+  auto const jittered = std::chrono::duration_cast<time_point::duration>(std::chrono::duration<double, std::nano>(
+      static_cast<double>(std::chrono::nanoseconds(policy_.open_for).count()) * (0.9 + 0.2 * u)));
   return move(seen, from, breaker_state::open, now + jittered, now, reason);
 }
 
@@ -104,9 +107,7 @@ void circuit_breaker::start_round() {
   probes_left_.store(static_cast<std::int64_t>(policy_.half_open_probes), std::memory_order_relaxed);
 }
 
-bool circuit_breaker::allow_retry() const {
-  return policy_.mode != mode::enforce || state() == breaker_state::closed;
-}
+bool circuit_breaker::allow_retry() const { return policy_.mode != mode::enforce || state() == breaker_state::closed; }
 
 std::optional<breaker_transition> circuit_breaker::record(bool failed, time_point now, double u) {
   if (policy_.mode == mode::off) return std::nullopt;
@@ -116,7 +117,8 @@ std::optional<breaker_transition> circuit_breaker::record(bool failed, time_poin
       return std::nullopt;  // an attempt that began before the breaker opened says nothing new
     case breaker_state::half_open:
       if (failed) return open_from(word, breaker_state::half_open, "probe failed", now, u);
-      if (probe_successes_.fetch_add(1, std::memory_order_relaxed) + 1 < static_cast<std::int64_t>(policy_.half_open_probes))
+      if (probe_successes_.fetch_add(1, std::memory_order_relaxed) + 1 <
+          static_cast<std::int64_t>(policy_.half_open_probes))
         return std::nullopt;
       if (auto t = move(word, breaker_state::half_open, breaker_state::closed, now, now, "probes succeeded")) {
         // The failures that opened it must not open it again at once.
@@ -133,7 +135,8 @@ std::optional<breaker_transition> circuit_breaker::record(bool failed, time_poin
   failures_.add(now);
   auto const attempts = attempts_.in_window(now);
   auto const failures = failures_.in_window(now);
-  if (attempts < policy_.min_requests || static_cast<double>(failures) < policy_.failure_ratio * static_cast<double>(attempts))
+  if (attempts < policy_.min_requests ||
+      static_cast<double>(failures) < policy_.failure_ratio * static_cast<double>(attempts))
     return std::nullopt;
   return open_from(word, breaker_state::closed, "failure_ratio", now, u);
 }

@@ -47,7 +47,7 @@ class circuit_breaker {
 
   struct decision {
     bool allowed = true;
-    duration retry_after{0};                      ///< with !allowed: time until a probe may go
+    duration retry_after{0};                       ///< with !allowed: time until a probe may go
     std::optional<breaker_transition> transition;  ///< open -> half_open happened in this call
   };
   /** May a new request go? Closed: yes. Open: no until open_for has passed, then the breaker
@@ -73,8 +73,8 @@ class circuit_breaker {
   /// steady clock: when an open breaker may probe, when a half-open round began.
   std::optional<breaker_transition> open_from(std::uint64_t seen, breaker_state from, std::string_view reason,
                                               time_point now, double u);
-  std::optional<breaker_transition> move(std::uint64_t seen, breaker_state from, breaker_state to,
-                                         time_point stamp, time_point now, std::string_view reason);
+  std::optional<breaker_transition> move(std::uint64_t seen, breaker_state from, breaker_state to, time_point stamp,
+                                         time_point now, std::string_view reason);
   void start_round();
 
   config::breaker_policy policy_;

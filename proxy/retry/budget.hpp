@@ -34,7 +34,9 @@ class retry_budget {
     std::uint64_t retries = 0;   ///< retries spent in the window
     std::uint64_t allowed = 0;   ///< retries the window allows: max(min_retries, ratio * requests)
     /// retries / allowed (R-10's retry_budget_utilization_ratio); 0 when nothing is allowed or spent.
-    double utilization() const { return allowed ? static_cast<double>(retries) / static_cast<double>(allowed) : (retries ? 1.0 : 0.0); }
+    double utilization() const {
+      return allowed ? static_cast<double>(retries) / static_cast<double>(allowed) : (retries ? 1.0 : 0.0);
+    }
   };
   usage in_window(time_point now) const;
 

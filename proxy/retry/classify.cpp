@@ -48,34 +48,49 @@ retry_on::parse_result retry_on::parse(std::string_view entry) {
     if (n.name == entry) return {n.c, {}};
   for (auto f : final_names)
     if (f == entry)
-      return {std::nullopt, "\"" + std::string(entry) + "\" is not retryable: retry_on may narrow the R-4 set, never widen it"};
-  return {std::nullopt, "unknown retry class \"" + std::string(entry) +
-                            "\" (expected one of 408, 429, 500, 502, 503, 504, connect_refused, connect_reset, timeout, "
-                            "dns_failure, tls_handshake_timeout)"};
+      return {std::nullopt,
+              "\"" + std::string(entry) + "\" is not retryable: retry_on may narrow the R-4 set, never widen it"};
+  return {std::nullopt,
+          "unknown retry class \"" + std::string(entry) +
+              "\" (expected one of 408, 429, 500, 502, 503, 504, connect_refused, connect_reset, timeout, "
+              "dns_failure, tls_handshake_timeout)"};
 }
 
 std::optional<retry_on::cls> retryable_class(const attempt_outcome& o) {
   using c = retry_on::cls;
   if (o.status) {
     switch (*o.status) {
-      case 408: return c::s408;
-      case 429: return c::s429;
-      case 500: return c::s500;
-      case 502: return c::s502;
-      case 503: return c::s503;
-      case 504: return c::s504;
-      default: return std::nullopt;
+      case 408:
+        return c::s408;
+      case 429:
+        return c::s429;
+      case 500:
+        return c::s500;
+      case 502:
+        return c::s502;
+      case 503:
+        return c::s503;
+      case 504:
+        return c::s504;
+      default:
+        return std::nullopt;
     }
   }
   if (!o.error) return std::nullopt;
   switch (*o.error) {
-    case error_type::connect_refused: return c::connect_refused;
-    case error_type::connect_reset: return c::connect_reset;
+    case error_type::connect_refused:
+      return c::connect_refused;
+    case error_type::connect_reset:
+      return c::connect_reset;
     case error_type::connect_timeout:
-    case error_type::attempt_timeout: return c::timeout;
-    case error_type::dns_failure: return c::dns_failure;
-    case error_type::tls_handshake_timeout: return c::tls_handshake_timeout;
-    default: return std::nullopt;  // tls_certificate, protocol errors, auth: final (R-4, R-9)
+    case error_type::attempt_timeout:
+      return c::timeout;
+    case error_type::dns_failure:
+      return c::dns_failure;
+    case error_type::tls_handshake_timeout:
+      return c::tls_handshake_timeout;
+    default:
+      return std::nullopt;  // tls_certificate, protocol errors, auth: final (R-4, R-9)
   }
 }
 

@@ -12,8 +12,8 @@ namespace rebound::retry {
 
 /// What one attempt produced: an upstream status, or rebound's own error type.
 struct attempt_outcome {
-  std::optional<unsigned> status;            ///< set when a response head arrived
-  std::optional<error_type> error;     ///< set when no response arrived
+  std::optional<unsigned> status;   ///< set when a response head arrived
+  std::optional<error_type> error;  ///< set when no response arrived
 };
 
 enum class verdict {
@@ -28,7 +28,20 @@ enum class verdict {
     `tls_handshake_timeout`. */
 class retry_on {
  public:
-  enum class cls { s408, s429, s500, s502, s503, s504, connect_refused, connect_reset, timeout, dns_failure, tls_handshake_timeout, count };
+  enum class cls {
+    s408,
+    s429,
+    s500,
+    s502,
+    s503,
+    s504,
+    connect_refused,
+    connect_reset,
+    timeout,
+    dns_failure,
+    tls_handshake_timeout,
+    count
+  };
 
   /// Every class of the R-4 table (`retry_on: default`).
   static retry_on r4_default();

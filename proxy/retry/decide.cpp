@@ -15,15 +15,16 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
   duration const backoff =
       policy.backoff.jitter == config::jitter_kind::full
           ? full_jitter(f.attempts, policy.backoff.base, policy.backoff.cap, f.u)
-          : decorrelated_jitter(f.previous_wait.count() > 0 ? f.previous_wait : policy.backoff.base, policy.backoff.base,
-                                policy.backoff.cap, f.u);
+          : decorrelated_jitter(f.previous_wait.count() > 0 ? f.previous_wait : policy.backoff.base,
+                                policy.backoff.base, policy.backoff.cap, f.u);
   std::optional<duration> retry_after;
   if (f.retry_after) retry_after = parse_retry_after(*f.retry_after, f.wall_now);
   auto const remaining = std::chrono::duration_cast<duration>(f.deadline - f.now);
   auto const plan = plan_wait(backoff, retry_after, remaining, std::min(policy.attempt_timeout, min_attempt_time));
   if (!plan.retry) {
-    auto const reason = *plan.why_not == error_type::retry_after_exceeds_deadline ? stop_reason::retry_after_beyond_deadline
-                                                                                       : stop_reason::deadline;
+    auto const reason = *plan.why_not == error_type::retry_after_exceeds_deadline
+                            ? stop_reason::retry_after_beyond_deadline
+                            : stop_reason::deadline;
     return stop{reason, plan.why_not, retry_after};
   }
   if (f.credential_expires && f.wall_now + plan.wait >= *f.credential_expires)
@@ -33,12 +34,18 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
 
 std::string_view to_string(stop_reason r) {
   switch (r) {
-    case stop_reason::final: return "final";
-    case stop_reason::not_repeatable: return "not_repeatable";
-    case stop_reason::exhausted: return "exhausted";
-    case stop_reason::retry_after_beyond_deadline: return "retry_after_exceeds_deadline";
-    case stop_reason::deadline: return "deadline_exceeded";
-    case stop_reason::credential_expired: return "credential_expired";
+    case stop_reason::final:
+      return "final";
+    case stop_reason::not_repeatable:
+      return "not_repeatable";
+    case stop_reason::exhausted:
+      return "exhausted";
+    case stop_reason::retry_after_beyond_deadline:
+      return "retry_after_exceeds_deadline";
+    case stop_reason::deadline:
+      return "deadline_exceeded";
+    case stop_reason::credential_expired:
+      return "credential_expired";
   }
   return "final";
 }

@@ -20,11 +20,11 @@ namespace rebound::retry {
 
 /// Everything the decision reads, all of it values.
 struct attempt_facts {
-  attempt_outcome outcome;                   ///< the status, or rebound's error type
+  attempt_outcome outcome;                      ///< the status, or rebound's error type
   std::optional<std::string_view> retry_after;  ///< the response's Retry-After value, if it had one
-  unsigned attempts = 1;                     ///< attempts made so far, this one included
-  bool may_repeat = true;                    ///< R-6 (and a kept body) allow sending it again
-  duration previous_wait{0};                 ///< the last wait (decorrelated jitter); 0 before the first retry
+  unsigned attempts = 1;                        ///< attempts made so far, this one included
+  bool may_repeat = true;                       ///< R-6 (and a kept body) allow sending it again
+  duration previous_wait{0};                    ///< the last wait (decorrelated jitter); 0 before the first retry
   std::chrono::steady_clock::time_point now;
   std::chrono::steady_clock::time_point deadline;  ///< R-3: the request's total_timeout
   std::chrono::system_clock::time_point wall_now;  ///< for Retry-After dates and credential expiry
@@ -40,12 +40,12 @@ struct retry_in {
 };
 
 enum class stop_reason {
-  final,             ///< R-4: the outcome is a success or must not be retried
-  not_repeatable,    ///< R-6: the request may not be sent again
-  exhausted,         ///< R-2: max_retries spent (or R-4's DNS cap)
+  final,                        ///< R-4: the outcome is a success or must not be retried
+  not_repeatable,               ///< R-6: the request may not be sent again
+  exhausted,                    ///< R-2: max_retries spent (or R-4's DNS cap)
   retry_after_beyond_deadline,  ///< R-5
-  deadline,          ///< R-3: no time left for another attempt
-  credential_expired,  ///< R-9: the request's own credential would be expired at the retry
+  deadline,                     ///< R-3: no time left for another attempt
+  credential_expired,           ///< R-9: the request's own credential would be expired at the retry
 };
 
 struct stop {

@@ -40,8 +40,12 @@ void dependency_guard::report(const std::optional<breaker_transition>& t, std::s
   metrics_.set_breaker_state(static_cast<int>(t->to));
   auto const level = t->to == breaker_state::open ? spdlog::level::warn : spdlog::level::info;
   log_.event(level, "circuit_breaker_changed",
-             {{"dependency", name_}, {"from", to_string(t->from)}, {"to", to_string(t->to)}, {"reason", t->reason},
-              {"mode", config::to_string(mode_)}, {"detail", detail}});
+             {{"dependency", name_},
+              {"from", to_string(t->from)},
+              {"to", to_string(t->to)},
+              {"reason", t->reason},
+              {"mode", config::to_string(mode_)},
+              {"detail", detail}});
 }
 
 admission dependency_guard::admit() {
@@ -145,7 +149,8 @@ std::shared_ptr<dependency_guard> guard_registry::find(const std::string& name, 
     if (auto it = guards_.find(key); it != guards_.end()) return it->second;
   }
   ++unknown_;
-  auto [it, inserted] = guards_.emplace(key, std::make_shared<dependency_guard>(key, p, log_, metrics_.dependency(key)));
+  auto [it, inserted] =
+      guards_.emplace(key, std::make_shared<dependency_guard>(key, p, log_, metrics_.dependency(key)));
   return it->second;
 }
 

@@ -56,8 +56,8 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
     failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
-  attempt_outcome const outcome =
-      failure ? attempt_outcome{std::nullopt, failure->type} : attempt_outcome{ex->response->get().result_int(), std::nullopt};
+  attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type}
+                                          : attempt_outcome{ex->response->get().result_int(), std::nullopt};
   result.failure = failure;
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start);
   st.observer.attempt_done({result.attempts, outcome, took});
@@ -87,24 +87,33 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
         return {};
       case stop_reason::not_repeatable:
         if (policy.max_retries > 0 && result.attempts == 1)
-          st.log.info("retry_skipped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                        {"method", facts.method}, {"path", facts.path},
-                                        {"error_type", outcome_name(outcome)}, {"reason", facts.why_not}});
+          st.log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
+                                        {"dependency", facts.dependency},
+                                        {"method", facts.method},
+                                        {"path", facts.path},
+                                        {"error_type", outcome_name(outcome)},
+                                        {"reason", facts.why_not}});
         return {};
       case stop_reason::exhausted:
-        st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                        {"attempts", result.attempts}, {"max_attempts", st.max_attempts},
-                                        {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key}});
+        st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
+                                        {"dependency", facts.dependency},
+                                        {"attempts", result.attempts},
+                                        {"max_attempts", st.max_attempts},
+                                        {"error_type", outcome_name(outcome)},
+                                        {"idempotency_key", facts.idempotency_key}});
         st.observer.exhausted();
         return {};
       default:
         break;
     }
     if (draining) return {};
-    st.log.warn("retry_stopped", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                  {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
-                                  {"reason", to_string(s->reason)},
-                                  {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
+    st.log.warn("retry_stopped",
+                {{"correlation_id", facts.correlation_id},
+                 {"dependency", facts.dependency},
+                 {"attempts", result.attempts},
+                 {"error_type", outcome_name(outcome)},
+                 {"reason", to_string(s->reason)},
+                 {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
     // a Retry-After past the deadline returns that response at once. Without a
     // response to return, the client learns why from the error type.
     if (failure && s->error) result.failure = upstream::attempt_failure{*s->error, "no time left for another attempt"};
@@ -113,20 +122,28 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   if (draining) return {};
   auto const& go = std::get<retry_in>(d);
   if (auto const permit = st.gate.allow_retry(); !permit.granted) {
-    st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                     {"attempts", result.attempts}, {"error_type", outcome_name(outcome)},
+    st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
+                                     {"dependency", facts.dependency},
+                                     {"attempts", result.attempts},
+                                     {"error_type", outcome_name(outcome)},
                                      {"reason", permit.why}});
     if (failure)
-      result.failure = upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
+      result.failure =
+          upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
     return {};
   }
   st.previous_wait = go.wait;
   st.observer.retry_scheduled(go.wait);
-  st.log.info("retry_attempt", {{"correlation_id", facts.correlation_id}, {"dependency", facts.dependency},
-                                {"attempt", result.attempts + 1}, {"max_attempts", st.max_attempts},
+  st.log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
+                                {"dependency", facts.dependency},
+                                {"attempt", result.attempts + 1},
+                                {"max_attempts", st.max_attempts},
                                 {"backoff_ms", static_cast<long long>(go.wait.count())},
-                                {"error_type", outcome_name(outcome)}, {"idempotency_key", facts.idempotency_key},
-                                {"method", facts.method}, {"path", facts.path}, {"status", outcome.status.value_or(0)},
+                                {"error_type", outcome_name(outcome)},
+                                {"idempotency_key", facts.idempotency_key},
+                                {"method", facts.method},
+                                {"path", facts.path},
+                                {"status", outcome.status.value_or(0)},
                                 {"duration_ms", static_cast<long long>(took.count() / 1000)}});
   return {true, go.wait, failure ? std::string() : outcome_name(outcome)};
 }
@@ -170,8 +187,10 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
 
 void log_client_gone(loop_state& st) {
   st.result.client_gone = true;
-  st.log.info("retry_cancelled", {{"correlation_id", st.facts.correlation_id}, {"dependency", st.facts.dependency},
-                                  {"attempts", st.result.attempts}, {"reason", "the client closed its connection"}});
+  st.log.info("retry_cancelled", {{"correlation_id", st.facts.correlation_id},
+                                  {"dependency", st.facts.dependency},
+                                  {"attempts", st.result.attempts},
+                                  {"reason", "the client closed its connection"}});
 }
 
 }  // namespace
@@ -208,8 +227,10 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
     auto attempt = co_await upstream::run_attempt(pool, to, req, body, is_head, attempt_deadline);
     std::optional<upstream::attempt_failure> failure;
-    if (attempt) st.result.response = std::move(*attempt);
-    else failure = std::move(attempt.error());
+    if (attempt)
+      st.result.response = std::move(*attempt);
+    else
+      failure = std::move(attempt.error());
     auto const step = between_attempts(st, std::move(failure), st.result.response.get(), attempt_start,
                                        hooks.draining && *hooks.draining);
     if (!step.retry) co_return std::move(st.result);
@@ -235,8 +256,9 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       // A drain cut the wait short. The failed attempt's response went with its
       // connection, so the client learns what it was from the message.
       if (!st.result.failure)
-        st.result.failure = upstream::attempt_failure{
-            error_type::deadline_exceeded, "shutting down before the retry; the last attempt answered " + step.last_outcome};
+        st.result.failure =
+            upstream::attempt_failure{error_type::deadline_exceeded,
+                                      "shutting down before the retry; the last attempt answered " + step.last_outcome};
       co_return std::move(st.result);
     }
   }

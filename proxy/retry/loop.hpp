@@ -15,11 +15,11 @@ namespace rebound::retry {
 
 /// What the loop needs to know about the request, beyond its policy.
 struct request_facts {
-  bool may_retry = false;           ///< R-6 allows it and the body is buffered
-  std::string_view why_not;         ///< for the log, when !may_retry
+  bool may_retry = false;    ///< R-6 allows it and the body is buffered
+  std::string_view why_not;  ///< for the log, when !may_retry
   std::string_view dependency;
   std::string_view method;
-  std::string_view path;            ///< without the query (R-9)
+  std::string_view path;  ///< without the query (R-9)
   std::string_view correlation_id;
   std::string_view idempotency_key;
   /// The `exp` of the request's own bearer JWT: no retry is sent once it has passed.
@@ -28,11 +28,11 @@ struct request_facts {
 
 /// What the loop shares with the session and the dependency. Null members are not used.
 struct loop_hooks {
-  const bool* draining = nullptr;              ///< a drain sends no further retry
-  net::cancellation_slot drain;                ///< a drain emits here, ending a pending backoff wait
-  tcp::socket* client = nullptr;               ///< watched during a backoff: a client that hangs up cancels the loop
-  dependency_gate* gate = nullptr;             ///< budget and breaker (R-7)
-  attempt_observer* observer = nullptr;        ///< metrics
+  const bool* draining = nullptr;        ///< a drain sends no further retry
+  net::cancellation_slot drain;          ///< a drain emits here, ending a pending backoff wait
+  tcp::socket* client = nullptr;         ///< watched during a backoff: a client that hangs up cancels the loop
+  dependency_gate* gate = nullptr;       ///< budget and breaker (R-7)
+  attempt_observer* observer = nullptr;  ///< metrics
 };
 
 struct loop_result {

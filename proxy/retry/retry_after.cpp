@@ -101,8 +101,10 @@ std::optional<duration> parse_retry_after(std::string_view value, std::chrono::s
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), secs);
     if (end != value.data() + value.size()) return std::nullopt;
     // Absurd values (or overflow) are a wait far past any deadline, not an error.
-    if (ec == std::errc::result_out_of_range || secs > ten_years) secs = ten_years;
-    else if (ec != std::errc{}) return std::nullopt;
+    if (ec == std::errc::result_out_of_range || secs > ten_years)
+      secs = ten_years;
+    else if (ec != std::errc{})
+      return std::nullopt;
     return duration(static_cast<duration::rep>(secs * 1000));
   }
   auto const when = parse_http_date(value);
@@ -111,7 +113,8 @@ std::optional<duration> parse_retry_after(std::string_view value, std::chrono::s
   // is a wait far past any deadline all the same (found by fuzz/fuzz_retry_after).
   auto const now_s = std::chrono::system_clock::to_time_t(now);
   if (*when <= now_s) return duration(0);
-  if (static_cast<std::uint64_t>(*when - now_s) > ten_years) return duration(static_cast<duration::rep>(ten_years * 1000));
+  if (static_cast<std::uint64_t>(*when - now_s) > ten_years)
+    return duration(static_cast<duration::rep>(ten_years * 1000));
   auto const at = std::chrono::system_clock::from_time_t(*when);
   if (at <= now) return duration(0);
   return std::chrono::duration_cast<duration>(at - now);

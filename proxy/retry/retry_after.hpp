@@ -17,8 +17,8 @@ using duration = std::chrono::milliseconds;
 std::optional<duration> parse_retry_after(std::string_view value, std::chrono::system_clock::time_point now);
 
 struct wait_plan {
-  bool retry = false;                  ///< false: stop now and return the last outcome
-  duration wait{0};                    ///< how long to wait before the retry
+  bool retry = false;                 ///< false: stop now and return the last outcome
+  duration wait{0};                   ///< how long to wait before the retry
   std::optional<error_type> why_not;  ///< retry_after_exceeds_deadline or deadline_exceeded
 };
 

@@ -18,7 +18,8 @@ void throw_exception_from_error(const attempt_failure& f, const boost::source_lo
 }
 
 attempt_failure read_failure(const error_code& ec) {
-  if (ec == beast::error::timeout) return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
+  if (ec == beast::error::timeout)
+    return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
   if (ec == bhttp::error::end_of_stream || ends_stream(ec) || ec == net::error::connection_reset ||
       ec == bhttp::error::partial_message)
     return {http::error_type::connect_reset, "upstream closed the connection before a complete response head"};
@@ -38,7 +39,8 @@ net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, b
     if (ec) co_return read_failure(ec);
     auto const status = rp->get().result_int();
     if (status >= 200) co_return std::nullopt;
-    if (status == 101) co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
+    if (status == 101)
+      co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
     if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
@@ -59,7 +61,8 @@ net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential
                                                                 clock::time_point deadline) {
   auto cred = co_await source.authorization(deadline);
   if (!cred.authorization)
-    co_return attempt_failure{http::error_type::auth_refresh_failed, "no valid credential for the upstream: " + cred.error};
+    co_return attempt_failure{http::error_type::auth_refresh_failed,
+                              "no valid credential for the upstream: " + cred.error};
   req.set(bhttp::field::authorization, *cred.authorization);
   co_return std::nullopt;
 }
@@ -94,7 +97,8 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
     auto [wec, wn] = co_await bhttp::async_write(up, sr, use_tuple);
     if (wec) {
       if (reused && round == 0 && wec != beast::error::timeout) continue;
-      if (wec == beast::error::timeout) co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
+      if (wec == beast::error::timeout)
+        co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
       co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
     }
     // A 100 answers an Expect the client did not send (its body is at hand); other 1xx
@@ -105,7 +109,8 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
     to.interim_to = route.client;
     if (!failed) co_return std::move(out);
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
-    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout) continue;  // stale: go again
+    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout)
+      continue;  // stale: go again
     co_return std::move(*failed);
   }
   co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};

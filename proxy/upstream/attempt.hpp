@@ -36,7 +36,7 @@ inline constexpr std::size_t response_buffer_limit = max_response_head + 64 * 10
 struct exchange {
   std::optional<connection> stream;
   beast::flat_buffer buffer{response_buffer_limit};  ///< bytes read past the response head
-  std::optional<response_parser> response;   ///< the final head
+  std::optional<response_parser> response;           ///< the final head
 };
 
 struct attempt_failure {
@@ -100,9 +100,9 @@ attempt_failure read_failure(const error_code& ec);
 struct interim_route {
   beast::tcp_stream* client = nullptr;  ///< null: dropped (an HTTP/1.0 client, or none to tell)
   std::chrono::milliseconds idle{0};    ///< how long a write to the client may take
-  bool pass_100 = false;     ///< the client sent Expect: 100-continue and has had no 100 yet
-  bool stop_at_100 = false;  ///< return once a 100 went to the client: its body goes next
-  bool sent_100 = false;     ///< out: a 100 went to the client
+  bool pass_100 = false;                ///< the client sent Expect: 100-continue and has had no 100 yet
+  bool stop_at_100 = false;             ///< return once a 100 went to the client: its body goes next
+  bool sent_100 = false;                ///< out: a 100 went to the client
 };
 
 /** Reads response heads from `up` until a final one, into `rp` (bounded by

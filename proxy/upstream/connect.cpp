@@ -79,12 +79,13 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
   stream.expires_at(deadline);
   auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
   if (cec) {
-    out.error = cec != beast::error::timeout && out_of_sockets() ? http::error_type::overloaded : classify_connect_error(cec);
+    out.error =
+        cec != beast::error::timeout && out_of_sockets() ? http::error_type::overloaded : classify_connect_error(cec);
     out.message = out.error == http::error_type::overloaded
-                      ? "rebound is out of descriptors or memory for a connection to " + host + ":" + std::to_string(port) +
-                            " (" + cec.message() + ")"
-                      : "connect to " + host + ":" + std::to_string(port) + " failed: " +
-                            (cec == beast::error::timeout ? std::string("timed out") : cec.message());
+                      ? "rebound is out of descriptors or memory for a connection to " + host + ":" +
+                            std::to_string(port) + " (" + cec.message() + ")"
+                      : "connect to " + host + ":" + std::to_string(port) +
+                            " failed: " + (cec == beast::error::timeout ? std::string("timed out") : cec.message());
     co_return out;
   }
   stream.expires_never();

@@ -15,7 +15,7 @@ namespace rebound::upstream {
 struct connect_result {
   std::optional<beast::tcp_stream> stream;  ///< set on success
   http::error_type error = http::error_type::connect_refused;
-  std::string message;                      ///< why, for the client and the log
+  std::string message;  ///< why, for the client and the log
 };
 
 /// `host` is taken by reference: by-value arguments of a co_awaited call hit a GCC 12

@@ -33,8 +33,10 @@ tls_client::tls_client(const config::tls_settings& settings, const std::string& 
   ctx_.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_compression);
   ctx_.set_verify_mode(net::ssl::verify_peer);
   try {
-    if (settings.ca_file.empty()) ctx_.set_default_verify_paths();
-    else ctx_.load_verify_file(settings.ca_file);
+    if (settings.ca_file.empty())
+      ctx_.set_default_verify_paths();
+    else
+      ctx_.load_verify_file(settings.ca_file);
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(file_problem("tls.ca_file", settings.ca_file, e));
   }
@@ -77,7 +79,8 @@ int tls_client::on_new_session(SSL* ssl, SSL_SESSION* session) {
   return 0;  // OpenSSL keeps its own reference to `session`
 }
 
-net::awaitable<handshake_result> tls_client::handshake(beast::tcp_stream& tcp, std::chrono::steady_clock::time_point deadline) {
+net::awaitable<handshake_result> tls_client::handshake(beast::tcp_stream& tcp,
+                                                       std::chrono::steady_clock::time_point deadline) {
   handshake_result out;
   auto stream = std::make_unique<tls_stream>(std::move(tcp), ctx_);
   SSL* ssl = stream->native_handle();

@@ -22,7 +22,7 @@ namespace rebound::upstream {
 struct handshake_result {
   std::optional<connection> conn;  ///< set on success
   http::error_type error = http::error_type::tls_certificate;
-  std::string message;             ///< why, naming the verification error (never certificate contents)
+  std::string message;  ///< why, naming the verification error (never certificate contents)
 };
 
 class tls_client {

@@ -25,7 +25,8 @@ std::string read(const std::filesystem::path& p) {
 
 TEST(Examples, EveryExampleConfigLoads) {
   std::size_t n = 0;
-  for (auto const& e : std::filesystem::directory_iterator(std::filesystem::path(REBOUND_SOURCE_DIR) / "config/examples")) {
+  for (auto const& e :
+       std::filesystem::directory_iterator(std::filesystem::path(REBOUND_SOURCE_DIR) / "config/examples")) {
     if (e.path().extension() != ".yaml") continue;
     ++n;
     std::vector<diagnostic> warnings;

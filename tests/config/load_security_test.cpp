@@ -27,9 +27,7 @@ struct temp_file {
   ~temp_file() { std::remove(path.c_str()); }
 };
 
-std::string dependency(const std::string& body) {
-  return "dependencies:\n  pay:\n    hosts: [pay.internal]\n" + body;
-}
+std::string dependency(const std::string& body) { return "dependencies:\n  pay:\n    hosts: [pay.internal]\n" + body; }
 
 bool has_finding(const std::vector<diagnostic>& ds, const std::string& path, const std::string& text,
                  const std::string& rule = {}) {
@@ -63,8 +61,10 @@ TEST(LoadSecurity, HttpsOriginVerifiesWithTheSystemStoreByDefault) {
 
 TEST(LoadSecurity, TlsFilesMustBeReadableAndCertGoesWithKey) {
   temp_file ca("x");
-  auto const ds = errors_of(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
-                                       "      client_cert: " + ca.path + "\n      server_name: a b\n      verfy: true\n"));
+  auto const ds =
+      errors_of(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
+                           "      client_cert: " +
+                           ca.path + "\n      server_name: a b\n      verfy: true\n"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls", "client_cert and client_key go together"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls.server_name", "expected a host name"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.tls.verfy", "did you mean \"verify\""));
@@ -72,9 +72,10 @@ TEST(LoadSecurity, TlsFilesMustBeReadableAndCertGoesWithKey) {
 
 TEST(LoadSecurity, UnreadableFilesAreWarningsForCheckInCi) {
   std::vector<diagnostic> warnings;
-  auto const c = load_config_text(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
-                                             "    auth:\n      type: bearer_file\n      path: /nonexistent/token\n"),
-                                  "t.yaml", &warnings);
+  auto const c =
+      load_config_text(dependency("    origin: https://pay.example.com\n    tls:\n      ca_file: /nonexistent/ca.pem\n"
+                                  "    auth:\n      type: bearer_file\n      path: /nonexistent/token\n"),
+                       "t.yaml", &warnings);
   EXPECT_EQ(c.dependencies.at(0).tls->ca_file, "/nonexistent/ca.pem");
   EXPECT_TRUE(has_finding(warnings, "dependencies.pay.tls.ca_file", "cannot read \"/nonexistent/ca.pem\""));
   EXPECT_TRUE(has_finding(warnings, "dependencies.pay.auth.path", "refuses to start without it"));
@@ -96,9 +97,10 @@ TEST(LoadSecurity, TlsSettingsAreRead) {
 TEST(LoadSecurity, OAuth2ClientCredentialsAreRead) {
   temp_file secret("s3cr3t-value");
   auto const c = load_config_text(
-      dependency("    auth:\n      type: oauth2_client_credentials\n      token_url: https://auth.example.com/oauth/token\n"
-                 "      client_id: checkout\n      client_secret_file: " + secret.path +
-                 "\n      scope: payments:write\n      refresh_skew: 10s\n"),
+      dependency(
+          "    auth:\n      type: oauth2_client_credentials\n      token_url: https://auth.example.com/oauth/token\n"
+          "      client_id: checkout\n      client_secret_file: " +
+          secret.path + "\n      scope: payments:write\n      refresh_skew: 10s\n"),
       "t.yaml");
   auto const& a = *c.dependencies.at(0).auth;
   EXPECT_EQ(a.type, auth_settings::kind::oauth2_client_credentials);
@@ -122,25 +124,29 @@ TEST(LoadSecurity, OAuth2NeedsItsKeys) {
 }
 
 TEST(LoadSecurity, R9_SecretsInTheFileAreRefused) {
-  auto const ds = errors_of(dependency("    auth:\n      type: oauth2_client_credentials\n      client_secret: hunter2\n"
-                                       "      token_url: https://a/t\n      client_id: c\n"));
+  auto const ds =
+      errors_of(dependency("    auth:\n      type: oauth2_client_credentials\n      client_secret: hunter2\n"
+                           "      token_url: https://a/t\n      client_id: c\n"));
   EXPECT_TRUE(has_finding(ds, "dependencies.pay.auth.client_secret", "client_secret_file", "R-9"));
-  for (auto const& d : ds) EXPECT_EQ(to_string(d).find("hunter2"), std::string::npos) << "the secret is not echoed back";
-  auto const bearer = errors_of(dependency("    auth:\n      type: bearer_file\n      token: eyJabc\n      path: /x\n"));
+  for (auto const& d : ds)
+    EXPECT_EQ(to_string(d).find("hunter2"), std::string::npos) << "the secret is not echoed back";
+  auto const bearer =
+      errors_of(dependency("    auth:\n      type: bearer_file\n      token: eyJabc\n      path: /x\n"));
   EXPECT_TRUE(has_finding(bearer, "dependencies.pay.auth.token", "bearer_file", "R-9"));
 }
 
 TEST(LoadSecurity, BearerFileAndUnknownTypes) {
   temp_file token("abc");
-  auto const c = load_config_text(dependency("    auth:\n      type: bearer_file\n      path: " + token.path + "\n"), "t.yaml");
+  auto const c =
+      load_config_text(dependency("    auth:\n      type: bearer_file\n      path: " + token.path + "\n"), "t.yaml");
   EXPECT_EQ(c.dependencies.at(0).auth->type, auth_settings::kind::bearer_file);
   EXPECT_EQ(c.dependencies.at(0).auth->path, token.path);
   EXPECT_EQ(c.dependencies.at(0).auth->refresh_skew, 30s);
   EXPECT_TRUE(has_finding(errors_of(dependency("    auth:\n      type: basic\n")), "dependencies.pay.auth.type",
                           "expected oauth2_client_credentials or bearer_file"));
-  EXPECT_TRUE(has_finding(errors_of(dependency("    auth:\n      type: bearer_file\n      path: " + token.path +
-                                               "\n      client_id: x\n")),
-                          "dependencies.pay.auth.client_id", "unknown key"));
+  EXPECT_TRUE(has_finding(
+      errors_of(dependency("    auth:\n      type: bearer_file\n      path: " + token.path + "\n      client_id: x\n")),
+      "dependencies.pay.auth.client_id", "unknown key"));
 }
 
 }  // namespace

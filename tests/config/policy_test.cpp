@@ -112,7 +112,8 @@ TEST(Policy, R7_BudgetAndBreakerFieldsResolvePerField) {
   auto c = load_config_text(
       "defaults:\n  budget: {ratio: 0.1, min_retries: 0}\n  circuit_breaker: {mode: signal, open_for: 5s}\n"
       "dependencies:\n  pay:\n    hosts: [pay.internal]\n    budget: {window: 10s}\n"
-      "    circuit_breaker: {failure_ratio: 0.25, min_requests: 5, half_open_probes: 1, open_on_budget_exhausted: false}\n",
+      "    circuit_breaker: {failure_ratio: 0.25, min_requests: 5, half_open_probes: 1, open_on_budget_exhausted: "
+      "false}\n",
       "t.yaml");
   auto const& p = c.dependencies.at(0).effective;
   EXPECT_DOUBLE_EQ(p.budget.ratio, 0.1);
@@ -166,14 +167,16 @@ defaults:
 dependencies:
   a: {hosts: [a]}
   b: {hosts: [b], routes: [{match: {path_prefix: /x}}]}
-)", "t.yaml", &warnings);
+)",
+                            "t.yaml", &warnings);
   EXPECT_EQ(c.dependencies[1].routes[0].effective.max_retries, 8u);
   ASSERT_EQ(warnings.size(), 1u) << "defaults, two dependencies and a route inherit one setting";
   EXPECT_TRUE(warnings[0].warning);
   EXPECT_EQ(warnings[0].rule, "R-2");
   EXPECT_EQ(warnings[0].path, "defaults.max_retries");
-  EXPECT_EQ(to_string(warnings[0]), "t.yaml:3:16: warning: defaults.max_retries: max_retries 8 is above 1..5 for this "
-                                    "context, allowed by approval \"ADR-9\" (R-2)");
+  EXPECT_EQ(to_string(warnings[0]),
+            "t.yaml:3:16: warning: defaults.max_retries: max_retries 8 is above 1..5 for this "
+            "context, allowed by approval \"ADR-9\" (R-2)");
 }
 
 TEST(Policy, R6_InjectOffIsAWarningUnlessNothingIsRetried) {

@@ -35,15 +35,15 @@ TEST(Routes, ResolutionIsRouteThenDependencyThenDefaultsThenContext) {
   auto const& d = c.dependencies.at(0);
   ASSERT_EQ(d.routes.size(), 3u);
   auto const& post = d.routes[0].effective;
-  EXPECT_EQ(post.backoff.base, 200ms);      // route
-  EXPECT_EQ(post.attempt_timeout, 2s);      // route
-  EXPECT_EQ(post.max_retries, 2u);          // dependency
+  EXPECT_EQ(post.backoff.base, 200ms);  // route
+  EXPECT_EQ(post.attempt_timeout, 2s);  // route
+  EXPECT_EQ(post.max_retries, 2u);      // dependency
   auto const& reports = d.routes[1].effective;
   EXPECT_EQ(reports.context, context_kind::async);
   EXPECT_EQ(reports.max_retries, 7u);
-  EXPECT_EQ(reports.backoff.base, 100ms);   // dependency
-  EXPECT_EQ(reports.attempt_timeout, 5s);   // defaults
-  EXPECT_EQ(reports.total_timeout, 24h);    // the built-in of the route's context (R-3)
+  EXPECT_EQ(reports.backoff.base, 100ms);  // dependency
+  EXPECT_EQ(reports.attempt_timeout, 5s);  // defaults
+  EXPECT_EQ(reports.total_timeout, 24h);   // the built-in of the route's context (R-3)
   auto const& del = d.routes[2].effective;
   EXPECT_TRUE(del.retry_on.contains(rebound::retry::retry_on::cls::s503));
   EXPECT_FALSE(del.retry_on.contains(rebound::retry::retry_on::cls::s502));
@@ -84,7 +84,8 @@ dependencies:
       - match: {path_prefix: /v1/reports}
         max_retries: 7
         approval: IAB-2026-114
-)", "t.yaml");
+)",
+                                  "t.yaml");
   EXPECT_EQ(c.dependencies[0].routes[0].effective.max_retries, 7u);
 }
 

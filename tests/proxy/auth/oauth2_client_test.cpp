@@ -23,7 +23,8 @@ TEST(OAuth2Client, WithoutExpiresInTheFallbackLifetimeIsUsed) {
 }
 
 TEST(OAuth2Client, RefusalsSayWhyWithoutEchoingTheBody) {
-  auto const denied = read_token_answer(401, R"({"error":"invalid_client","error_description":"secret s3cret wrong"})", now);
+  auto const denied =
+      read_token_answer(401, R"({"error":"invalid_client","error_description":"secret s3cret wrong"})", now);
   EXPECT_FALSE(denied.access_token);
   EXPECT_EQ(denied.error, "the token endpoint answered 401 (invalid_client)");
   auto const odd = read_token_answer(500, R"({"error":"has spaces and s3cret"})", now);

@@ -10,9 +10,10 @@ TEST(ErrorResponse, CarriesTypeHeaderAndSpecJsonBody) {
   EXPECT_EQ(res.result_int(), 502u);
   EXPECT_EQ(res["Rebound-Error"], "connect_refused");
   EXPECT_EQ(res[bhttp::field::content_type], "application/json");
-  EXPECT_EQ(res.body(),
-            "{\"error\":{\"type\":\"connect_refused\",\"message\":\"connect \\\"x\\\" failed\",\"dependency\":\"payments\","
-            "\"attempts\":1}}\n");
+  EXPECT_EQ(
+      res.body(),
+      "{\"error\":{\"type\":\"connect_refused\",\"message\":\"connect \\\"x\\\" failed\",\"dependency\":\"payments\","
+      "\"attempts\":1}}\n");
   EXPECT_EQ(res[bhttp::field::content_length], std::to_string(res.body().size()));
   EXPECT_TRUE(res.keep_alive());
 }

@@ -1,6 +1,5 @@
 #include "proxy/http/hop_by_hop.hpp"
 
-
 #include <gtest/gtest.h>
 
 namespace bhttp = boost::beast::http;

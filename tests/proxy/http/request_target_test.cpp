@@ -88,7 +88,8 @@ TEST(RequestTarget, HostsThatEndInANumberButAreNoDottedQuadAreRefused) {
 // Found by fuzz/fuzz_request_target: the origin form was copied into the upstream's request
 // line verbatim, so a space or control character there would split or end that line.
 TEST(RequestTarget, OriginFormWithASpaceOrControlCharacterIsRefused) {
-  for (std::string_view bad : std::initializer_list<std::string_view>{"/p ath", std::string_view("/p\0a", 4), "/a\r\nX: 1", "/a\t", "/\x7f"})
+  for (std::string_view bad :
+       std::initializer_list<std::string_view>{"/p ath", std::string_view("/p\0a", 4), "/a\r\nX: 1", "/a\t", "/\x7f"})
     EXPECT_FALSE(parse_request_target("GET", bad, "svc.local", 1, 11).value) << bad;
   EXPECT_TRUE(parse_request_target("GET", "/caf\xc3\xa9?q=\xff", "svc.local", 1, 11).value);
 }

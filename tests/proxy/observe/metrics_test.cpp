@@ -16,11 +16,11 @@ TEST(Metrics, R10_EveryFamilyOfSpecSection8IsExposedWithItsType) {
   metrics m("checkout");
   m.dependency("payments");
   auto const text = m.scrape();
-  for (auto const* line : {"# TYPE retry_attempts_total counter", "# TYPE retry_exhausted_total counter",
-                           "# TYPE retry_backoff_duration_seconds histogram",
-                           "# TYPE retry_budget_utilization_ratio gauge", "# TYPE dlq_messages_total counter",
-                           "# TYPE circuit_breaker_state gauge", "# TYPE proxy_requests_total counter",
-                           "# TYPE upstream_request_duration_seconds histogram"})
+  for (auto const* line :
+       {"# TYPE retry_attempts_total counter", "# TYPE retry_exhausted_total counter",
+        "# TYPE retry_backoff_duration_seconds histogram", "# TYPE retry_budget_utilization_ratio gauge",
+        "# TYPE dlq_messages_total counter", "# TYPE circuit_breaker_state gauge",
+        "# TYPE proxy_requests_total counter", "# TYPE upstream_request_duration_seconds histogram"})
     EXPECT_TRUE(has(text, line)) << line << "\n" << text;
 }
 
@@ -31,12 +31,19 @@ TEST(Metrics, R10_AttemptsAreCountedByAttemptNumberWithTheirDuration) {
   d.attempt(2, 20ms);
   d.attempt(2, 20ms);
   auto const text = m.scrape();
-  EXPECT_TRUE(has(text, "retry_attempts_total{attempt_number=\"1\",dependency=\"payments\",service=\"checkout\"} 1")) << text;
-  EXPECT_TRUE(has(text, "retry_attempts_total{attempt_number=\"2\",dependency=\"payments\",service=\"checkout\"} 2")) << text;
-  EXPECT_TRUE(has(text, "upstream_request_duration_seconds_count{dependency=\"payments\",service=\"checkout\"} 3")) << text;
+  EXPECT_TRUE(has(text, "retry_attempts_total{attempt_number=\"1\",dependency=\"payments\",service=\"checkout\"} 1"))
+      << text;
+  EXPECT_TRUE(has(text, "retry_attempts_total{attempt_number=\"2\",dependency=\"payments\",service=\"checkout\"} 2"))
+      << text;
+  EXPECT_TRUE(has(text, "upstream_request_duration_seconds_count{dependency=\"payments\",service=\"checkout\"} 3"))
+      << text;
   // 300 us falls in the 0.0005 bucket; both 20 ms attempts in 0.025.
-  EXPECT_TRUE(has(text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.0005\"} 1")) << text;
-  EXPECT_TRUE(has(text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.025\"} 3")) << text;
+  EXPECT_TRUE(has(
+      text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.0005\"} 1"))
+      << text;
+  EXPECT_TRUE(has(
+      text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.025\"} 3"))
+      << text;
 }
 
 TEST(Metrics, R10_BackoffBucketsSpanAMillisecondToFiveMinutes) {
@@ -45,9 +52,14 @@ TEST(Metrics, R10_BackoffBucketsSpanAMillisecondToFiveMinutes) {
   d.backoff(1ms);
   d.backoff(300s);
   auto const text = m.scrape();
-  EXPECT_TRUE(has(text, "retry_backoff_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.001\"} 1")) << text;
-  EXPECT_TRUE(has(text, "retry_backoff_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"300\"} 2")) << text;
-  EXPECT_TRUE(has(text, "retry_backoff_duration_seconds_sum{dependency=\"payments\",service=\"checkout\"} 300.001")) << text;
+  EXPECT_TRUE(
+      has(text, "retry_backoff_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"0.001\"} 1"))
+      << text;
+  EXPECT_TRUE(
+      has(text, "retry_backoff_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\",le=\"300\"} 2"))
+      << text;
+  EXPECT_TRUE(has(text, "retry_backoff_duration_seconds_sum{dependency=\"payments\",service=\"checkout\"} 300.001"))
+      << text;
 }
 
 TEST(Metrics, AnsweredCodesEachGetTheirOwnSeriesBeyondTheFastTable) {
@@ -62,7 +74,8 @@ TEST(Metrics, AnsweredCodesEachGetTheirOwnSeriesBeyondTheFastTable) {
   for (unsigned code = 200; code < 230; ++code)
     EXPECT_TRUE(has(text, "proxy_requests_total{code=\"" + std::to_string(code) +
                               "\",dependency=\"payments\",service=\"checkout\"} " + std::to_string(code - 199)))
-        << code << "\n" << text;
+        << code << "\n"
+        << text;
   EXPECT_FALSE(has(text, "code=\"99\""));
   EXPECT_FALSE(has(text, "code=\"600\""));
 }
@@ -77,8 +90,10 @@ TEST(Metrics, ConcurrentWorkersCountEveryAnswer) {
     });
   for (auto& t : ts) t.join();
   auto const text = m.scrape();
-  EXPECT_TRUE(has(text, "proxy_requests_total{code=\"200\",dependency=\"payments\",service=\"checkout\"} 10000")) << text;
-  EXPECT_TRUE(has(text, "proxy_requests_total{code=\"503\",dependency=\"payments\",service=\"checkout\"} 10000")) << text;
+  EXPECT_TRUE(has(text, "proxy_requests_total{code=\"200\",dependency=\"payments\",service=\"checkout\"} 10000"))
+      << text;
+  EXPECT_TRUE(has(text, "proxy_requests_total{code=\"503\",dependency=\"payments\",service=\"checkout\"} 10000"))
+      << text;
 }
 
 TEST(Metrics, TheSameDependencyIsTheSameChildren) {

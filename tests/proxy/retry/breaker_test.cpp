@@ -23,7 +23,8 @@ config::breaker_policy small(config::breaker_mode mode = config::breaker_mode::e
 }
 
 /// Fails `n` attempts at `t`; returns the transition the last one caused, if any.
-std::optional<retry::breaker_transition> fail(circuit_breaker& b, int n, circuit_breaker::time_point t, double u = 0.5) {
+std::optional<retry::breaker_transition> fail(circuit_breaker& b, int n, circuit_breaker::time_point t,
+                                              double u = 0.5) {
   std::optional<retry::breaker_transition> last;
   for (int i = 0; i < n; ++i)
     if (auto tr = b.record(true, t, u)) last = tr;
@@ -53,7 +54,7 @@ TEST(Breaker, OpensWhenFailureRatioReachedOverMinRequests) {
   b.record(false, at(0ms), 0.5);
   b.record(true, at(0ms), 0.5);
   EXPECT_EQ(b.state(), breaker_state::closed);  // 1 of 3
-  auto t = b.record(true, at(0ms), 0.5);         // 2 of 4 = 0.5
+  auto t = b.record(true, at(0ms), 0.5);        // 2 of 4 = 0.5
   ASSERT_TRUE(t);
   EXPECT_EQ(t->from, breaker_state::closed);
   EXPECT_EQ(t->to, breaker_state::open);
@@ -95,7 +96,7 @@ TEST(Breaker, OpenFailsFastWithTheTimeLeftThenLetsAProbeThrough) {
 
 TEST(Breaker, OpenForIsJitteredByTenPercent) {
   circuit_breaker low(small()), high(small());
-  fail(low, 4, at(0ms), 0.0);    // 900 ms
+  fail(low, 4, at(0ms), 0.0);     // 900 ms
   fail(high, 4, at(0ms), 0.999);  // just under 1100 ms
   EXPECT_TRUE(low.admit(at(900ms)).allowed);
   EXPECT_FALSE(high.admit(at(1098ms)).allowed);

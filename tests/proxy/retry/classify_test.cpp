@@ -17,11 +17,13 @@ TEST(Classify, R4_RetryableStatusesAreRetried) {
 
 TEST(Classify, R4_NonRetryableStatusesAreFinal) {
   auto const all = retry_on::r4_default();
-  for (unsigned s : {400u, 401u, 403u, 404u, 409u, 422u, 501u, 505u}) EXPECT_EQ(classify(status(s), all), verdict::final) << s;
+  for (unsigned s : {400u, 401u, 403u, 404u, 409u, 422u, 501u, 505u})
+    EXPECT_EQ(classify(status(s), all), verdict::final) << s;
 }
 
 TEST(Classify, R4_SuccessIsNotRetried) {
-  for (unsigned s : {200u, 201u, 204u, 301u, 304u}) EXPECT_EQ(classify(status(s), retry_on::r4_default()), verdict::success);
+  for (unsigned s : {200u, 201u, 204u, 301u, 304u})
+    EXPECT_EQ(classify(status(s), retry_on::r4_default()), verdict::success);
 }
 
 TEST(Classify, R4_NetworkFailuresAreRetried) {
@@ -60,4 +62,3 @@ TEST(Classify, R4_RetryOnCannotWidenToAFinalClass) {
   EXPECT_EQ(retry_on::parse("503").value, retry_on::cls::s503);
   EXPECT_EQ(retry_on::parse("timeout").value, retry_on::cls::timeout);
 }
-

@@ -51,12 +51,13 @@ duration waited(const decision& d) { return std::get<retry_in>(d).wait; }
 
 // Every row of R-4's table: what must be retried is, what must not is not.
 TEST(Decide, R4_EveryRetryableRowIsRetried) {
-  for (auto o : {status(408), status(429), status(500), status(502), status(503), status(504),
-                 error(error_type::connect_refused), error(error_type::connect_reset), error(error_type::connect_timeout),
-                 error(error_type::attempt_timeout), error(error_type::dns_failure),
-                 error(error_type::tls_handshake_timeout)}) {
+  for (auto o :
+       {status(408), status(429), status(500), status(502), status(503), status(504),
+        error(error_type::connect_refused), error(error_type::connect_reset), error(error_type::connect_timeout),
+        error(error_type::attempt_timeout), error(error_type::dns_failure), error(error_type::tls_handshake_timeout)}) {
     auto const d = decide(policy(), after(o));
-    EXPECT_TRUE(std::holds_alternative<retry_in>(d)) << (o.status ? std::to_string(*o.status) : std::string(to_string(*o.error)));
+    EXPECT_TRUE(std::holds_alternative<retry_in>(d))
+        << (o.status ? std::to_string(*o.status) : std::string(to_string(*o.error)));
   }
 }
 
@@ -147,7 +148,7 @@ TEST(Decide, R5_RetryAfterBeyondTheDeadlineStopsAtOnce) {
 
 TEST(Decide, R3_NoRetryWhenTheWaitLeavesNoTimeForAnAttempt) {
   auto f = after(status(503), 1, 0.999999);  // waits 99 ms
-  f.deadline = t0 + 120ms;                    // leaves 21 ms, under the 50 ms an attempt needs
+  f.deadline = t0 + 120ms;                   // leaves 21 ms, under the 50 ms an attempt needs
   auto const d = decide(policy(), f);
   ASSERT_EQ(stopped(d), stop_reason::deadline);
   EXPECT_EQ(std::get<stop>(d).error, error_type::deadline_exceeded);

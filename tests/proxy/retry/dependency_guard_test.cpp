@@ -124,7 +124,8 @@ TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
   EXPECT_NE(text.find("retry_budget_utilization_ratio{dependency=\"payments\",service=\"checkout\"} 0.25"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("circuit_breaker_state{dependency=\"payments\",service=\"checkout\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("circuit_breaker_state{dependency=\"payments\",service=\"checkout\"} 0"), std::string::npos)
+      << text;
 }
 
 namespace {
@@ -152,8 +153,8 @@ TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange
   ASSERT_TRUE(search->allow_retry().granted);
 
   auto cfg = two_dependencies(20);
-  cfg.dependencies.pop_back();            // search removed ...
-  config::dependency orders;              // ... orders added
+  cfg.dependencies.pop_back();  // search removed ...
+  config::dependency orders;    // ... orders added
   orders.name = "orders";
   orders.effective = cfg.defaults;
   cfg.dependencies.push_back(orders);

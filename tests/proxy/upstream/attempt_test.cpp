@@ -51,14 +51,15 @@ struct scripted_server {
       auto [aec] = co_await acceptor.async_accept(*sock, net::as_tuple(net::use_awaitable));
       if (aec) co_return;
       std::string in;
-      auto [rec, head_end] = co_await net::async_read_until(*sock, net::dynamic_buffer(in), "\r\n\r\n",
-                                                              net::as_tuple(net::use_awaitable));
+      auto [rec, head_end] =
+          co_await net::async_read_until(*sock, net::dynamic_buffer(in), "\r\n\r\n", net::as_tuple(net::use_awaitable));
       if (rec) co_return;
       std::size_t length = 0;
       if (auto at = in.find("Content-Length: "); at != std::string::npos && at < head_end)
         length = std::stoul(in.substr(at + 16));
       if (in.size() < head_end + length) {
-        auto [bec, bn] = co_await net::async_read(*sock, net::dynamic_buffer(in), net::transfer_exactly(head_end + length - in.size()),
+        auto [bec, bn] = co_await net::async_read(*sock, net::dynamic_buffer(in),
+                                                  net::transfer_exactly(head_end + length - in.size()),
                                                   net::as_tuple(net::use_awaitable));
         if (bec) co_return;
       }
