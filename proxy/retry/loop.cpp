@@ -247,6 +247,9 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       client_watch::start(watch, *hooks.client);
     }
     auto [ec] = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
+    // Asio leaves the wait's cancellation handler in the slot, pointing at this timer: a drain
+    // emitting after the timer is gone would reach freed memory.
+    if (hooks.drain.is_connected()) hooks.drain.clear();
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
       log_client_gone(st);
