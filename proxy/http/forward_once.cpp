@@ -67,132 +67,111 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   };
 
   // Expect: 100-continue is end-to-end: forwarded, and answered per RFC 9110 section 10.1.1.
-  bool want_continue = false;
-  if (auto it = req.find(bhttp::field::expect); it != req.end()) {
-    if (client_version >= 11 && !beast::iequals(it->value(), "100-continue")) {
-      error_reply const reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
-      co_await send_error(client, reply, false, idle);
-      co_return false;
-    }
-    want_continue = client_version >= 11 && !parser.is_done();
-    if (!want_continue) req.erase(bhttp::field::expect);
-  }
+  // (Any other expectation was refused with 417 before the request got here.)
+  bool const want_continue = client_version >= 11 && !parser.is_done() && req.count(bhttp::field::expect) > 0;
+  if (!want_continue) req.erase(bhttp::field::expect);
   prepare_upstream_request(req, parser, target, ctx.instance_token);
 
   auto const body_start = clock::now();
   auto const key = pool_key(target);
-  auto* const tls = route.tls;
-  auto* const creds = credentials_for(req, route);
-  attempt_start = clock::now();
-  auto deadline = attempt_start + policy.attempt_timeout;
-  if (creds) {
-    auto refused = co_await upstream::apply_credential(*creds, req, deadline);
-    if (refused) {
-      bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
-      error_reply const reply = fail({default_status(refused->type), refused->type, refused->message});
-      co_await send_error(client, reply, keep, idle);
-      co_return keep;
-    }
-  }
-  // A fresh connection, never a pooled one: this request cannot be sent a second time (its
-  // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
-  // out dead only once the request is on it, when the upstream may have processed it.
-  std::optional<upstream::connection> up;
-  {
-    auto c = co_await upstream::open_connection(target.connect_host, target.port, tls, deadline);
-    if (!c.conn) {
-      bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
-      error_reply const reply = fail({default_status(c.error), c.error, c.message});
-      co_await send_error(client, reply, keep, idle);
-      co_return keep;
-    }
-    up.emplace(std::move(*c.conn));
-  }
-  beast::flat_buffer ubuf(upstream::response_buffer_limit);
-  std::optional<response_parser> rp;
-  bhttp::request_serializer<bhttp::buffer_body> sr{req};
-  // 1xx go to an HTTP/1.1 client; a 100 only to one that asked and has not had one.
-  upstream::interim_route interim{client_version >= 11 ? &client : nullptr, idle, want_continue, false, false};
+  bool sending = false;       // the request has begun to go out: the client connection cannot carry another
   bool body_skipped = false;  // the upstream answered before wanting the body
+  bool client_failed = false;  // the client, not the upstream, ended the exchange
+  std::optional<error_reply> client_reply;  // with client_failed: what to tell it, if anything
 
-  {
+  // How this request goes out on the connection the exchange opened: the head, then the
+  // Expect: 100-continue exchange if asked for, then the body relayed as it arrives.
+  upstream::request_sender const send = [&](upstream::connection& up, upstream::exchange& ex,
+                                            upstream::interim_route& interim,
+                                            clock::time_point& deadline) -> net::awaitable<std::optional<upstream::attempt_failure>> {
+    sending = true;
+    auto const client_gone = upstream::attempt_failure{error_type::bad_request, "the client ended the exchange"};
+    bhttp::request_serializer<bhttp::buffer_body> sr{req};
     if (want_continue) {
-      up->expires_at(deadline);
-      auto [ec, n] = co_await bhttp::async_write_header(*up, sr, use_tuple);
-      if (ec) {
-        error_reply const reply =
-            fail({502, upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()});
-        co_await send_error(client, reply, false, idle);
-        co_return false;
-      }
+      up.expires_at(deadline);
+      auto [ec, n] = co_await bhttp::async_write_header(up, sr, use_tuple);
+      if (ec) co_return upstream::attempt_failure{upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()};
       // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
       // socket may carry only a session ticket, and waiting on a TLS read could not be
       // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
       bool upstream_spoke = false;
-      if (!up->is_tls()) {
+      if (!up.is_tls()) {
         net::steady_timer timer(co_await net::this_coro::executor);
         timer.expires_at(std::min(clock::now() + expect_wait, deadline));
-        auto readable = up->socket().async_wait(tcp::socket::wait_read, use_tuple);
+        auto readable = up.socket().async_wait(tcp::socket::wait_read, use_tuple);
         auto expire = timer.async_wait(use_tuple);
         auto spoke = co_await (std::move(readable) || std::move(expire));
         upstream_spoke = spoke.index() == 0;
       }
       if (upstream_spoke) {
         interim.stop_at_100 = true;
-        auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, interim);
+        auto failed = co_await upstream::read_final_head(up, ex.buffer, ex.response, is_head, deadline, interim);
         interim.stop_at_100 = false;
-        if (!failed && !interim.client) co_return false;  // the client left before its 100
-        if (failed) {
-          error_reply const reply = fail(upstream_failure(*failed));
-          co_await send_error(client, reply, false, idle);
-          co_return false;
+        if (failed) co_return failed;
+        if (!interim.client) {  // the client left before its 100
+          client_failed = true;
+          co_return client_gone;
         }
         // A 100 read here went to the client already; a final status instead means the
-        // upstream refused the body.
-        if (interim.sent_100)
-          rp.reset();
-        else
-          body_skipped = rp->get().result_int() >= 200;
+        // upstream refused the body, and is the answer.
+        if (interim.sent_100) {
+          ex.response.reset();
+        } else if (ex.response->get().result_int() >= 200) {
+          body_skipped = true;
+          co_return std::nullopt;
+        }
       }
-      if (!interim.sent_100 && !body_skipped) {
+      if (!interim.sent_100) {
         static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
         client.expires_after(idle);
         auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
-        if (cec) co_return false;
+        if (cec) {
+          client_failed = true;
+          co_return client_gone;
+        }
         interim.sent_100 = true;
       }
     }
-    if (!body_skipped) {
-      auto const upload_start = clock::now();
-      auto rr =
-          co_await relay_request_body(client, buffer, parser, *up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
-      // The attempt timeout measures the upstream, not how slowly the client uploads.
-      deadline += clock::now() - upload_start;
-      if (rr.read_error) {
-        auto reply = body_read_refusal(rr.read_error, parser);
-        if (reply) {
-          reply->dependency = std::string(dependency);
-          co_await send_error(client, *reply, false, idle);
-        }
-        co_return false;
-      }
-      if (rr.write_error) {
-        error_reply const reply = fail({502, upstream::classify_connect_error(rr.write_error),
-                                        "sending the request body failed: " + rr.write_error.message()});
-        co_await send_error(client, reply, false, idle);
-        co_return false;
-      }
+    auto const upload_start = clock::now();
+    auto rr = co_await relay_request_body(client, buffer, parser, up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
+    deadline += clock::now() - upload_start;
+    if (rr.read_error) {
+      client_failed = true;
+      client_reply = body_read_refusal(rr.read_error, parser);
+      co_return client_gone;
     }
-  }
+    if (rr.write_error)
+      co_return upstream::attempt_failure{upstream::classify_connect_error(rr.write_error),
+                                "sending the request body failed: " + rr.write_error.message()};
+    co_return std::nullopt;
+  };
 
-  if (!rp) {
-    auto failed = co_await upstream::read_final_head(*up, ubuf, rp, is_head, deadline, interim);
-    if (failed) {
-      error_reply const reply = fail(upstream_failure(*failed));
-      co_await send_error(client, reply, false, idle);
+  // A fresh connection, never a pooled one: this request cannot be sent a second time (its
+  // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
+  // out dead only once the request is on it, when the upstream may have processed it.
+  upstream::destination to{key, target.connect_host, target.port, route.tls, credentials_for(req, route), false,
+                           client_version >= 11 ? &client : nullptr, idle, want_continue};
+  attempt_start = clock::now();
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_start + policy.attempt_timeout);
+  if (!attempt) {
+    if (client_failed) {
+      if (client_reply) {
+        client_reply->dependency = std::string(dependency);
+        co_await send_error(client, *client_reply, false, idle);
+      }
       co_return false;
     }
+    // Refused before a byte went out (no credential, no connection): the client's request was
+    // read whole, so its connection can carry the next one.
+    bool const keep = !sending && client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
+    error_reply const reply = fail(upstream_failure(attempt.error()));
+    co_await send_error(client, reply, keep, idle);
+    co_return keep;
   }
+  auto& ex = **attempt;
+  auto& rp = ex.response;
+  auto& up = ex.stream;
+  auto& ubuf = ex.buffer;
 
   auto& res = rp->get();
   attempt_over({res.result_int(), std::nullopt});

@@ -67,18 +67,24 @@ net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential
   co_return std::nullopt;
 }
 
-net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, clock::time_point deadline) {
+namespace {
+
+/** The exchange both run_attempt overloads are: a body at hand goes in one write (and again,
+    whole, on a fresh connection when a pooled one was dead); `send` streams one through once. */
+net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                             std::string_view body, const request_sender* send, bool is_head,
+                                             clock::time_point deadline) {
   if (to.auth) {
     auto refused = co_await apply_credential(*to.auth, req, deadline);
     if (refused) co_return std::move(*refused);
   }
+  bool const may_reuse = to.may_reuse && !send;
   auto out = std::make_unique<exchange>();
   for (int round = 0; round < 2; ++round) {
     out->stream.reset();
     out->response.reset();
     out->buffer.consume(out->buffer.size());
-    if (round == 0 && to.may_reuse) {
+    if (round == 0 && may_reuse) {
       if (auto pooled = p.take(to.pool_key)) out->stream.emplace(std::move(*pooled));
     }
     bool const reused = out->stream.has_value();
@@ -88,23 +94,30 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
       out->stream.emplace(std::move(*c.conn));
     }
     auto& up = *out->stream;
-    // The body is sent from memory: a retry sends the same bytes again.
-    req.body().data = body.empty() ? nullptr : const_cast<char*>(body.data());
-    req.body().size = body.size();
-    req.body().more = false;
-    bhttp::request_serializer<bhttp::buffer_body> sr{req};
-    up.expires_at(deadline);
-    auto [wec, wn] = co_await bhttp::async_write(up, sr, use_tuple);
-    if (wec) {
-      if (reused && round == 0 && wec != beast::error::timeout) continue;
-      if (wec == beast::error::timeout)
-        co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
-      co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
+    // Other 1xx than a 100 the client waits for go on to the client even if the attempt
+    // is then retried: they promise nothing about the final answer (an Early Hints of a
+    // failed attempt only wasted a preload). A 100 to a request whose body is at hand
+    // answers an Expect rebound did not forward.
+    interim_route route{to.interim_to, to.client_idle, to.pass_100, false, false};
+    if (send) {
+      auto failed = co_await (*send)(up, *out, route, deadline);
+      if (failed) co_return std::move(*failed);
+      if (out->response) co_return std::move(out);  // answered before it took the body
+    } else {
+      // The body is sent from memory: a retry sends the same bytes again.
+      req.body().data = body.empty() ? nullptr : const_cast<char*>(body.data());
+      req.body().size = body.size();
+      req.body().more = false;
+      bhttp::request_serializer<bhttp::buffer_body> sr{req};
+      up.expires_at(deadline);
+      auto [wec, wn] = co_await bhttp::async_write(up, sr, use_tuple);
+      if (wec) {
+        if (reused && round == 0 && wec != beast::error::timeout) continue;
+        if (wec == beast::error::timeout)
+          co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
+        co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
+      }
     }
-    // A 100 answers an Expect the client did not send (its body is at hand); other 1xx
-    // go on to the client even if the attempt is then retried: they promise nothing
-    // about the final answer (an Early Hints of a failed attempt only wasted a preload).
-    interim_route route{to.interim_to, to.client_idle, false, false, false};
     auto failed = co_await read_final_head(up, out->buffer, out->response, is_head, deadline, route);
     to.interim_to = route.client;
     if (!failed) co_return std::move(out);
@@ -114,6 +127,18 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
     co_return std::move(*failed);
   }
   co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
+}
+
+}  // namespace
+
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                           std::string_view body, bool is_head, clock::time_point deadline) {
+  return exchange_once(p, to, req, body, nullptr, is_head, deadline);
+}
+
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                           const request_sender& send, bool is_head, clock::time_point deadline) {
+  return exchange_once(p, to, req, {}, &send, is_head, deadline);
 }
 
 }  // namespace rebound::upstream

@@ -13,6 +13,7 @@
 #include <boost/system/result.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,17 +75,35 @@ struct destination {
   /// Where interim (1xx) answers go: the client, when it speaks HTTP/1.1; else they are dropped.
   beast::tcp_stream* interim_to = nullptr;
   std::chrono::milliseconds client_idle{0};  ///< how long a write to `interim_to` may take
+  /// The client sent Expect: 100-continue and waits for a 100: the upstream's goes on to it.
+  bool pass_100 = false;
 };
+
+struct interim_route;
+
+/** How a request whose body is not at hand goes out on the open connection: the streaming
+    path relays the client's body as it arrives (forward_once.cpp), after the Expect:
+    100-continue exchange when the client asked for one. It may read the final head itself
+    into `ex.response` (an upstream that answers before taking the body), and moves
+    `deadline` on by the time it waited for the client: the attempt timeout measures the
+    upstream, not the client's upload. */
+using request_sender = std::function<net::awaitable<std::optional<attempt_failure>>(
+    connection& up, exchange& ex, interim_route& route, clock::time_point& deadline)>;
 
 /** The one exchange with an upstream for a request whose body is at hand (none, or kept for
     retries): every attempt of the retry loop is one call. With `to.auth`, the credential is
     made sure of first (R-9): without a valid one the attempt fails with auth_refresh_failed
     and nothing is sent. With `to.may_reuse`, a pooled connection that turns out to be
     closed before any response byte is replaced by a fresh one once, within the same
-    attempt, and the whole request goes again. (A body that streams through once cannot be
-    sent twice, so forward_once builds its exchange from the parts below instead.) */
+    attempt, and the whole request goes again. */
 net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, clock::time_point deadline);
+
+/** The same exchange for a request whose body streams through once: `send` puts it on the
+    connection in place of the single write. Such a request can never be sent again, so it
+    never takes a pooled connection, whatever `to.may_reuse` says. */
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
+                                           const request_sender& send, bool is_head, clock::time_point deadline);
 
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
