@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
