@@ -1,0 +1,254 @@
+// The embedded store on a real SQLite file: durability (reopened, and across SIGKILL), group
+// commit, leases, attempt records, schema versions, file mode.
+#include "proxy/store/sqlite_store.hpp"
+
+#include <sqlite3.h>
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace rebound::store;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A fresh directory for one test's database file, removed afterwards.
+struct temp_db {
+  std::filesystem::path dir;
+  temp_db() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-store-XXXXXX").string();
+    dir = ::mkdtemp(tmpl.data());
+  }
+  ~temp_db() { std::filesystem::remove_all(dir); }
+  std::string path() const { return (dir / "rebound.db").string(); }
+};
+
+/// Waits for a store callback: the test thread is not an Asio executor.
+template <class T, class Submit>
+std::pair<std::optional<store_error>, T> wait_for(Submit submit) {
+  std::promise<std::pair<std::optional<store_error>, T>> p;
+  auto f = p.get_future();
+  submit([&p](std::optional<store_error> e, T v) { p.set_value({std::move(e), std::move(v)}); });
+  return f.get();
+}
+
+const wall_clock::time_point t0 = wall_clock::time_point(std::chrono::seconds(1'800'000'000));
+
+retry_task make_task(std::string id, wall_clock::time_point due = t0) {
+  retry_task t;
+  t.id = std::move(id);
+  t.idempotency_key = "key-" + t.id;
+  t.dependency = "webhooks";
+  t.method = "POST";
+  t.target = "http://hooks.internal:8080/deliver?x=1";
+  t.headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer app-token"}};
+  t.body = std::string("{\"event\":\"paid\"}\0tail", 22);  // a body is bytes, NUL included
+  t.next_attempt_at = due;
+  t.created_at = t0;
+  return t;
+}
+
+bool accept(sqlite_store& s, retry_task t) {
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(std::move(t), cb); });
+  return !e && ok;
+}
+
+std::vector<retry_task> claim(sqlite_store& s, const std::string& owner, wall_clock::time_point now,
+                              std::chrono::seconds lease = 30s) {
+  auto [e, tasks] = wait_for<std::vector<retry_task>>(
+      [&](auto cb) { s.submit_claim(owner, now, now + lease, 100, cb); });
+  EXPECT_FALSE(e) << e->message;
+  return tasks;
+}
+
+std::optional<retry_task> get(sqlite_store& s, const std::string& id) {
+  auto [e, t] = wait_for<std::optional<retry_task>>([&](auto cb) { s.submit_get(id, cb); });
+  EXPECT_FALSE(e);
+  return t;
+}
+
+bool finish(sqlite_store& s, const std::string& owner, attempt_log a, task_status next, wall_clock::time_point at) {
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_finish_attempt(owner, std::move(a), next, at, cb); });
+  EXPECT_FALSE(e);
+  return ok;
+}
+
+}  // namespace
+
+TEST(Store, AnAcceptedTaskIsReadBackWholeAfterReopening) {
+  temp_db db;
+  {
+    sqlite_store s(db.path());
+    ASSERT_TRUE(accept(s, make_task("a1")));
+  }
+  sqlite_store s(db.path());
+  auto t = get(s, "a1");
+  ASSERT_TRUE(t);
+  auto const want = make_task("a1");
+  EXPECT_EQ(t->idempotency_key, want.idempotency_key);
+  EXPECT_EQ(t->method, "POST");
+  EXPECT_EQ(t->target, want.target);
+  EXPECT_EQ(t->headers, want.headers) << "headers, the app's credential included, are kept for the delivery";
+  EXPECT_EQ(t->body, want.body);
+  EXPECT_EQ(t->next_attempt_at, t0);
+  EXPECT_EQ(t->status, task_status::pending);
+  EXPECT_FALSE(get(s, "missing"));
+}
+
+TEST(Store, TheFileIsCreatedReadableByItsOwnerOnly) {
+  temp_db db;
+  sqlite_store s(db.path());
+  struct stat st {};
+  ASSERT_EQ(::stat(db.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(Store, AcceptsThatArriveTogetherAreCommittedTogether) {
+  temp_db db;
+  sqlite_store s(db.path());
+  constexpr int n = 400;
+  std::vector<std::promise<bool>> done(n);
+  for (int i = 0; i < n; ++i)
+    s.submit_accept(make_task("g" + std::to_string(i)),
+                    [&done, i](std::optional<store_error> e, bool ok) { done[i].set_value(!e && ok); });
+  for (auto& d : done) ASSERT_TRUE(d.get_future().get());
+  auto [e, pending] = wait_for<std::uint64_t>([&](auto cb) { s.submit_count(task_status::pending, cb); });
+  EXPECT_EQ(pending, static_cast<std::uint64_t>(n));
+  EXPECT_LT(s.accept_commits(), static_cast<std::uint64_t>(n) / 4) << "one fsync per task caps the accept rate";
+}
+
+TEST(Store, ADuplicateIdFailsAloneAndTheRestOfItsGroupCommits) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("dup")));
+  std::promise<bool> first, second;
+  s.submit_accept(make_task("dup"), [&](std::optional<store_error> e, bool ok) { first.set_value(!e && ok); });
+  s.submit_accept(make_task("fresh"), [&](std::optional<store_error> e, bool ok) { second.set_value(!e && ok); });
+  EXPECT_FALSE(first.get_future().get());
+  EXPECT_TRUE(second.get_future().get());
+  EXPECT_TRUE(get(s, "fresh"));
+}
+
+TEST(Store, ATaskIsNotClaimedBeforeItIsDue) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("later", t0 + 10s)));
+  EXPECT_TRUE(claim(s, "w1", t0 + 9s).empty());
+  auto got = claim(s, "w1", t0 + 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, task_status::in_flight);
+}
+
+TEST(Store, AClaimedTaskIsTakenAgainOnlyOnceItsLeaseExpiredWithItsAttemptsKept) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("leased")));
+  ASSERT_EQ(claim(s, "w1", t0, 30s).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"leased", 1, t0, 503, "", 2ms}, task_status::pending, t0 + 1s));
+  ASSERT_EQ(claim(s, "w1", t0 + 1s, 30s).size(), 1u);  // attempt 2 begins; then w1 crashes
+  EXPECT_TRUE(claim(s, "w2", t0 + 20s).empty()) << "w1's lease still runs";
+  auto again = claim(s, "w2", t0 + 31s);
+  ASSERT_EQ(again.size(), 1u) << "an expired lease makes the task due";
+  EXPECT_EQ(again[0].attempts, 1u) << "the attempt count survives the crash";
+  EXPECT_FALSE(finish(s, "w1", attempt_log{"leased", 2, t0 + 32s, 200, "", 1ms}, task_status::succeeded, t0))
+      << "an owner that lost its lease cannot finish the attempt";
+  EXPECT_TRUE(finish(s, "w2", attempt_log{"leased", 2, t0 + 32s, 200, "", 1ms}, task_status::succeeded, t0));
+  EXPECT_EQ(get(s, "leased")->status, task_status::succeeded);
+}
+
+TEST(Store, FinishingAnAttemptRecordsItAndSchedulesTheNext) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("sched")));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"sched", 1, t0, 0, "connect_refused", 1500us}, task_status::pending, t0 + 5s));
+  auto t = get(s, "sched");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->status, task_status::pending);
+  EXPECT_EQ(t->attempts, 1u);
+  EXPECT_EQ(t->next_attempt_at, t0 + 5s);
+  EXPECT_TRUE(claim(s, "w1", t0 + 4s).empty());
+  EXPECT_EQ(claim(s, "w1", t0 + 5s).size(), 1u);
+  auto [e, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("sched", cb); });
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].error_type, "connect_refused");
+  EXPECT_EQ(log[0].duration, 1500us);
+}
+
+TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
+  temp_db db;
+  { sqlite_store s(db.path()); }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  try {
+    sqlite_store s(db.path());
+    FAIL() << "opened a schema it does not know";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Store, AFileThatIsNotADatabaseIsRefusedAtOpen) {
+  temp_db db;
+  std::ofstream(db.path()) << std::string(8192, 'x');
+  EXPECT_THROW(sqlite_store s(db.path()), std::runtime_error);
+}
+
+// R-8's first half: a task the store said it committed is there after the process dies at
+// any moment. A child process accepts tasks as fast as it can and reports each committed id
+// down a pipe; it is killed with SIGKILL mid-stream, and every reported id must be found.
+TEST(Store, R8_EveryCommittedTaskSurvivesSigkill) {
+  temp_db db;
+  for (int round = 0; round < 5; ++round) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    pid_t const child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(fds[0]);
+      sqlite_store s(db.path());
+      for (int i = 0;; ++i) {
+        auto const id = "r" + std::to_string(round) + "-" + std::to_string(i);
+        auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(make_task(id), cb); });
+        if (e || !ok) ::_exit(3);
+        auto const line = id + "\n";
+        if (::write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(4);
+      }
+    }
+    ::close(fds[1]);
+    std::string acked;
+    char buf[4096];
+    auto const until = std::chrono::steady_clock::now() + 150ms + std::chrono::milliseconds(37 * round);
+    while (std::chrono::steady_clock::now() < until) {
+      auto const n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      acked.append(buf, static_cast<std::size_t>(n));
+    }
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    // Ids acknowledged after the last read still count: read what the pipe holds.
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) acked.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended on its own: " << status;
+
+    sqlite_store s(db.path());
+    std::size_t checked = 0;
+    for (std::size_t at = 0, nl; (nl = acked.find('\n', at)) != std::string::npos; at = nl + 1, ++checked) {
+      auto const id = acked.substr(at, nl - at);
+      ASSERT_TRUE(get(s, id)) << "task " << id << " was reported committed and is gone after SIGKILL";
+    }
+    EXPECT_GT(checked, 0u) << "round " << round << " committed nothing before the kill";
+  }
+}
