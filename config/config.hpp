@@ -190,6 +190,22 @@ struct config {
   request_limits limits;
   policy defaults;
   std::vector<dependency> dependencies;
+  /// `store:` — where handed-over calls are kept (async delivery, R-8).
+  struct store_settings {
+    std::string path = "/var/lib/rebound/rebound.db";
+    bool configured = false;  ///< `store:` was written
+    bool operator==(const store_settings&) const = default;
+  } store;
+  /// `async:` — the entry of async delivery.
+  struct async_settings {
+    std::uint64_t max_body = 1 << 20;  ///< a larger body is refused with 413, nothing stored
+    bool operator==(const async_settings&) const = default;
+  } async;
+
+  /** Whether calls are handed over: `store:` is set, or a policy's context is async, webhook
+      or batch. Only then is the store opened; otherwise `Prefer: respond-async` is not
+      honoured (RFC 7240 lets a server ignore a preference) and the call is forwarded. */
+  bool hands_over() const;
 
   /// Lower-cased `host` and `host:port` keys to an index into `dependencies`.
   std::unordered_map<std::string, std::size_t> host_index;

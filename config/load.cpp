@@ -51,7 +51,7 @@ class reader : public yaml_reader {
     if (!expect_map(root, "")) return;
     check_keys(root, "",
                {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts",
-                "limits", "defaults", "dependencies"});
+                "limits", "defaults", "dependencies", "store", "async"});
     typed(root, "service", "", c.service, parse_service);
     typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
@@ -61,6 +61,19 @@ class reader : public yaml_reader {
     typed(root, "watch_config", "", c.watch_config, parse_bool);
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
+    if (auto n = root["store"]; n && expect_map(n, "store")) {
+      check_keys(n, "store", {"path"});
+      c.store.configured = true;
+      typed(n, "path", "store", c.store.path, [](std::string_view s) {
+        return s.empty() ? parsed<std::string>::fail("must be a file path") : parsed<std::string>::ok(std::string(s));
+      });
+    }
+    if (auto n = root["async"]; n && expect_map(n, "async")) {
+      check_keys(n, "async", {"max_body"});
+      typed(n, "max_body", "async", c.async.max_body, parse_size);
+      if (c.async.max_body == 0 || c.async.max_body > (64u << 20))
+        error(n["max_body"], "async.max_body", "must be between 1B and 64MiB");
+    }
     // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.
     auto const defaults_node = root["defaults"];
     bool const has_defaults = defaults_node && expect_map(defaults_node, "defaults");
@@ -610,6 +623,20 @@ const dependency* config::find_dependency(std::string_view host, std::uint16_t p
   key.resize(bare);
   if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
   return nullptr;
+}
+
+}  // namespace rebound::config
+
+namespace rebound::config {
+
+bool config::hands_over() const {
+  if (store.configured || defaults.context != context_kind::sync) return true;
+  for (auto const& d : dependencies) {
+    if (d.effective.context != context_kind::sync) return true;
+    for (auto const& r : d.routes)
+      if (r.effective.context != context_kind::sync) return true;
+  }
+  return false;
 }
 
 }  // namespace rebound::config

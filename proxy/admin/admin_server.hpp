@@ -7,6 +7,10 @@
 
 #include <atomic>
 
+namespace rebound::store {
+class task_store;
+}
+
 namespace rebound::admin {
 
 struct admin_state {
@@ -14,6 +18,7 @@ struct admin_state {
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
   const observe::metrics* metrics = nullptr;      ///< for GET /metrics
   std::shared_ptr<const config::config> cfg;      ///< for GET /config; a reload replaces it
+  store::task_store* store = nullptr;             ///< for GET /retry-tasks/{id}; null when nothing is handed over
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -2,6 +2,8 @@
 
 #include "config/load.hpp"
 #include "proxy/admin/admin_server.hpp"
+#include "proxy/delivery/scheduler.hpp"
+#include "proxy/store/sqlite_store.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/session_registry.hpp"
@@ -338,6 +340,10 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
+  // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
+  std::unique_ptr<store::sqlite_store> task_store;
+  if (cfg->hands_over()) task_store = std::make_unique<store::sqlite_store>(cfg->store.path);
+  std::string admin_base;
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   for (unsigned i = 0; i < n; ++i) {
@@ -352,7 +358,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::io_context control{1};
   tcp::acceptor admin_acceptor =
       bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false, "admin");
+  admin_base = "http://" + to_string(admin_acceptor.local_endpoint());
   admin::admin_state state;
+  state.store = task_store.get();
   state.guards = &guards;
   state.metrics = &metrics;
   state.cfg = cfg;
@@ -363,9 +371,15 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{running,     &w->running,    &w->pool,         &log, &w->sessions, &w->rng,
-                              &*w->guards, instance_token, &open_connections};
+    http::session_context ctx{running,     &w->running,    &w->pool,         &log,           &w->sessions, &w->rng,
+                              &*w->guards, instance_token, &open_connections, task_store.get(), admin_base};
     net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
+    // Deliveries run on the first worker: one scheduler claims for the process.
+    if (task_store && w == workers.front()) {
+      delivery::scheduler_options so;
+      so.owner = instance_token;
+      net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), report_failure{&log, "delivery"});
+    }
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
   }
   for (auto& w : workers) {

@@ -6,7 +6,6 @@
 #include "proxy/http/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/upstream/secure_origins.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -21,28 +20,6 @@ namespace {
 constexpr std::size_t read_slack = 64 * 1024 + 16 * 1024;
 /// The first read of a request: most heads fit; the parser reads on if one does not.
 constexpr std::size_t first_read = 4096;
-
-/// The dependency name and policy for a target: a configured dependency, or the defaults
-/// under the name `host:port` (SPEC section 2). The rest of the route is filled in once the
-/// request is known to go out (attach_runtime).
-dependency_route resolve(const config::config& cfg, const request_target& t, std::string_view method) {
-  if (auto const* d = cfg.find_dependency(t.host, t.port)) {
-    auto const path = std::string_view(t.origin_form).substr(0, t.origin_form.find('?'));
-    return {d->name, &d->policy_for(method, path), d, nullptr, nullptr, nullptr};
-  }
-  return {t.host + ":" + std::to_string(t.port), &cfg.defaults, nullptr, nullptr, nullptr, nullptr};
-}
-
-/// The dependency's guard, TLS client and credential source, from the worker and the config
-/// generation this request runs on.
-void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t) {
-  route.guard = ctx.guards->find(route.name, *route.policy);
-  if (auto const* origins = ctx.origins()) {
-    // The one place that decides whether an upstream connection is TLS.
-    if (t.scheme == "https") route.tls = origins->tls_for(route.name);
-    route.auth = origins->auth_for(route.name);
-  }
-}
 
 /// A request head checked and routed, or the answer that refuses it.
 struct vetted {
@@ -91,14 +68,8 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
         0};
     return false;
   }
-  v.dependency = resolve(cfg, t, std::string_view(req.method_string().data(), req.method_string().size()));
-  // The dependency's origin is where its requests go; the Host they carry stays the one the
-  // client named. A CONNECT tunnel goes where the client asked: rebound cannot see into it.
-  if (auto const* d = v.dependency.dependency; d && d->origin && !v.is_connect) {
-    v.target.connect_host = d->origin->host;
-    v.target.port = d->origin->port;
-    v.target.scheme = d->origin->scheme;  // https: rebound is the TLS client (SPEC 5)
-  }
+  v.dependency = route_request(cfg, v.target, std::string_view(req.method_string().data(), req.method_string().size()),
+                               v.is_connect);
   if (!v.dependency.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
     v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
                             v.dependency.name, 0};

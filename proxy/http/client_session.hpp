@@ -13,6 +13,10 @@
 #include <memory>
 #include <random>
 
+namespace rebound::store {
+class task_store;
+}
+
 namespace rebound::http {
 
 /** A config and what was built from it (the TLS clients and credential sources of its
@@ -37,6 +41,10 @@ struct session_context {
   retry::guard_cache* guards = nullptr;  ///< the worker's view of the per-dependency budgets and breakers (R-7)
   std::string_view instance_token;       ///< this process's mark in the Via of what it forwards (loop_guard.hpp)
   std::atomic<std::size_t>* open_connections = nullptr;  ///< client connections of all workers
+  /// Where handed-over calls are kept (async delivery); null when the config hands none over.
+  store::task_store* store = nullptr;
+  /// The admin listener's address as clients reach it: the base of a handed-over task's Location.
+  std::string_view admin_base;
 
   const config::config& cfg() const { return *running->cfg; }
   const upstream::secure_origins* origins() const { return running->origins.get(); }

@@ -3,6 +3,8 @@
     that needs it: the retry loop, the single-attempt path and CONNECT never look it up again.
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
+#include "proxy/http/client_session.hpp"
+#include "proxy/http/request_target.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
 #include <memory>
@@ -26,5 +28,15 @@ struct dependency_route {
   upstream::tls_client* tls = nullptr;      ///< the origin's TLS client when it is https://, else null
   auth::credential_source* auth = nullptr;  ///< rebound's credential for the dependency (R-9), if configured
 };
+
+/** The dependency and policy of a request for `t`: a configured dependency, or the defaults
+    under the name `host:port`. A dependency's origin is where its requests go (`t` is
+    rewritten to it; the Host they carry stays the one the client named), except for CONNECT:
+    a tunnel goes where the client asked, since rebound cannot see into it. */
+dependency_route route_request(const config::config& cfg, request_target& t, std::string_view method, bool is_connect);
+
+/// Adds the dependency's guard, TLS client and credential source, from the worker and the
+/// config generation the request runs on.
+void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t);
 
 }  // namespace rebound::http

@@ -3,6 +3,7 @@
 #include "proxy/auth/jwt.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward_once.hpp"
+#include "proxy/http/hand_over.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/idempotency/key.hpp"
@@ -40,39 +41,6 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
                                    {"reason", reason}});
 }
 
-/// How reading a body to keep it ended.
-struct kept_body {
-  std::optional<error_reply> problem;  ///< the client failed; status 0 = nobody left to answer
-  bool overflow = false;               ///< a chunked body outgrew the limit: what was read must still go out
-};
-
-/** Reads the whole request body into `out`, so every attempt can send it again. A chunked
-    body has no length to check in advance: reading stops once it passes `limit`. */
-net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
-                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
-                                          body_pace pace) {
-  if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
-  std::array<char, 16 * 1024> chunk;
-  auto& body = parser.get().body();
-  while (!parser.is_done()) {
-    if (out.size() > limit) co_return kept_body{std::nullopt, true};
-    body.data = chunk.data();
-    body.size = chunk.size();
-    client.expires_after(idle);
-    std::optional<cancel_at> due;
-    due.emplace(client.socket(), pace.deadline(out.size()));
-    auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
-    if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
-    due.reset();
-    if (ec && ec != bhttp::error::need_buffer) {
-      if (auto refusal = body_read_refusal(ec, parser)) co_return kept_body{std::move(*refusal)};
-      co_return kept_body{error_reply{0, error_type::bad_request, "client went away", {}, 0}};
-    }
-    out.append(chunk.data(), chunk.size() - body.size);
-  }
-  co_return kept_body{std::nullopt, out.size() > limit};
-}
-
 /** Streams the last attempt's response to the client, then pools its connection. Its own
     coroutine: the serializer and relay state exist only while a response streams, not
     in the frame of every request waiting for a retry. */
@@ -100,6 +68,32 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 }
 
 }  // namespace
+
+net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
+                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
+                                          body_pace pace) {
+  if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
+  std::array<char, 16 * 1024> chunk;
+  auto& body = parser.get().body();
+  while (!parser.is_done()) {
+    if (out.size() > limit) co_return kept_body{std::nullopt, true};
+    body.data = chunk.data();
+    body.size = chunk.size();
+    client.expires_after(idle);
+    std::optional<cancel_at> due;
+    due.emplace(client.socket(), pace.deadline(out.size()));
+    auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
+    if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
+    due.reset();
+    if (ec && ec != bhttp::error::need_buffer) {
+      if (auto refusal = body_read_refusal(ec, parser)) co_return kept_body{std::move(*refusal)};
+      co_return kept_body{error_reply{0, error_type::bad_request, "client went away", {}, 0}};
+    }
+    out.append(chunk.data(), chunk.size() - body.size);
+  }
+  co_return kept_body{std::nullopt, out.size() > limit};
+}
+
 
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start) {
   return body_pace{start, std::chrono::duration_cast<std::chrono::milliseconds>(cfg.limits.body_timeout),
@@ -345,6 +339,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
                              const dependency_route& route) {
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
+  if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(ctx, client, buffer, parser, target, route);
   forward_plan plan;
   plan_request(plan, parser, target, route.name, policy, *ctx.rng);
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);

@@ -26,6 +26,19 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, b
                              beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
                              const dependency_route& route);
 
+/// How reading a body to keep it ended.
+struct kept_body {
+  std::optional<error_reply> problem;  ///< the client failed; status 0 = nobody left to answer
+  bool overflow = false;               ///< a chunked body outgrew the limit: what was read must still go out
+};
+
+/** Reads the whole request body into `out`, so it can be sent again (every attempt, or a
+    delivery later). A chunked body has no length to check in advance: reading stops once it
+    passes `limit`. */
+net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
+                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
+                                          body_pace pace);
+
 /// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);
 

@@ -38,6 +38,8 @@ std::string_view to_string(error_type t) {
       return "loop_detected";
     case error_type::overloaded:
       return "overloaded";
+    case error_type::store_unavailable:
+      return "store_unavailable";
   }
   return "upstream_protocol_error";
 }
@@ -50,6 +52,7 @@ unsigned default_status(error_type t) {
     case error_type::circuit_open:
     case error_type::budget_exhausted:
     case error_type::overloaded:
+    case error_type::store_unavailable:
       return 503;
     case error_type::bad_request:
       return 400;

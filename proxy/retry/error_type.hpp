@@ -24,6 +24,7 @@ enum class error_type {
   upstream_protocol_error,
   overloaded,     ///< 503: limits.max_connections reached
   loop_detected,  ///< 508: the request targets this rebound or already passed through it
+  store_unavailable,  ///< 503: a call to hand over could not be made durable, so no 202 (R-8)
 };
 
 std::string_view to_string(error_type t);

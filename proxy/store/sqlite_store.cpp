@@ -178,10 +178,13 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
     db = nullptr;
     throw std::runtime_error("store.path " + path + ": " + why);
   }
-  sqlite3_busy_timeout(db, 5000);
+  sqlite3_busy_timeout(db, 2000);
   std::string error;
-  // WAL with synchronous=FULL: a commit is on disk (fsync'd) when it returns.
-  if (!exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", &error))
+  // One process per file: the lock taken by the first write below is held until close, so a
+  // second rebound on the same file is refused here. WAL with synchronous=FULL: a commit is on
+  // disk (fsync'd) when it returns.
+  if (!exec(db, "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                "PRAGMA foreign_keys=ON;", &error))
     throw std::runtime_error("store.path " + path + ": not a usable SQLite database: " + error);
   statement v(db, "PRAGMA user_version");
   if (!v.ok() || v.step() != SQLITE_ROW) throw std::runtime_error("store.path " + path + ": cannot read the schema version");
@@ -198,6 +201,13 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
       throw std::runtime_error("store.path " + path + ": migration to schema version " + std::to_string(i + 1) +
                                " failed: " + error);
     }
+  }
+  // Holding the file alone, every task still IN_FLIGHT was held by a process that died
+  // mid-attempt: it is due again at once, its attempt count kept.
+  if (!exec(db, "BEGIN IMMEDIATE; UPDATE retry_tasks SET lease_expires = 0 WHERE status = 'IN_FLIGHT'; COMMIT;",
+            &error)) {
+    exec(db, "ROLLBACK");
+    throw std::runtime_error("store.path " + path + ": in use by another process, or not writable: " + error);
   }
 }
 
@@ -345,6 +355,18 @@ void sqlite_store::submit_finish_attempt(std::string owner, attempt_log attempt,
       return done(store_error{error}, false);
     }
     done(std::nullopt, true);
+  });
+}
+
+void sqlite_store::submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
+                                   callback<bool> done) {
+  enqueue([owner = std::move(owner), id = std::move(id), until, done = std::move(done)](sqlite3* db) {
+    statement s(db,
+                "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?1, lease_owner = NULL, "
+                "lease_expires = NULL WHERE id = ?2 AND status = 'IN_FLIGHT' AND lease_owner = ?3");
+    s.bind(1, to_ms(until)).bind(2, id).bind(3, owner);
+    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
+    done(std::nullopt, sqlite3_changes(db) > 0);
   });
 }
 

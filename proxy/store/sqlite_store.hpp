@@ -33,6 +33,7 @@ class sqlite_store final : public task_store {
                     std::size_t limit, callback<std::vector<retry_task>> done) override;
   void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                              wall_clock::time_point next_attempt_at, callback<bool> done) override;
+  void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
   void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
   void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) override;
   void submit_count(task_status s, callback<std::uint64_t> done) override;

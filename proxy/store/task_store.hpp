@@ -49,6 +49,9 @@ class task_store {
       `next_attempt_at`, or to a final status. Refused (false) when the lease was lost. */
   virtual void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                                      wall_clock::time_point next_attempt_at, callback<bool> done) = 0;
+  /** Gives a task `owner` holds back, due at `until`, with no attempt counted: R-7's budget
+      or breaker refused the attempt, which is postponed, never dropped. */
+  virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) = 0;
   virtual void submit_get(std::string id, callback<std::optional<retry_task>> done) = 0;
   virtual void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) = 0;
   /// Tasks by status: what the admin API and the start-up report count.
@@ -73,6 +76,43 @@ auto async_accept(task_store& s, retry_task task, Token&& token) {
   return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
       [&s](auto handler, retry_task t) { s.submit_accept(std::move(t), detail::back_to<bool>(std::move(handler))); },
       token, std::move(task));
+}
+
+template <class Token>
+auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt, task_status next,
+                          wall_clock::time_point next_attempt_at, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
+      [&s](auto handler, std::string o, attempt_log a, task_status n, wall_clock::time_point at) {
+        s.submit_finish_attempt(std::move(o), std::move(a), n, at, detail::back_to<bool>(std::move(handler)));
+      },
+      token, std::move(owner), std::move(attempt), next, next_attempt_at);
+}
+
+template <class Token>
+auto async_postpone(task_store& s, std::string owner, std::string id, wall_clock::time_point until, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
+      [&s](auto handler, std::string o, std::string i, wall_clock::time_point u) {
+        s.submit_postpone(std::move(o), std::move(i), u, detail::back_to<bool>(std::move(handler)));
+      },
+      token, std::move(owner), std::move(id), until);
+}
+
+template <class Token>
+auto async_get(task_store& s, std::string id, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, std::optional<retry_task>)>(
+      [&s](auto handler, std::string i) {
+        s.submit_get(std::move(i), detail::back_to<std::optional<retry_task>>(std::move(handler)));
+      },
+      token, std::move(id));
+}
+
+template <class Token>
+auto async_attempts(task_store& s, std::string id, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, std::vector<attempt_log>)>(
+      [&s](auto handler, std::string i) {
+        s.submit_attempts(std::move(i), detail::back_to<std::vector<attempt_log>>(std::move(handler)));
+      },
+      token, std::move(id));
 }
 
 template <class Token>

@@ -184,6 +184,26 @@ TEST(Store, FinishingAnAttemptRecordsItAndSchedulesTheNext) {
   EXPECT_EQ(log[0].duration, 1500us);
 }
 
+TEST(Store, ASecondStoreOnTheSameFileIsRefused) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("held")));  // the first write takes the lock
+  EXPECT_THROW(sqlite_store second(db.path()), std::runtime_error);
+}
+
+TEST(Store, ATaskInFlightWhenItsProcessDiedIsDueAtOnceAfterReopening) {
+  temp_db db;
+  {
+    sqlite_store s(db.path());
+    ASSERT_TRUE(accept(s, make_task("orphan")));
+    ASSERT_EQ(claim(s, "dead-process", t0, std::chrono::hours(1)).size(), 1u);
+  }
+  sqlite_store s(db.path());
+  auto again = claim(s, "new-process", t0 + 1s);
+  ASSERT_EQ(again.size(), 1u) << "the dead owner's hour-long lease is not waited out";
+  EXPECT_EQ(again[0].id, "orphan");
+}
+
 TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
   temp_db db;
   { sqlite_store s(db.path()); }

@@ -1,0 +1,235 @@
+// Async delivery (R-8; issue 17's first slice): a handed-over call is stored in the real
+// SQLite file before the 202, delivered in the background through the same exchange and
+// decision as a sync request, and dead-lettered when it cannot be delivered. Durability is
+// proven by SIGKILL of the real process.
+#include "helpers.hpp"
+
+#include <map>
+#include <regex>
+#include <set>
+
+namespace itest {
+namespace {
+
+/// A store file in a directory of the test's own, removed with it.
+struct store_dir {
+  std::string dir = make_temp_dir();
+  ~store_dir() { remove_tree(dir); }
+  std::string yaml() const { return "store: {path: " + dir + "/rebound.db}\n"; }
+};
+
+ReboundOptions hooks_to(const ScriptedUpstream& up, const store_dir& store, const std::string& more = {}) {
+  ReboundOptions o;
+  o.extra = store.yaml() + "dependencies:\n  hooks:\n    hosts: [\"" + up.authority() +
+            "\"]\n    context: webhook\n    backoff: {base: 10ms, cap: 50ms}\n" + more;
+  return o;
+}
+
+std::string post(const std::string& authority, const std::string& path, const std::string& body,
+                 const std::string& extra_headers = {}) {
+  return absolute_request("POST", authority, path, "Content-Type: application/json\r\n" + extra_headers, body);
+}
+
+/// The task id of a 202 answer, checked against its Location; empty when it is not one.
+std::string accepted_task(const std::optional<Response>& r, const ReboundProcess& rb) {
+  if (!r || r->status != 202) return {};
+  auto const body = parse_json(r->body);
+  if (!body || !body->get("task_id")) return {};
+  auto const id = body->get("task_id")->s;
+  EXPECT_EQ(r->header("Location").value_or(""),
+            "http://127.0.0.1:" + std::to_string(rb.admin_port()) + "/retry-tasks/" + id);
+  EXPECT_EQ(r->header("Preference-Applied").value_or(""), "respond-async");
+  return id;
+}
+
+/// GET /retry-tasks/{id} until its status is `want` (10 s at most); the last answer.
+std::optional<Json> task_until(const ReboundProcess& rb, const std::string& id, const std::string& want) {
+  std::optional<Json> last;
+  for (int i = 0; i < 200; ++i) {
+    HttpClient admin(rb.admin_port());
+    last = parse_json(admin.get("/retry-tasks/" + id).body);
+    if (last && last->get("status") && last->get("status")->s == want) return last;
+    std::this_thread::sleep_for(50ms);
+  }
+  return last;
+}
+
+std::string status_of(const std::optional<Json>& j) {
+  return j && j->get("status") ? j->get("status")->s : std::string("<no answer>");
+}
+
+const std::regex uuid_v4("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+
+TEST(Async, R8_AWebhookIsStoredAnswered202ThenDeliveredWithAKey) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  std::string const body = "{\"event\":\"invoice.paid\"}";
+  auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", body));
+  auto const id = accepted_task(r, rb);
+  ASSERT_FALSE(id.empty()) << (r ? std::to_string(r->status) + " " + r->body : last_exchange_error());
+  EXPECT_TRUE(std::regex_match(id, uuid_v4)) << id;
+  ASSERT_TRUE(rb.wait_for_log("\"task_accepted\""));
+  auto const done = task_until(rb, id, "SUCCEEDED");
+  ASSERT_EQ(status_of(done), "SUCCEEDED") << rb.stdout_text();
+  EXPECT_EQ(done->get("attempts")->n, 1);
+  auto const reqs = up.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].body, body);
+  EXPECT_EQ(reqs[0].method, "POST");
+  EXPECT_TRUE(std::regex_match(reqs[0].header("Idempotency-Key").value_or(""), uuid_v4))
+      << "a delivery always carries a key (R-6)";
+  EXPECT_EQ(reqs[0].header("Content-Type").value_or(""), "application/json");
+  EXPECT_FALSE(reqs[0].header("Prefer")) << "the preference was rebound's to apply, not the upstream's";
+  ASSERT_TRUE(rb.wait_for_log("\"task_delivered\""));
+}
+
+TEST(Async, R6_AFailedDeliveryIsRetriedWithOneKeyUntilItSucceeds) {
+  ScriptedUpstream up;
+  up.on_sequence("/hook", {respond(503), respond(503), respond(200)});
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", "{}", "Idempotency-Key: app-key-7\r\n"));
+  auto const id = accepted_task(r, rb);
+  ASSERT_FALSE(id.empty());
+  auto const done = task_until(rb, id, "SUCCEEDED");
+  ASSERT_EQ(status_of(done), "SUCCEEDED") << rb.stdout_text();
+  EXPECT_EQ(done->get("attempts")->n, 3);
+  ASSERT_EQ(done->get("attempt_log")->a.size(), 3u);
+  EXPECT_EQ(done->get("attempt_log")->a[0].get("status")->n, 503);
+  auto const reqs = up.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  for (auto const& q : reqs) EXPECT_EQ(q.header("Idempotency-Key").value_or(""), "app-key-7") << "the app's key is kept";
+}
+
+TEST(Async, R8_AFinalFailureIsDeadLetteredWithItsAttempt) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(400));
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  auto const dead = task_until(rb, id, "DEAD_LETTERED");
+  ASSERT_EQ(status_of(dead), "DEAD_LETTERED") << rb.stdout_text();
+  EXPECT_EQ(dead->get("attempts")->n, 1) << "R-4: a 400 is final, not retried";
+  ASSERT_TRUE(rb.wait_for_log("\"dead_lettered\""));
+  auto const logs = rb.stdout_text();
+  auto const at = logs.find("\"dead_lettered\"");
+  auto const begin = logs.rfind('\n', at) + 1;  // npos + 1 == 0 for the first line
+  auto const line = logs.substr(begin, logs.find('\n', at) - begin);
+  EXPECT_NE(line.find("\"level\":\"error\""), std::string::npos) << "dead letters are logged at error level: " << line;
+  EXPECT_NE(line.find("\"reason\":\"http_400\""), std::string::npos) << line;
+  EXPECT_EQ(up.request_count("/hook"), 1u);
+}
+
+TEST(Async, R8_RetriesThatRunOutAreDeadLetteredAfterTheWebhookCount) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(503));
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store, "    max_retries: 3\n"));
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  auto const dead = task_until(rb, id, "DEAD_LETTERED");
+  ASSERT_EQ(status_of(dead), "DEAD_LETTERED") << rb.stdout_text();
+  EXPECT_EQ(dead->get("attempts")->n, 4) << "max_retries 3: four attempts";
+  EXPECT_EQ(up.request_count("/hook"), 4u);
+}
+
+TEST(Async, PreferRespondAsyncHandsOverACallOnASyncRoute) {
+  ScriptedUpstream up;
+  up.on("/sync", respond(200));
+  store_dir store;
+  ReboundOptions o;
+  o.extra = store.yaml();
+  ReboundProcess rb(o);
+  auto plain = raw_exchange(rb.port(), post(up.authority(), "/sync", "{}"));
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200u) << "without the preference the call is forwarded while the client waits";
+  auto const id =
+      accepted_task(raw_exchange(rb.port(), post(up.authority(), "/sync", "{}", "Prefer: wait=5, respond-async\r\n")), rb);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(status_of(task_until(rb, id, "SUCCEEDED")), "SUCCEEDED");
+  EXPECT_EQ(up.request_count("/sync"), 2u);
+}
+
+TEST(Async, PreferRespondAsyncIsIgnoredWhenNothingIsHandedOver) {
+  ScriptedUpstream up;
+  up.on("/sync", respond(200));
+  ReboundProcess rb;  // no store, no async context: the store is not even opened
+  auto r = raw_exchange(rb.port(), post(up.authority(), "/sync", "{}", "Prefer: respond-async\r\n"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u) << "RFC 7240: a preference the server cannot honour is ignored";
+  EXPECT_FALSE(r->header("Preference-Applied"));
+}
+
+TEST(Async, ABodyOverMaxBodyIsRefusedWith413AndNothingIsStored) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  store_dir store;
+  auto o = hooks_to(up, store);
+  o.extra = "async: {max_body: 16B}\n" + o.extra;
+  ReboundProcess rb(o);
+  auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", std::string(100, 'x')));
+  EXPECT_TRUE(IsReboundError(r, 413, {"bad_request"}));
+  auto chunked = raw_exchange(rb.port(), "POST http://" + up.authority() + "/hook HTTP/1.1\r\nHost: " + up.authority() +
+                                             "\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n" + std::string(64, 'y') +
+                                             "\r\n0\r\n\r\n");
+  EXPECT_TRUE(IsReboundError(chunked, 413, {"bad_request"})) << "a chunked body is measured as it arrives";
+  std::this_thread::sleep_for(300ms);  // time a delivery would have taken, had anything been stored
+  EXPECT_EQ(up.request_count("/hook"), 0u);
+  EXPECT_EQ(rb.stdout_text().find("\"task_accepted\""), std::string::npos);
+}
+
+TEST(Async, AnUnknownTaskIs404OnTheAdminApi) {
+  ScriptedUpstream up;
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  HttpClient admin(rb.admin_port());
+  auto r = admin.get("/retry-tasks/no-such-task");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_NE(r.body.find("not_found"), std::string::npos) << r.body;
+}
+
+TEST(Async, AStoreThatCannotBeOpenedRefusesStartUp) {
+  store_dir store;
+  write_file(store.dir + "/rebound.db", std::string(8192, 'x'));  // not a database
+  auto run = run_with_config("listen: 127.0.0.1:" + std::to_string(free_port()) + "\nadmin: 127.0.0.1:" +
+                             std::to_string(free_port()) + "\n" + store.yaml());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("store.path"), std::string::npos) << run.err;
+}
+
+// R-8: nothing that got a 202 is lost. rebound is killed with SIGKILL while it retries a
+// batch of tasks (the upstream answers 503 with Retry-After: 1); a new rebound on the same
+// file delivers every one of them, each with the one key it was accepted with.
+TEST(Async, R8_EveryAcceptedTaskIsDeliveredAfterSigkillWithItsOneKey) {
+  ScriptedUpstream up;
+  Script busy = respond(503);
+  busy.headers = {{"Retry-After", "1"}};
+  up.on("/hook", busy);
+  store_dir store;
+  auto const options = hooks_to(up, store);
+  std::set<std::string> ids;
+  {
+    ReboundProcess rb(options);
+    for (int i = 0; i < 20; ++i) {
+      auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{\"n\":" + std::to_string(i) + "}")), rb);
+      ASSERT_FALSE(id.empty());
+      ids.insert(id);
+    }
+    ASSERT_TRUE(up.wait_for_requests(10));
+    rb.signal(SIGKILL);
+    ASSERT_TRUE(rb.wait_exit(5s).has_value());
+  }
+  up.on("/hook", respond(200));
+  ReboundProcess again(options);
+  for (auto const& id : ids) EXPECT_EQ(status_of(task_until(again, id, "SUCCEEDED")), "SUCCEEDED") << id;
+  std::map<std::string, std::set<std::string>> bodies_by_key;
+  for (auto const& q : up.requests()) bodies_by_key[q.header("Idempotency-Key").value_or("")].insert(q.body);
+  EXPECT_EQ(bodies_by_key.size(), 20u) << "one key per task, the same on every attempt, before and after the kill";
+  for (auto const& [key, bodies] : bodies_by_key) EXPECT_EQ(bodies.size(), 1u) << "key " << key << " carried two calls";
+}
+
+}  // namespace
+}  // namespace itest

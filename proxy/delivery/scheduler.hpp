@@ -1,0 +1,24 @@
+#pragma once
+/** Async delivery (R-3 async, R-8): claims due tasks from the store with a lease and delivers
+    each through the same exchange (upstream::run_attempt) and the same decision
+    (retry::decide) as a request a client waits for. What decide says about an attempt is
+    written back: delivered, due again after the drawn wait, or dead-lettered with every
+    attempt kept. Pending tasks live in the store, not in memory. */
+#include "proxy/http/client_session.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace rebound::delivery {
+
+struct scheduler_options {
+  std::string owner;                                  ///< this process in the leases it takes
+  std::chrono::milliseconds poll{100};                ///< how often the store is asked for due tasks
+  std::chrono::seconds lease{120};                    ///< a task not finished by then is taken again
+  std::size_t max_in_flight = 64;                     ///< deliveries under way at once
+};
+
+/// Runs on one worker's io_context until a drain begins; `ctx.store` is set.
+net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options);
+
+}  // namespace rebound::delivery

@@ -1,0 +1,162 @@
+#include "proxy/http/hand_over.hpp"
+
+#include "proxy/http/forward.hpp"
+#include "proxy/http/message_rewrite.hpp"
+#include "proxy/idempotency/key.hpp"
+#include "proxy/observe/json.hpp"
+#include "proxy/store/task_store.hpp"
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace rebound::http {
+namespace {
+
+/// RFC 7240: `Prefer` holds comma-separated preferences; respond-async is one token of them.
+bool prefers_async(const bhttp::request<bhttp::buffer_body>& req) {
+  auto const [first, last] = req.equal_range(bhttp::field::prefer);
+  for (auto f = first; f != last; ++f) {
+    std::string_view v = f->value();
+    while (!v.empty()) {
+      auto const comma = v.find(',');
+      auto item = v.substr(0, comma);
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      auto const end = item.find_first_of(" \t;=");
+      if (beast::iequals(item.substr(0, end), "respond-async")) return true;
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+/** The task as the delivery will send it: the request as forwarded (hop-by-hop fields gone,
+    Via added), minus the framing, which the delivery sets for the stored body, and minus
+    Prefer, which asked rebound, not the upstream. */
+store::retry_task make_task(const bhttp::request<bhttp::buffer_body>& req, const request_target& target,
+                            const dependency_route& route, std::string id, std::string key, std::string body) {
+  store::retry_task t;
+  t.id = std::move(id);
+  t.idempotency_key = std::move(key);
+  t.dependency = route.name;
+  t.method = std::string(req.method_string());
+  t.target = "http://" + target.authority + target.origin_form;
+  for (auto const& f : req) {
+    auto const name = f.name();
+    if (name == bhttp::field::content_length || name == bhttp::field::transfer_encoding ||
+        name == bhttp::field::prefer || name == bhttp::field::expect)
+      continue;
+    t.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  }
+  t.body = std::move(body);
+  t.created_at = t.next_attempt_at = store::wall_clock::now();
+  return t;
+}
+
+net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_context& ctx, const std::string& id,
+                                   bool keep_alive, std::chrono::milliseconds idle) {
+  bhttp::response<bhttp::string_body> res{bhttp::status::accepted, 11};
+  res.set(bhttp::field::content_type, "application/json");
+  res.set(bhttp::field::location, std::string(ctx.admin_base) + "/retry-tasks/" + id);
+  res.set("Preference-Applied", "respond-async");
+  res.set(bhttp::field::via, "1.1 rebound");
+  std::string body = "{\"task_id\":";
+  observe::append_json_string(body, id);
+  body += ",\"status\":\"PENDING\"}\n";
+  res.body() = std::move(body);
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  client.expires_after(idle);
+  auto [ec, n] = co_await bhttp::async_write(client, res, use_tuple);
+  co_return !ec && keep_alive;
+}
+
+}  // namespace
+
+bool wants_hand_over(const session_context& ctx, const request_parser& parser, const config::policy& policy) {
+  if (!ctx.store) return false;
+  return policy.context != config::context_kind::sync || prefers_async(parser.get());
+}
+
+net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                               request_parser& parser, const request_target& target, const dependency_route& route) {
+  auto& req = parser.get();
+  auto const idle = ctx.cfg().limits.idle_timeout;
+  auto const max_body = ctx.cfg().async.max_body;
+  bool const keep = req.keep_alive();
+  // Arguments by reference: GCC 12 destroys by-value arguments of a co_awaited call twice.
+  auto refuse = [&](const error_reply& refusal, bool keep_after) -> net::awaitable<bool> {
+    error_reply reply = refusal;
+    reply.dependency = route.name;
+    route.guard->answered(reply.status);
+    co_await send_error(client, reply, keep_after, idle);
+    co_return keep_after;
+  };
+
+  auto const& key_header = route.policy->idempotency.header;
+  std::string key;
+  if (auto it = req.find(key_header); it != req.end()) {
+    if (auto problem = idempotency::key_problem(it->value())) {
+      error_reply const bad{400, error_type::bad_request, *problem, {}, 0};
+      co_return co_await refuse(bad, parser.is_done() && keep);
+    }
+    key = std::string(it->value());
+  }
+  auto const id = idempotency::new_key();
+  if (key.empty()) {
+    // A delivery goes again after any failure, so it always carries a key: the app's,
+    // else one made now and stored with the task.
+    auto made = idempotency::new_key();
+    if (!made || !id) {
+      error_reply const none{503, error_type::store_unavailable, "no task id or idempotency key could be generated", {}, 0};
+      co_return co_await refuse(none, false);
+    }
+    key = std::move(*made);
+    req.set(key_header, key);
+  }
+  if (auto cl = parser.content_length(); cl && *cl > max_body) {
+    error_reply const big{413, error_type::bad_request, "body larger than async.max_body: nothing was stored", {}, 0};
+    co_return co_await refuse(big, false);
+  }
+
+  std::string body;
+  if (!parser.is_done()) {
+    // The client waits for a 100 before it sends the body; rebound takes the body itself.
+    if (req.version() >= 11 && req.count(bhttp::field::expect) > 0) {
+      static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+      client.expires_after(idle);
+      auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
+      if (cec) co_return false;
+    }
+    auto kept = co_await read_whole_body(client, buffer, parser, body, max_body, idle,
+                                         pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
+    if (kept.problem) {
+      if (kept.problem->status == 0) co_return false;
+      co_return co_await refuse(*kept.problem, false);
+    }
+    if (kept.overflow || body.size() > max_body) {
+      error_reply const big{413, error_type::bad_request, "body larger than async.max_body: nothing was stored", {}, 0};
+      co_return co_await refuse(big, false);
+    }
+  }
+  prepare_upstream_request(req, parser, target, ctx.instance_token);
+  auto task = make_task(req, target, route, *id, key, std::move(body));
+  auto [failed, stored] = co_await store::async_accept(*ctx.store, std::move(task), use_tuple);
+  if (failed || !stored) {
+    std::string const why = failed ? failed->message : "not stored";
+    ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});
+    error_reply const down{503, error_type::store_unavailable, "the call could not be stored: " + why, {}, 0, 1};
+    co_return co_await refuse(down, keep);
+  }
+  route.guard->answered(202);
+  ctx.log->info("task_accepted", {{"task_id", *id},
+                                  {"dependency", route.name},
+                                  {"method", std::string_view(req.method_string())},
+                                  {"path", loggable_path(target.origin_form)},
+                                  {"idempotency_key", key}});
+  co_return co_await send_accepted(client, ctx, *id, keep && !ctx.sessions->draining(), idle);
+}
+
+}  // namespace rebound::http
