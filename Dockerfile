@@ -38,7 +38,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 rebound \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin rebound
+      --shell /usr/sbin/nologin rebound \
+ && install -d -o 10001 -g 10001 -m 0700 /var/lib/rebound
+# Handed-over calls (async delivery) live in /var/lib/rebound/rebound.db: mount a volume there
+# so they outlive the container.
+VOLUME /var/lib/rebound
 COPY --from=build /src/build/rebound /usr/local/bin/rebound
 COPY docker/rebound.yaml /etc/rebound/rebound.yaml
 USER 10001:10001

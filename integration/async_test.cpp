@@ -120,6 +120,14 @@ TEST(Async, R8_AFinalFailureIsDeadLetteredWithItsAttempt) {
   auto const line = logs.substr(begin, logs.find('\n', at) - begin);
   EXPECT_NE(line.find("\"level\":\"error\""), std::string::npos) << "dead letters are logged at error level: " << line;
   EXPECT_NE(line.find("\"reason\":\"http_400\""), std::string::npos) << line;
+  HttpClient admin(rb.admin_port());
+  auto const metrics = admin.get("/metrics").body;
+  auto const series = metrics.find("dlq_messages_total{");
+  ASSERT_NE(series, std::string::npos) << metrics;
+  auto const series_line = metrics.substr(series, metrics.find('\n', series) - series);
+  EXPECT_NE(series_line.find("dependency=\"hooks\""), std::string::npos) << series_line;
+  EXPECT_NE(series_line.find("reason=\"http_400\""), std::string::npos) << series_line;
+  EXPECT_TRUE(series_line.ends_with(" 1")) << series_line;
   EXPECT_EQ(up.request_count("/hook"), 1u);
 }
 

@@ -194,6 +194,7 @@ void reload(control_state& cs) {
   if (!same_endpoint(next.listen, running.listen)) restart.push_back("listen"), next.listen = running.listen;
   if (!same_endpoint(next.admin, running.admin)) restart.push_back("admin"), next.admin = running.admin;
   pin(&config::config::workers, "workers");
+  pin(&config::config::store, "store");  // the file is opened (and locked) once, at start
   pin(&config::config::service, "service");  // the label of every metric series already made
   if (cs.options.log_level_pinned)
     next.log_level = running.log_level;
@@ -394,6 +395,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   run_guarded(control, log, "control");
   for (auto& w : workers) w->ioc.stop();
   for (auto& w : workers) w->thread.join();
+  // Closed while the io_contexts it posts its completions to still exist (stopped, so they
+  // are dropped): its destructor finishes the queued work first.
+  task_store.reset();
   log.info("stopped", {{"log_lines_dropped", log.dropped()}});
   log.flush();
   return 0;

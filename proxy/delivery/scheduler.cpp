@@ -163,13 +163,15 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
   }
   if (next.status == store::task_status::succeeded)
     log.info("task_delivered", {{"task_id", task.id}, {"dependency", route.name}, {"attempts", number}});
-  else if (next.status == store::task_status::dead_lettered)
+  else if (next.status == store::task_status::dead_lettered) {
+    guard.dead_lettered(next.reason);
     log.error("dead_lettered", {{"task_id", task.id},
                                 {"dependency", route.name},
                                 {"reason", next.reason},
                                 {"attempts", number},
                                 {"idempotency_key", task.idempotency_key},
                                 {"message", message}});
+  }
 }
 
 }  // namespace

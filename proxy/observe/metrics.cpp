@@ -79,6 +79,12 @@ void dependency_metrics::backoff(std::chrono::milliseconds wait) {
 
 void dependency_metrics::exhausted() { exhausted_.Increment(); }
 
+void dependency_metrics::dead_lettered(std::string_view reason) {
+  auto labels = owner_.labels(name_);
+  labels.emplace("reason", std::string(reason));
+  owner_.dlq_messages_.Add(labels).Increment();  // rare: Family::Add's lock is no cost here
+}
+
 void dependency_metrics::answered(unsigned code) {
   if (code < 100 || code > 599) return;
   constexpr std::uint64_t address_mask = (std::uint64_t{1} << 48) - 1;
