@@ -187,6 +187,14 @@ std::string effective_config_json(const config& cfg) {
       l.string("body_timeout", format_duration(cfg.limits.body_timeout));
       l.string("min_body_rate", format_size(cfg.limits.min_body_rate));
     }
+    if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
+      object_writer st(w.nested("store"));
+      st.string("path", cfg.store.path);
+    }
+    {
+      object_writer a(w.nested("async"));
+      a.string("max_body", format_size(cfg.async.max_body));
+    }
     {
       object_writer d(w.nested("defaults"));
       write_policy(d, cfg.defaults);
