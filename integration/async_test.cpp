@@ -4,7 +4,12 @@
 // proven by SIGKILL of the real process.
 #include "helpers.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <regex>
 #include <set>
 
@@ -237,6 +242,65 @@ TEST(Async, R8_EveryAcceptedTaskIsDeliveredAfterSigkillWithItsOneKey) {
   for (auto const& q : up.requests()) bodies_by_key[q.header("Idempotency-Key").value_or("")].insert(q.body);
   EXPECT_EQ(bodies_by_key.size(), 20u) << "one key per task, the same on every attempt, before and after the kill";
   for (auto const& [key, bodies] : bodies_by_key) EXPECT_EQ(bodies.size(), 1u) << "key " << key << " carried two calls";
+}
+
+// The crash test: rebound is killed with SIGKILL at 20 random moments while a client
+// keeps handing calls over and deliveries run against a counting upstream. After the last
+// restart every call that got a 202 reaches the upstream, and each with one key throughout.
+TEST(Async, R8_TwentyKillsAtRandomMomentsLoseNoAcceptedCall) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  store_dir store;
+  auto const options = hooks_to(up, store);
+  auto const seed = static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::mt19937 rng(seed);
+  std::mutex mutex;
+  std::set<std::string> accepted;  // bodies that got a 202
+  int sent = 0;
+  for (int round = 0; round < 20; ++round) {
+    ReboundProcess rb(options);
+    std::atomic<bool> stop{false};
+    std::thread client([&] {
+      while (!stop) {
+        std::string body;
+        {
+          std::lock_guard lock(mutex);
+          body = "{\"n\":" + std::to_string(sent++) + "}";
+        }
+        auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", body), 2s);
+        if (r && r->status == 202) {
+          std::lock_guard lock(mutex);
+          accepted.insert(body);
+        }
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(10, 250)(rng)));
+    rb.signal(SIGKILL);
+    ASSERT_TRUE(rb.wait_exit(5s).has_value());
+    stop = true;
+    client.join();
+  }
+  ASSERT_GT(accepted.size(), 20u) << "seed " << seed << ": too few calls accepted to prove anything";
+  ReboundProcess last(options);
+  std::map<std::string, std::set<std::string>> keys_by_body;
+  for (int i = 0; i < 600; ++i) {  // 30 s at most
+    keys_by_body.clear();
+    for (auto const& q : up.requests()) keys_by_body[q.body].insert(q.header("Idempotency-Key").value_or(""));
+    if (std::all_of(accepted.begin(), accepted.end(), [&](auto const& b) { return keys_by_body.count(b) > 0; })) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  std::size_t lost = 0;
+  for (auto const& body : accepted) {
+    auto it = keys_by_body.find(body);
+    if (it == keys_by_body.end()) {
+      ++lost;
+      continue;
+    }
+    EXPECT_EQ(it->second.size(), 1u) << "seed " << seed << ": " << body << " was delivered with more than one key";
+  }
+  EXPECT_EQ(lost, 0u) << "seed " << seed << ": " << lost << " of " << accepted.size() << " accepted calls never arrived";
+  std::cerr << "[crash] " << accepted.size() << " accepted of " << sent << " sent across 20 kills; "
+            << up.request_count("/hook") << " deliveries\n";
 }
 
 }  // namespace
