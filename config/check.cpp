@@ -31,6 +31,17 @@ std::vector<policy_finding> check_policy(const policy& p) {
     out.push_back({"total_timeout", "must be greater than 0", {}, false});
   else if (p.attempt_timeout.count() == 0)
     out.push_back({"attempt_timeout", "must be greater than 0", {}, false});
+  for (std::size_t i = 0; i < p.schedule.size(); ++i) {
+    auto const step = p.schedule[i];
+    if (step.count() == 0 || step > std::chrono::hours(24)) {
+      out.push_back({"schedule", "every step must be greater than 0 and at most 24h", "R-3", false});
+      break;
+    }
+    if (i > 0 && step <= p.schedule[i - 1]) {
+      out.push_back({"schedule", "steps must increase: a repeated delay is a fixed interval", "R-1", false});
+      break;
+    }
+  }
   if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap)
     out.push_back({"backoff", "backoff.base must be greater than 0 and at most backoff.cap", "R-1", false});
   return out;

@@ -132,6 +132,9 @@ struct policy {
   context_kind context = context_kind::sync;
   unsigned max_retries = 3;
   backoff_policy backoff;
+  /// The waits before retries 1, 2, ... (R-3's webhook table, or `schedule:`), with jitter
+  /// over each step (retry/backoff.hpp); empty: the R-1 backoff above spaces the retries.
+  std::vector<duration> schedule;
   duration total_timeout = std::chrono::seconds(30);
   duration attempt_timeout = std::chrono::seconds(10);
   retry::retry_on retry_on = retry::retry_on::r4_default();
@@ -145,6 +148,9 @@ struct policy {
 /// R-2's default retries and R-3's total duration for a context.
 unsigned builtin_max_retries(context_kind c);
 duration builtin_total_timeout(context_kind c);
+/// R-3's webhook table (1s, 5s, 30s, 2m, 15m, 1h, 4h after an immediate first attempt) for
+/// webhook; empty for the other contexts, whose retries follow the R-1 backoff.
+std::vector<duration> builtin_schedule(context_kind c);
 /// R-2's allowed range of max_retries for a context.
 struct retry_range {
   unsigned low, high;

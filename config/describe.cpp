@@ -108,6 +108,11 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
     b.string("cap", format_duration(p.backoff.cap));
     b.string("jitter", p.backoff.jitter == jitter_kind::full ? "full" : "decorrelated");
   }
+  if (!p.schedule.empty()) {
+    std::vector<std::string> steps;
+    for (auto const s : p.schedule) steps.push_back(format_duration(s));
+    w.strings("schedule", steps);
+  }
   w.string("total_timeout", format_duration(p.total_timeout));
   w.string("attempt_timeout", format_duration(p.attempt_timeout));
   w.strings("retry_on", p.retry_on.names());

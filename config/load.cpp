@@ -126,6 +126,7 @@ class reader : public yaml_reader {
     std::optional<unsigned> max_retries;
     std::optional<duration> base, cap, total_timeout, attempt_timeout;
     std::optional<jitter_kind> jitter;
+    std::optional<std::vector<duration>> schedule;
     std::optional<retry::retry_on> retry_on;
     std::optional<std::uint64_t> max_retry_body;
     std::optional<std::string> idempotency_header, approval;
@@ -138,8 +139,8 @@ class reader : public yaml_reader {
   };
 
   static std::vector<std::string_view> policy_keys() {
-    return {"context",        "max_retries", "backoff",  "total_timeout", "attempt_timeout", "retry_on",
-            "max_retry_body", "idempotency", "approval", "budget",        "circuit_breaker"};
+    return {"context",     "max_retries", "backoff", "schedule", "total_timeout", "attempt_timeout", "retry_on",
+            "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker"};
   }
 
   template <class T, class Parse>
@@ -179,6 +180,24 @@ class reader : public yaml_reader {
         optional_typed(b, "cap", bpath, l.cap, parse_duration);
         optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
         if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
+      }
+    }
+    if (auto sch = n["schedule"]) {
+      auto const spath = join(path, "schedule");
+      if (!sch.IsSequence() || sch.size() == 0 || sch.size() > 32) {
+        error(sch, spath, "must be a list of 1 to 32 durations, e.g. [1s, 5s, 30s, 2m]");
+      } else {
+        std::vector<duration> steps;
+        auto const before = diags_.size();
+        for (std::size_t i = 0; i < sch.size(); ++i) {
+          auto const step_path = spath + "[" + std::to_string(i) + "]";
+          auto const v = scalar(sch[i], step_path);
+          if (!v) continue;
+          auto const d = parse_duration(*v);
+          if (!d.value) error(sch[i], step_path, d.error);
+          else steps.push_back(*d.value);
+        }
+        if (diags_.size() == before) l.schedule = std::move(steps);
       }
     }
     if (auto i = n["idempotency"]) {
@@ -296,6 +315,13 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::base)) p.backoff.base = *l->base;
     if (auto const* l = pick(&policy_layer::cap)) p.backoff.cap = *l->cap;
     if (auto const* l = pick(&policy_layer::jitter)) p.backoff.jitter = *l->jitter;
+    // A written schedule wins; else a written backoff; else the context's built-in (R-3's
+    // table for webhook).
+    bool const backoff_written = pick(&policy_layer::base) || pick(&policy_layer::cap) || pick(&policy_layer::jitter);
+    if (auto const* l = pick(&policy_layer::schedule))
+      p.schedule = *l->schedule;
+    else if (!backoff_written)
+      p.schedule = builtin_schedule(p.context);
     if (auto const* l = pick(&policy_layer::retry_on)) p.retry_on = *l->retry_on;
     if (auto const* l = pick(&policy_layer::max_retry_body)) p.max_retry_body = *l->max_retry_body;
     if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
@@ -324,6 +350,7 @@ class reader : public yaml_reader {
       if (key == "total_timeout") return near(where(&policy_layer::total_timeout), "total_timeout");
       if (key == "attempt_timeout") return near(where(&policy_layer::attempt_timeout), "attempt_timeout");
       if (key == "backoff") return near(where(&policy_layer::base), "backoff");
+      if (key == "schedule") return near(where(&policy_layer::schedule), "schedule");
       return near(where(&policy_layer::max_retries), "max_retries");
     };
     for (auto const& f : check_policy(p)) {

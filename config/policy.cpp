@@ -19,6 +19,12 @@ duration builtin_total_timeout(context_kind c) {
                                                              : duration(std::chrono::hours(24));
 }
 
+std::vector<duration> builtin_schedule(context_kind c) {
+  using namespace std::chrono_literals;
+  if (c != context_kind::webhook) return {};
+  return {1s, 5s, 30s, 2min, 15min, 1h, 4h};
+}
+
 retry_range allowed_retries(context_kind c) {
   switch (c) {
     case context_kind::async:

@@ -27,4 +27,12 @@ duration decorrelated_jitter(duration previous, duration base, duration cap, dou
   return low + scale(high - low, u);
 }
 
+duration scheduled_jitter(const std::vector<duration>& steps, unsigned retry_number, double u) {
+  if (steps.empty() || retry_number == 0) return duration(0);
+  auto const k = std::min<std::size_t>(retry_number, steps.size());
+  auto const high = steps[k - 1];
+  auto const low = k >= 2 ? std::min(steps[k - 2], high) : duration(0);
+  return low + scale(high - low, u);
+}
+
 }  // namespace rebound::retry

@@ -13,7 +13,8 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
 
   // the retry about to happen is number `attempts` (1 for the first retry).
   duration const backoff =
-      policy.backoff.jitter == config::jitter_kind::full
+      !policy.schedule.empty()                           ? scheduled_jitter(policy.schedule, f.attempts, f.u)
+      : policy.backoff.jitter == config::jitter_kind::full
           ? full_jitter(f.attempts, policy.backoff.base, policy.backoff.cap, f.u)
           : decorrelated_jitter(f.previous_wait.count() > 0 ? f.previous_wait : policy.backoff.base,
                                 policy.backoff.base, policy.backoff.cap, f.u);

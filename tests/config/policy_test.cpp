@@ -195,3 +195,33 @@ TEST(Policy, AnInvalidFileCarriesItsWarningsWithItsErrors) {
   EXPECT_TRUE(e[1].warning);
   EXPECT_EQ(e[1].rule, "R-2");
 }
+
+TEST(Policy, R3_WebhookRetriesFollowTheStandardsTableUnlessABackoffOrScheduleIsWritten) {
+  auto c = load_config_text(R"(
+dependencies:
+  hooks: {hosts: [hooks.internal], context: webhook}
+  paced: {hosts: [paced.internal], context: webhook, backoff: {base: 2s, cap: 1m}}
+  listed: {hosts: [listed.internal], context: async, schedule: [1s, 10s, 1m]}
+)",
+                            "t.yaml");
+  std::vector<rebound::config::duration> const table{1s, 5s, 30s, 2min, 15min, 1h, 4h};
+  EXPECT_EQ(c.dependencies[0].effective.schedule, table);
+  EXPECT_TRUE(c.dependencies[1].effective.schedule.empty()) << "a written backoff spaces the retries";
+  EXPECT_EQ(c.dependencies[2].effective.schedule, (std::vector<rebound::config::duration>{1s, 10s, 1min}));
+  EXPECT_TRUE(c.defaults.schedule.empty()) << "sync retries follow the R-1 backoff";
+}
+
+TEST(Policy, R1_AScheduleThatDoesNotIncreaseIsRefused) {
+  auto d = errors_of("defaults: {context: webhook, schedule: [1s, 5s, 5s, 1m]}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].rule, "R-1");
+  EXPECT_NE(d[0].message.find("increase"), std::string::npos) << d[0].message;
+  EXPECT_EQ(d[0].line, 1);
+}
+
+TEST(Policy, AScheduleMustBeAListOfDurations) {
+  EXPECT_FALSE(errors_of("defaults: {schedule: 5s}\n").empty());
+  EXPECT_FALSE(errors_of("defaults: {schedule: [1s, soon]}\n").empty());
+  EXPECT_FALSE(errors_of("defaults: {schedule: []}\n").empty());
+  EXPECT_FALSE(errors_of("defaults: {schedule: [0s, 1s]}\n").empty());
+}

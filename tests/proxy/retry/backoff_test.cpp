@@ -73,3 +73,15 @@ TEST(Backoff, R1_DegenerateInputsWaitNothingRatherThanMisbehave) {
   EXPECT_EQ(full_jitter(1, 0ms, 30s, 0.5), 0ms);
   EXPECT_EQ(full_jitter(1, 1s, 30s, 7.0), 1s);  // u outside [0,1) is clamped
 }
+
+TEST(Backoff, R3_ScheduledJitterDrawsOverEachStepOfTheTable) {
+  std::vector<duration> const table{1000ms, 5000ms, 30000ms};
+  EXPECT_EQ(scheduled_jitter(table, 1, 0.0), 0ms);
+  EXPECT_EQ(scheduled_jitter(table, 1, 1.0), 1000ms);
+  EXPECT_EQ(scheduled_jitter(table, 2, 0.0), 1000ms) << "retry 2 waits at least the previous step";
+  EXPECT_EQ(scheduled_jitter(table, 2, 1.0), 5000ms);
+  EXPECT_EQ(scheduled_jitter(table, 3, 0.5), 17500ms);
+  EXPECT_EQ(scheduled_jitter(table, 9, 0.0), 5000ms) << "past the table, the last step's range again";
+  EXPECT_EQ(scheduled_jitter(table, 9, 1.0), 30000ms);
+  EXPECT_EQ(scheduled_jitter({}, 1, 0.5), 0ms);
+}

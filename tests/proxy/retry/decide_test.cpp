@@ -163,3 +163,16 @@ TEST(Decide, R9_NoRetryGoesOutWithTheRequestsOwnExpiredCredential) {
   f.credential_expires = wall + 10s;
   EXPECT_FALSE(stopped(decide(policy(), f)));
 }
+
+TEST(Decide, R3_AScheduleReplacesTheBackoffAndTheDeadlineStillBoundsIt) {
+  auto p = policy(7);
+  p.total_timeout = std::chrono::hours(24);
+  p.schedule = {1000ms, 5000ms, 30000ms, 120000ms};
+  auto f = after(status(503), 3, 0.0);
+  f.deadline = t0 + std::chrono::hours(24);
+  EXPECT_EQ(waited(decide(p, f)), 5000ms) << "retry 3 waits at least step 2";
+  f.u = 1.0;
+  EXPECT_EQ(waited(decide(p, f)), 30000ms);
+  f.deadline = t0 + 10s;  // the table's step would outlive R-3's deadline
+  EXPECT_EQ(stopped(decide(p, f)), stop_reason::deadline);
+}
