@@ -194,6 +194,53 @@ TEST(Async, ABodyOverMaxBodyIsRefusedWith413AndNothingIsStored) {
   EXPECT_EQ(rb.stdout_text().find("\"task_accepted\""), std::string::npos);
 }
 
+TEST(Async, R8_ADeadLetterIsListedAndReplayedWithItsKey) {
+  ScriptedUpstream up;
+  up.on_sequence("/hook", {respond(400), respond(200)});
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook?secret=1", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(status_of(task_until(rb, id, "DEAD_LETTERED")), "DEAD_LETTERED");
+  HttpClient admin(rb.admin_port());
+  auto const list = admin.get("/dlq?dependency=hooks");
+  ASSERT_EQ(list.status, 200u) << list.body;
+  auto const page = parse_json(list.body);
+  ASSERT_TRUE(page && page->get("items"));
+  ASSERT_EQ(page->get("items")->a.size(), 1u) << list.body;
+  EXPECT_EQ(page->get("items")->a[0].get("id")->s, id);
+  EXPECT_EQ(page->get("items")->a[0].get("path")->s, "/hook") << "no query string in answers (R-9)";
+  EXPECT_EQ(admin.get("/dlq?dependency=other").body.find(id), std::string::npos);
+  auto const replayed = admin.request("POST", "/dlq/" + id + "/replay");
+  EXPECT_EQ(replayed.status, 202u) << replayed.body;
+  auto const done = task_until(rb, id, "SUCCEEDED");
+  ASSERT_EQ(status_of(done), "SUCCEEDED") << rb.stdout_text();
+  EXPECT_EQ(done->get("attempt_log")->a.size(), 2u) << "the dead-lettered attempt stays in the history";
+  auto const reqs = up.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].header("Idempotency-Key"), reqs[1].header("Idempotency-Key")) << "a replay keeps the key (R-6)";
+  EXPECT_EQ(admin.request("POST", "/dlq/" + id + "/replay").status, 404u) << "no longer a dead letter";
+}
+
+TEST(Async, APendingTaskCanBeCancelledAndIsNeverDelivered) {
+  ScriptedUpstream up;
+  Script later = respond(503);
+  later.headers = {{"Retry-After", "30"}};
+  up.on("/hook", later);
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(rb.wait_for_log("\"task_attempt\""));
+  ASSERT_EQ(status_of(task_until(rb, id, "PENDING")), "PENDING");
+  HttpClient admin(rb.admin_port());
+  auto const cancelled = admin.request("DELETE", "/retry-tasks/" + id);
+  EXPECT_EQ(cancelled.status, 200u) << cancelled.body;
+  EXPECT_EQ(status_of(task_until(rb, id, "CANCELLED")), "CANCELLED");
+  EXPECT_EQ(admin.request("DELETE", "/retry-tasks/" + id).status, 409u) << "a cancelled task is no longer pending";
+  EXPECT_EQ(admin.request("DELETE", "/retry-tasks/unknown").status, 404u);
+}
+
 TEST(Async, AnUnknownTaskIs404OnTheAdminApi) {
   ScriptedUpstream up;
   store_dir store;

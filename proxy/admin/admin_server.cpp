@@ -1,10 +1,6 @@
 #include "proxy/admin/admin_server.hpp"
 
-#include "proxy/observe/json.hpp"
-#include "proxy/store/task_store.hpp"
-
-#include <cstdio>
-#include <ctime>
+#include "proxy/admin/task_api.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -95,66 +91,6 @@ std::optional<bhttp::status> refusal_status(const error_code& ec) {
   return std::nullopt;
 }
 
-constexpr std::string_view task_prefix = "/retry-tasks/";
-
-bool is_task_path(const bhttp::request<bhttp::string_body>& req) {
-  return (req.method() == bhttp::verb::get || req.method() == bhttp::verb::head) && req.target().starts_with(task_prefix);
-}
-
-std::string iso8601(store::wall_clock::time_point t) {
-  auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  std::time_t const secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
-}
-
-/** GET /retry-tasks/{id} (seed 001): the task's status, attempts and next attempt, and each
-    attempt made. Neither headers nor body are shown: they may carry the app's credentials (R-9). */
-net::awaitable<bhttp::response<bhttp::string_body>> task_answer(const bhttp::request<bhttp::string_body>& req,
-                                                                store::task_store& store) {
-  auto make = [&](bhttp::status s, std::string body) {
-    bhttp::response<bhttp::string_body> res{s, req.version()};
-    res.set(bhttp::field::content_type, "application/json");
-    res.set(bhttp::field::cache_control, "no-store");
-    res.body() = std::move(body);
-    res.keep_alive(req.keep_alive());
-    res.prepare_payload();
-    return res;
-  };
-  auto const target = req.target();
-  std::string id(target.substr(task_prefix.size(), target.find('?') - task_prefix.size()));
-  auto [e, task] = co_await store::async_get(store, id, use_tuple);
-  if (e) co_return make(bhttp::status::service_unavailable, "{\"error\":{\"type\":\"store_unavailable\"}}\n");
-  if (!task) co_return make(bhttp::status::not_found, "{\"error\":{\"type\":\"not_found\",\"message\":\"no such task\"}}\n");
-  auto [ae, attempts] = co_await store::async_attempts(store, id, use_tuple);
-  std::string body = "{\"id\":";
-  observe::append_json_string(body, task->id);
-  body += ",\"status\":\"" + std::string(store::to_string(task->status)) + "\",\"dependency\":";
-  observe::append_json_string(body, task->dependency);
-  body += ",\"method\":";
-  observe::append_json_string(body, task->method);
-  body += ",\"idempotency_key\":";
-  observe::append_json_string(body, task->idempotency_key);
-  body += ",\"attempts\":" + std::to_string(task->attempts) + ",\"created_at\":\"" + iso8601(task->created_at) + "\"";
-  if (task->status == store::task_status::pending || task->status == store::task_status::in_flight)
-    body += ",\"next_attempt_at\":\"" + iso8601(task->next_attempt_at) + "\"";
-  body += ",\"attempt_log\":[";
-  for (std::size_t i = 0; i < attempts.size(); ++i) {
-    auto const& a = attempts[i];
-    if (i) body += ',';
-    body += "{\"number\":" + std::to_string(a.number) + ",\"at\":\"" + iso8601(a.at) + "\",\"status\":" +
-            std::to_string(a.status) + ",\"error_type\":";
-    observe::append_json_string(body, a.error_type);
-    body += ",\"duration_ms\":" + std::to_string(a.duration.count() / 1000) + "}";
-  }
-  body += "]}\n";
-  co_return make(bhttp::status::ok, std::move(body));
-}
-
 net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {
   beast::tcp_stream stream(std::move(socket));
   constexpr std::uint32_t head_limit = 16 * 1024;
@@ -181,8 +117,8 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state)
     }
     // Not a conditional expression: GCC 12 miscompiles a co_await inside one.
     bhttp::response<bhttp::string_body> res;
-    if (state.store && is_task_path(parser.get()))
-      res = co_await task_answer(parser.get(), *state.store);
+    if (state.store && is_task_api(parser.get()))
+      res = co_await task_api_answer(parser.get(), *state.store);
     else
       res = answer(parser.get(), state);
     auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);

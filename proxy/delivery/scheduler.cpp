@@ -41,11 +41,11 @@ next_state judge(const config::policy& policy, const store::retry_task& task, co
                  std::optional<std::string_view> retry_after, std::mt19937_64& rng) {
   auto const wall_now = wall::now();
   auto const now = steady::now();
-  auto const left = task.created_at + policy.total_timeout - wall_now;
+  auto const left = task.window_start + policy.total_timeout - wall_now;
   retry::attempt_facts af;
   af.outcome = outcome;
   af.retry_after = retry_after;
-  af.attempts = task.attempts + 1;
+  af.attempts = task.attempts - std::min(task.attempts, task.attempts_before) + 1;  // this window's
   af.may_repeat = true;  // every task carries an idempotency key
   af.now = now;
   af.deadline = now + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero());

@@ -51,7 +51,7 @@ store::retry_task make_task(const bhttp::request<bhttp::buffer_body>& req, const
     t.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   }
   t.body = std::move(body);
-  t.created_at = t.next_attempt_at = store::wall_clock::now();
+  t.created_at = t.next_attempt_at = t.window_start = store::wall_clock::now();
   return t;
 }
 

@@ -62,6 +62,12 @@ CREATE TABLE attempt_logs (
   PRIMARY KEY (task_id, number)
 );
 )sql",
+    // 2: replay of dead letters (a fresh R-2/R-3 window) and the DLQ listing by id.
+    R"sql(
+ALTER TABLE retry_tasks ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0;  -- 0: created_at
+ALTER TABLE retry_tasks ADD COLUMN attempts_before INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX retry_tasks_status_id ON retry_tasks (status, id);
+)sql",
 };
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
@@ -147,7 +153,7 @@ bool exec(sqlite3* db, const char* sql, std::string* error = nullptr) {
 
 constexpr const char* task_columns =
     "id, idempotency_key, dependency, method, target, headers, body, policy_id, attempts, next_attempt_at, "
-    "created_at, status";
+    "created_at, status, window_start, attempts_before";
 
 retry_task read_task(const statement& s) {
   retry_task t;
@@ -163,6 +169,9 @@ retry_task read_task(const statement& s) {
   t.next_attempt_at = from_ms(s.integer(9));
   t.created_at = from_ms(s.integer(10));
   t.status = parse_task_status(s.text(11)).value_or(task_status::pending);
+  auto const window = s.integer(12);
+  t.window_start = window > 0 ? from_ms(window) : t.created_at;
+  t.attempts_before = static_cast<unsigned>(s.integer(13));
   return t;
 }
 
@@ -395,6 +404,43 @@ void sqlite_store::submit_attempts(std::string id, callback<std::vector<attempt_
                      s.text(3), std::chrono::microseconds(s.integer(4))});
     if (rc != SQLITE_DONE) return done(store_error{s.error()}, {});
     done(std::nullopt, std::move(out));
+  });
+}
+
+void sqlite_store::submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
+                               callback<std::vector<retry_task>> done) {
+  enqueue([status, dependency = std::move(dependency), after = std::move(after), limit,
+           done = std::move(done)](sqlite3* db) {
+    std::string const sql = std::string("SELECT ") + task_columns +
+                            " FROM retry_tasks WHERE status = ?1 AND (?2 = '' OR dependency = ?2) AND id > ?3 "
+                            "ORDER BY id LIMIT ?4";
+    statement s(db, sql.c_str());
+    s.bind(1, to_string(status)).bind(2, dependency).bind(3, after).bind(4, static_cast<std::int64_t>(limit));
+    std::vector<retry_task> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_task(s));
+    if (rc != SQLITE_DONE) return done(store_error{s.error()}, {});
+    done(std::nullopt, std::move(out));
+  });
+}
+
+void sqlite_store::submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) {
+  enqueue([id = std::move(id), now, done = std::move(done)](sqlite3* db) {
+    statement s(db,
+                "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?1, window_start = ?1, "
+                "attempts_before = attempts WHERE id = ?2 AND status = 'DEAD_LETTERED'");
+    s.bind(1, to_ms(now)).bind(2, id);
+    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
+    done(std::nullopt, sqlite3_changes(db) > 0);
+  });
+}
+
+void sqlite_store::submit_cancel(std::string id, callback<bool> done) {
+  enqueue([id = std::move(id), done = std::move(done)](sqlite3* db) {
+    statement s(db, "UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = ?1 AND status = 'PENDING'");
+    s.bind(1, id);
+    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
+    done(std::nullopt, sqlite3_changes(db) > 0);
   });
 }
 

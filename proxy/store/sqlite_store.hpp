@@ -18,7 +18,7 @@ namespace rebound::store {
 class sqlite_store final : public task_store {
  public:
   /// The schema this build writes; an older file is migrated at open, a newer one refused.
-  static constexpr int schema_version = 1;
+  static constexpr int schema_version = 2;
 
   /** Opens `path` (created 0600 when new), sets WAL and full synchronous commits, and
       migrates it. Throws std::runtime_error when it cannot: a start-up error. */
@@ -37,6 +37,10 @@ class sqlite_store final : public task_store {
   void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
   void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) override;
   void submit_count(task_status s, callback<std::uint64_t> done) override;
+  void submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
+                   callback<std::vector<retry_task>> done) override;
+  void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) override;
+  void submit_cancel(std::string id, callback<bool> done) override;
 
   /// Transactions that committed accepted tasks: fewer than the tasks when groups formed.
   std::uint64_t accept_commits() const { return accept_commits_.load(std::memory_order_relaxed); }

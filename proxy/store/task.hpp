@@ -32,6 +32,10 @@ struct retry_task {
   wall_clock::time_point next_attempt_at{};
   wall_clock::time_point created_at{};
   task_status status = task_status::pending;
+  /// Where R-3's total time and R-2's count start: the accept, or the last replay of a dead
+  /// letter (which gets a fresh window; its earlier attempts stay in the log).
+  wall_clock::time_point window_start{};
+  unsigned attempts_before = 0;  ///< attempts made before that replay
 };
 
 struct attempt_log {

@@ -54,6 +54,15 @@ class task_store {
   virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) = 0;
   virtual void submit_get(std::string id, callback<std::optional<retry_task>> done) = 0;
   virtual void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) = 0;
+  /** Up to `limit` tasks with `status` (of `dependency`, unless empty), ordered by id, after
+      the id `after` (the cursor of the page before; empty for the first page). */
+  virtual void submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
+                           callback<std::vector<retry_task>> done) = 0;
+  /// A dead letter back to PENDING, due at `now`, with a fresh window; false when
+  /// there is no dead letter of that id.
+  virtual void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) = 0;
+  /// A PENDING task CANCELLED; false when there is none of that id (in flight, ended, unknown).
+  virtual void submit_cancel(std::string id, callback<bool> done) = 0;
   /// Tasks by status: what the admin API and the start-up report count.
   virtual void submit_count(task_status s, callback<std::uint64_t> done) = 0;
 };
@@ -112,6 +121,32 @@ auto async_attempts(task_store& s, std::string id, Token&& token) {
       [&s](auto handler, std::string i) {
         s.submit_attempts(std::move(i), detail::back_to<std::vector<attempt_log>>(std::move(handler)));
       },
+      token, std::move(id));
+}
+
+template <class Token>
+auto async_list(task_store& s, task_status status, std::string dependency, std::string after, std::size_t limit,
+                Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, std::vector<retry_task>)>(
+      [&s](auto handler, task_status st, std::string d, std::string a, std::size_t l) {
+        s.submit_list(st, std::move(d), std::move(a), l, detail::back_to<std::vector<retry_task>>(std::move(handler)));
+      },
+      token, status, std::move(dependency), std::move(after), limit);
+}
+
+template <class Token>
+auto async_replay(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
+      [&s](auto handler, std::string i, wall_clock::time_point n) {
+        s.submit_replay(std::move(i), n, detail::back_to<bool>(std::move(handler)));
+      },
+      token, std::move(id), now);
+}
+
+template <class Token>
+auto async_cancel(task_store& s, std::string id, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
+      [&s](auto handler, std::string i) { s.submit_cancel(std::move(i), detail::back_to<bool>(std::move(handler))); },
       token, std::move(id));
 }
 

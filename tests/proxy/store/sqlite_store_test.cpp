@@ -204,6 +204,72 @@ TEST(Store, ATaskInFlightWhenItsProcessDiedIsDueAtOnceAfterReopening) {
   EXPECT_EQ(again[0].id, "orphan");
 }
 
+TEST(Store, AVersionOneFileIsMigratedAtOpenAndItsTasksKept) {
+  temp_db db;
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+  // Schema version 1 as the first release wrote it, with one task in it.
+  ASSERT_EQ(sqlite3_exec(raw, R"sql(
+CREATE TABLE retry_tasks (id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL, dependency TEXT NOT NULL,
+  method TEXT NOT NULL, target TEXT NOT NULL, headers BLOB NOT NULL, body BLOB NOT NULL, policy_id TEXT NOT NULL,
+  attempts INTEGER NOT NULL, next_attempt_at INTEGER NOT NULL, created_at INTEGER NOT NULL, status TEXT NOT NULL,
+  lease_owner TEXT, lease_expires INTEGER);
+CREATE TABLE attempt_logs (task_id TEXT NOT NULL, number INTEGER NOT NULL, at INTEGER NOT NULL, status INTEGER NOT NULL,
+  error_type TEXT NOT NULL, duration_us INTEGER NOT NULL, PRIMARY KEY (task_id, number));
+INSERT INTO retry_tasks VALUES ('old', 'k', 'hooks', 'POST', 'http://h/x', x'', x'', '', 2, 1800000000000,
+  1700000000000, 'DEAD_LETTERED', NULL, NULL);
+PRAGMA user_version = 1;
+)sql",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  sqlite_store s(db.path());
+  auto t = get(s, "old");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->attempts, 2u);
+  EXPECT_EQ(t->window_start, t->created_at) << "a version-1 task's window starts at its accept";
+  EXPECT_EQ(t->attempts_before, 0u);
+}
+
+TEST(Store, AReplayedDeadLetterIsDueAtOnceWithAFreshWindowAndItsHistory) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("dl")));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"dl", 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
+  auto [e, listed] = wait_for<std::vector<retry_task>>(
+      [&](auto cb) { s.submit_list(task_status::dead_lettered, "webhooks", "", 10, cb); });
+  ASSERT_EQ(listed.size(), 1u);
+  auto [e2, none] = wait_for<std::vector<retry_task>>(
+      [&](auto cb) { s.submit_list(task_status::dead_lettered, "other", "", 10, cb); });
+  EXPECT_TRUE(none.empty()) << "filtered by dependency";
+  auto [re, replayed] = wait_for<bool>([&](auto cb) { s.submit_replay("dl", t0 + 48h, cb); });
+  ASSERT_TRUE(replayed);
+  auto [re2, again] = wait_for<bool>([&](auto cb) { s.submit_replay("dl", t0 + 48h, cb); });
+  EXPECT_FALSE(again) << "only a dead letter can be replayed";
+  auto due = claim(s, "w1", t0 + 48h);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].window_start, t0 + 48h);
+  EXPECT_EQ(due[0].attempts_before, 1u);
+  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("dl", cb); });
+  EXPECT_EQ(log.size(), 1u) << "the first round's attempt stays in the log";
+}
+
+TEST(Store, OnlyAPendingTaskCanBeCancelled) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("c1")));
+  ASSERT_TRUE(accept(s, make_task("c2")));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 2u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"c1", 1, t0, 503, "", 1ms}, task_status::pending, t0 + 1s));
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c1", cb); });
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(get(s, "c1")->status, task_status::cancelled);
+  EXPECT_TRUE(claim(s, "w1", t0 + 2s).empty()) << "a cancelled task is never delivered";
+  auto [e2, in_flight] = wait_for<bool>([&](auto cb) { s.submit_cancel("c2", cb); });
+  EXPECT_FALSE(in_flight) << "a task in flight cannot be cancelled";
+}
+
 TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
   temp_db db;
   { sqlite_store s(db.path()); }
