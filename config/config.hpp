@@ -187,6 +187,9 @@ struct config {
   std::string log_level = "info";           ///< trace|debug|info|warn|error|off; --log-level wins
   endpoint listen{"127.0.0.1", 3128};
   endpoint admin{"127.0.0.1", 9901};
+  /// `admin: {listen: ..., token_file: ...}`: writes on the admin API (cancel, replay) need
+  /// `Authorization: Bearer <the file's content>`; the file is read at each write. Empty: none.
+  std::string admin_token_file;
   unsigned workers = 0;  ///< 0 = one per core
   duration drain_timeout = std::chrono::seconds(10);
   /// Reload when the --config file changes (checked every second), as SIGHUP does; for

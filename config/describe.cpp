@@ -174,7 +174,13 @@ std::string effective_config_json(const config& cfg) {
   {
     object_writer w(out);
     w.string("listen", endpoint_text(cfg.listen));
-    w.string("admin", endpoint_text(cfg.admin));
+    if (cfg.admin_token_file.empty()) {
+      w.string("admin", endpoint_text(cfg.admin));
+    } else {  // the file's path, never its content
+      object_writer a(w.nested("admin"));
+      a.string("listen", endpoint_text(cfg.admin));
+      a.string("token_file", cfg.admin_token_file);
+    }
     w.string("service", cfg.service);
     w.string("log_level", cfg.log_level);
     w.integer("workers", cfg.workers);

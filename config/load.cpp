@@ -55,7 +55,13 @@ class reader : public yaml_reader {
     typed(root, "service", "", c.service, parse_service);
     typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
-    typed(root, "admin", "", c.admin, parse_endpoint);
+    if (auto a = root["admin"]; a && a.IsMap()) {
+      check_keys(a, "admin", {"listen", "token_file"});
+      typed(a, "listen", "admin", c.admin, parse_endpoint);
+      if (auto f = readable_file(a, "token_file", "admin")) c.admin_token_file = *f;
+    } else {
+      typed(root, "admin", "", c.admin, parse_endpoint);
+    }
     typed(root, "workers", "", c.workers, parse_workers);
     typed(root, "drain_timeout", "", c.drain_timeout, parse_duration);
     typed(root, "watch_config", "", c.watch_config, parse_bool);
@@ -81,6 +87,13 @@ class reader : public yaml_reader {
     policy_layer const defaults = has_defaults ? read_policy_layer(defaults_node, "defaults") : empty_layer(root);
     c.defaults = resolve({&defaults});
     if (auto n = root["dependencies"]) read_dependencies(n, "dependencies", c, defaults);
+    // Writes on the admin API exist only where calls are handed over (cancel, replay).
+    if (root["admin"] && c.hands_over() && c.admin_token_file.empty() && c.admin.host != "127.0.0.1" &&
+        c.admin.host != "::1" && c.admin.host != "localhost")
+      warn(root["admin"], "admin",
+           "the admin API listens beyond loopback without admin.token_file: anyone who reaches it can cancel "
+           "and replay handed-over calls",
+           "");
   }
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l) {

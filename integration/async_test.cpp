@@ -241,6 +241,24 @@ TEST(Async, APendingTaskCanBeCancelledAndIsNeverDelivered) {
   EXPECT_EQ(admin.request("DELETE", "/retry-tasks/unknown").status, 404u);
 }
 
+TEST(Async, AdminWritesNeedTheBearerTokenWhenOneIsConfigured) {
+  store_dir store;
+  write_file(store.dir + "/admin-token", "s3cret-admin-token\n");
+  ReboundOptions o;
+  o.extra = store.yaml();
+  o.admin_token_file = store.dir + "/admin-token";
+  ReboundProcess rb(o);
+  HttpClient admin(rb.admin_port());
+  EXPECT_EQ(admin.request("DELETE", "/retry-tasks/some-id").status, 401u) << "no token";
+  EXPECT_EQ(admin.request("DELETE", "/retry-tasks/some-id", {{"Authorization", "Bearer wrong"}}).status, 401u);
+  EXPECT_EQ(admin.request("POST", "/dlq/some-id/replay", {{"Authorization", "Bearer s3cret-admin-tokens"}}).status, 401u);
+  EXPECT_EQ(admin.request("DELETE", "/retry-tasks/some-id", {{"Authorization", "Bearer s3cret-admin-token"}}).status,
+            404u)
+      << "with the token the write goes through (and finds no such task)";
+  EXPECT_EQ(admin.get("/retry-tasks/some-id").status, 404u) << "reads need no token";
+  EXPECT_EQ(admin.get("/config").body.find("s3cret"), std::string::npos) << "the token never shows";
+}
+
 TEST(Async, AnUnknownTaskIs404OnTheAdminApi) {
   ScriptedUpstream up;
   store_dir store;

@@ -64,6 +64,7 @@ struct ReboundOptions {
   std::string max_request_body;
   std::string idle_timeout;
   std::string extra;  // appended verbatim (e.g. a `dependencies:` block)
+  std::string admin_token_file;  // set: `admin:` is written as {listen, token_file}
 };
 
 class ReboundProcess {

@@ -117,8 +117,10 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state)
     }
     // Not a conditional expression: GCC 12 miscompiles a co_await inside one.
     bhttp::response<bhttp::string_body> res;
+    // Held across the await: a reload may replace state.cfg meanwhile.
+    auto const cfg = state.cfg;
     if (state.store && is_task_api(parser.get()))
-      res = co_await task_api_answer(parser.get(), *state.store);
+      res = co_await task_api_answer(parser.get(), *state.store, cfg->admin_token_file);
     else
       res = answer(parser.get(), state);
     auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);

@@ -3,7 +3,12 @@
 #include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"
 
+#include <boost/beast/core/string.hpp>
+
 #include <charconv>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <cstdio>
 #include <ctime>
 
@@ -163,6 +168,31 @@ net::awaitable<response> replay(const answers& a, store::task_store& store, cons
   co_return a.json(bhttp::status::accepted, "{\"id\":\"" + id + "\",\"status\":\"PENDING\"}\n");
 }
 
+/// The token file's content without surrounding whitespace; nullopt when unreadable or empty.
+std::optional<std::string> read_token(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto const first = token.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return std::nullopt;
+  token.erase(token.find_last_not_of(" \t\r\n") + 1);
+  token.erase(0, first);
+  return token;
+}
+
+/// In time independent of where the two differ: the token is a secret.
+bool bearer_matches(const bhttp::request<bhttp::string_body>& req, const std::string& token) {
+  auto const it = req.find(bhttp::field::authorization);
+  if (it == req.end()) return false;
+  std::string_view v = it->value();
+  if (v.size() < 7 || !beast::iequals(v.substr(0, 7), "Bearer ")) return false;
+  v.remove_prefix(7);
+  if (v.size() != token.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) diff |= static_cast<unsigned char>(v[i] ^ token[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
 bool is_task_api(const bhttp::request<bhttp::string_body>& req) {
@@ -170,12 +200,22 @@ bool is_task_api(const bhttp::request<bhttp::string_body>& req) {
   return t.starts_with(tasks_prefix) || t == dlq_path || t.starts_with("/dlq?") || t.starts_with("/dlq/");
 }
 
-net::awaitable<response> task_api_answer(const bhttp::request<bhttp::string_body>& req, store::task_store& store) {
+net::awaitable<response> task_api_answer(const bhttp::request<bhttp::string_body>& req, store::task_store& store,
+                                         const std::string& token_file) {
   answers const a(req);
   std::string_view const target = req.target();
   std::string_view const path = target.substr(0, target.find('?'));
   auto const method = req.method();
   bool const read = method == bhttp::verb::get || method == bhttp::verb::head;
+  if (!read && !token_file.empty()) {
+    auto const token = read_token(token_file);
+    if (!token) co_return a.error(bhttp::status::service_unavailable, "unavailable", "admin.token_file cannot be read");
+    if (!bearer_matches(req, *token)) {
+      auto res = a.error(bhttp::status::unauthorized, "unauthorized", "writes need Authorization: Bearer <admin token>");
+      res.set(bhttp::field::www_authenticate, "Bearer realm=\"rebound-admin\"");
+      co_return res;
+    }
+  }
   if (path.starts_with(tasks_prefix)) {
     std::string id(path.substr(tasks_prefix.size()));
     if (id.empty() || id.find('/') != std::string::npos)

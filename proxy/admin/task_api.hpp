@@ -19,7 +19,11 @@ namespace bhttp = boost::beast::http;
 /// Whether the request is for this API: /retry-tasks/{id} or /dlq...
 bool is_task_api(const bhttp::request<bhttp::string_body>& req);
 
+/** Answers it. A write (cancel, replay) needs `Authorization: Bearer` with the content of
+    `token_file` when one is configured (read at each write, so a rotated token takes effect
+    at once); a read needs nothing, like the rest of the admin API. */
 net::awaitable<bhttp::response<bhttp::string_body>> task_api_answer(const bhttp::request<bhttp::string_body>& req,
-                                                                    store::task_store& store);
+                                                                    store::task_store& store,
+                                                                    const std::string& token_file);
 
 }  // namespace rebound::admin

@@ -2,6 +2,8 @@
 
 #include "config/load.hpp"
 #include "proxy/admin/admin_server.hpp"
+
+#include <unistd.h>
 #include "proxy/delivery/scheduler.hpp"
 #include "proxy/store/sqlite_store.hpp"
 #include "proxy/http/client_session.hpp"
@@ -344,6 +346,8 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::sqlite_store> task_store;
   if (cfg->hands_over()) task_store = std::make_unique<store::sqlite_store>(cfg->store.path);
+  if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
+    throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
   std::string admin_base;
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);

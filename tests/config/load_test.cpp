@@ -134,3 +134,23 @@ TEST(Load, DuplicateKeyIsAnErrorNamingTheFirst) {
   EXPECT_EQ(d[0].line, 3);
   EXPECT_NE(d[0].message.find("duplicate key \"backoff\" (first at line 2)"), std::string::npos) << d[0].message;
 }
+
+TEST(Load, AdminTakesAListenAddressAndATokenFile) {
+  auto c = load_config_text("admin: {listen: 127.0.0.1:9911, token_file: /dev/null}\n", "t.yaml");
+  EXPECT_EQ(c.admin.port, 9911);
+  EXPECT_EQ(c.admin_token_file, "/dev/null");
+  EXPECT_EQ(load_config_text("admin: 127.0.0.1:9912\n", "t.yaml").admin.port, 9912) << "the plain form stays";
+}
+
+TEST(Load, AnAdminBeyondLoopbackWithoutATokenIsAWarning) {
+  std::vector<diagnostic> warnings;
+  load_config_text("admin: 0.0.0.0:9901\n", "t.yaml", &warnings);
+  EXPECT_TRUE(warnings.empty()) << "nothing handed over: the admin API has no writes";
+  load_config_text("admin: 0.0.0.0:9901\nstore: {path: /tmp/x.db}\n", "t.yaml", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].message.find("token_file"), std::string::npos) << warnings[0].message;
+  warnings.clear();
+  load_config_text("admin: {listen: 0.0.0.0:9901, token_file: /dev/null}\nstore: {path: /tmp/x.db}\n", "t.yaml",
+                   &warnings);
+  EXPECT_TRUE(warnings.empty());
+}
