@@ -14,7 +14,9 @@ namespace rebound::delivery {
 struct scheduler_options {
   std::string owner;                                  ///< this process in the leases it takes
   std::chrono::milliseconds poll{100};                ///< how often the store is asked for due tasks
-  std::chrono::seconds lease{120};                    ///< a task not finished by then is taken again
+  /// A task not finished by then is taken again. Long: it only guards against a delivery
+  /// that hangs past every timeout, since a restart frees the leases of the process that died.
+  std::chrono::seconds lease{3600};
   std::size_t max_in_flight = 64;                     ///< deliveries under way at once
 };
 

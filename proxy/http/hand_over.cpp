@@ -105,12 +105,16 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     key = std::string(it->value());
   }
   auto const id = idempotency::new_key();
+  if (!id) {
+    error_reply const none{503, error_type::store_unavailable, "no task id could be generated", {}, 0};
+    co_return co_await refuse(none, false);
+  }
   if (key.empty()) {
     // A delivery goes again after any failure, so it always carries a key: the app's,
     // else one made now and stored with the task.
     auto made = idempotency::new_key();
-    if (!made || !id) {
-      error_reply const none{503, error_type::store_unavailable, "no task id or idempotency key could be generated", {}, 0};
+    if (!made) {
+      error_reply const none{503, error_type::store_unavailable, "no idempotency key could be generated", {}, 0};
       co_return co_await refuse(none, false);
     }
     key = std::move(*made);
