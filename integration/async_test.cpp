@@ -259,6 +259,26 @@ TEST(Async, AdminWritesNeedTheBearerTokenWhenOneIsConfigured) {
   EXPECT_EQ(admin.get("/config").body.find("s3cret"), std::string::npos) << "the token never shows";
 }
 
+TEST(Async, AnExpectContinueCallGetsRebound100AndAnyOtherExpectationIs417) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  store_dir store;
+  ReboundProcess rb(hooks_to(up, store));
+  std::string const body = "{\"expect\":1}";
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send("POST http://" + up.authority() + "/hook HTTP/1.1\r\nHost: " + up.authority() +
+                     "\r\nExpect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+  auto interim = c.read_response(10s);
+  ASSERT_TRUE(interim);
+  EXPECT_EQ(interim->status, 100u) << "rebound takes the body itself";
+  ASSERT_TRUE(c.send(body));
+  auto r = c.read_response(10s);
+  EXPECT_FALSE(accepted_task(r, rb).empty());
+  auto odd = raw_exchange(rb.port(), "POST http://" + up.authority() + "/hook HTTP/1.1\r\nHost: " + up.authority() +
+                                         "\r\nExpect: something-else\r\nContent-Length: 2\r\n\r\n{}");
+  EXPECT_TRUE(IsReboundError(odd, 417, {"bad_request"}));
+}
+
 TEST(Async, AnUnknownTaskIs404OnTheAdminApi) {
   ScriptedUpstream up;
   store_dir store;

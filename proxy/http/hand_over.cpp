@@ -95,6 +95,11 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     co_return keep_after;
   };
 
+  if (auto it = req.find(bhttp::field::expect);
+      it != req.end() && req.version() >= 11 && !beast::iequals(it->value(), "100-continue")) {
+    error_reply const unmet{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+    co_return co_await refuse(unmet, false);
+  }
   auto const& key_header = route.policy->idempotency.header;
   std::string key;
   if (auto it = req.find(key_header); it != req.end()) {
