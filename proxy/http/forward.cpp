@@ -14,11 +14,25 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/asio/write.hpp>
 
 #include <array>
 #include <optional>
 
 namespace rebound::http {
+
+std::optional<error_reply> unmet_expectation(const bhttp::request<bhttp::buffer_body>& req) {
+  auto const it = req.find(bhttp::field::expect);
+  if (it == req.end() || req.version() < 11 || beast::iequals(it->value(), "100-continue")) return std::nullopt;
+  return error_reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+}
+
+net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milliseconds idle) {
+  static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+  client.expires_after(idle);
+  auto [ec, n] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
+  co_return !ec;
+}
 
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
                                 std::chrono::milliseconds idle) {
@@ -93,7 +107,6 @@ net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat
   }
   co_return kept_body{std::nullopt, out.size() > limit};
 }
-
 
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start) {
   return body_pace{start, std::chrono::duration_cast<std::chrono::milliseconds>(cfg.limits.body_timeout),
@@ -239,10 +252,9 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
 void plan_request(forward_plan& plan, request_parser& parser, const request_target& target, std::string_view dependency,
                   const config::policy& policy, std::mt19937_64& rng) {
   auto& req = parser.get();
-  if (auto it = req.find(bhttp::field::expect);
-      it != req.end() && req.version() >= 11 && !beast::iequals(it->value(), "100-continue")) {
+  if (auto unmet = unmet_expectation(req)) {
     plan.how = forward_plan::route::refuse;
-    plan.refusal = error_reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
+    plan.refusal = std::move(*unmet);
     return;
   }
 

@@ -59,6 +59,14 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 /// request carries its own Authorization, which is kept (SPEC 5).
 auth::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route);
 
+/// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
+/// on every path (forwarded or handed over).
+std::optional<error_reply> unmet_expectation(const bhttp::request<bhttp::buffer_body>& req);
+
+/// rebound's own 100 Continue, for a client that waits for one before it sends its body;
+/// false when the client cannot take it.
+net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milliseconds idle);
+
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
                                 std::chrono::milliseconds idle);

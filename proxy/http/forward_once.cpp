@@ -74,23 +74,25 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
 
   auto const body_start = clock::now();
   auto const key = pool_key(target);
-  bool sending = false;       // the request has begun to go out: the client connection cannot carry another
-  bool body_skipped = false;  // the upstream answered before wanting the body
+  bool sending = false;        // the request has begun to go out: the client connection cannot carry another
+  bool body_skipped = false;   // the upstream answered before wanting the body
   bool client_failed = false;  // the client, not the upstream, ended the exchange
   std::optional<error_reply> client_reply;  // with client_failed: what to tell it, if anything
 
   // How this request goes out on the connection the exchange opened: the head, then the
   // Expect: 100-continue exchange if asked for, then the body relayed as it arrives.
-  upstream::request_sender const send = [&](upstream::connection& up, upstream::exchange& ex,
-                                            upstream::interim_route& interim,
-                                            clock::time_point& deadline) -> net::awaitable<std::optional<upstream::attempt_failure>> {
+  upstream::request_sender const send =
+      [&](upstream::connection& up, upstream::exchange& ex, upstream::interim_route& interim,
+          clock::time_point& deadline) -> net::awaitable<std::optional<upstream::attempt_failure>> {
     sending = true;
     auto const client_gone = upstream::attempt_failure{error_type::bad_request, "the client ended the exchange"};
     bhttp::request_serializer<bhttp::buffer_body> sr{req};
     if (want_continue) {
       up.expires_at(deadline);
       auto [ec, n] = co_await bhttp::async_write_header(up, sr, use_tuple);
-      if (ec) co_return upstream::attempt_failure{upstream::classify_connect_error(ec), "sending the request failed: " + ec.message()};
+      if (ec)
+        co_return upstream::attempt_failure{upstream::classify_connect_error(ec),
+                                            "sending the request failed: " + ec.message()};
       // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
       // socket may carry only a session ticket, and waiting on a TLS read could not be
       // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
@@ -122,10 +124,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
         }
       }
       if (!interim.sent_100) {
-        static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-        client.expires_after(idle);
-        auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
-        if (cec) {
+        if (!co_await send_continue(client, idle)) {
           client_failed = true;
           co_return client_gone;
         }
@@ -142,17 +141,25 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     }
     if (rr.write_error)
       co_return upstream::attempt_failure{upstream::classify_connect_error(rr.write_error),
-                                "sending the request body failed: " + rr.write_error.message()};
+                                          "sending the request body failed: " + rr.write_error.message()};
     co_return std::nullopt;
   };
 
   // A fresh connection, never a pooled one: this request cannot be sent a second time (its
   // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
   // out dead only once the request is on it, when the upstream may have processed it.
-  upstream::destination to{key, target.connect_host, target.port, route.tls, credentials_for(req, route), false,
-                           client_version >= 11 ? &client : nullptr, idle, want_continue};
+  upstream::destination to{key,
+                           target.connect_host,
+                           target.port,
+                           route.tls,
+                           credentials_for(req, route),
+                           false,
+                           client_version >= 11 ? &client : nullptr,
+                           idle,
+                           want_continue};
   attempt_start = clock::now();
-  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_start + policy.attempt_timeout);
+  auto attempt =
+      co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_start + policy.attempt_timeout);
   if (!attempt) {
     if (client_failed) {
       if (client_reply) {

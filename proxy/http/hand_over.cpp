@@ -95,11 +95,7 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     co_return keep_after;
   };
 
-  if (auto it = req.find(bhttp::field::expect);
-      it != req.end() && req.version() >= 11 && !beast::iequals(it->value(), "100-continue")) {
-    error_reply const unmet{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
-    co_return co_await refuse(unmet, false);
-  }
+  if (auto const unmet = unmet_expectation(req)) co_return co_await refuse(*unmet, false);
   auto const& key_header = route.policy->idempotency.header;
   std::string key;
   if (auto it = req.find(key_header); it != req.end()) {
@@ -133,12 +129,8 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
   std::string body;
   if (!parser.is_done()) {
     // The client waits for a 100 before it sends the body; rebound takes the body itself.
-    if (req.version() >= 11 && req.count(bhttp::field::expect) > 0) {
-      static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-      client.expires_after(idle);
-      auto [cec, cn] = co_await net::async_write(client, net::buffer(continue_line), use_tuple);
-      if (cec) co_return false;
-    }
+    if (req.version() >= 11 && req.count(bhttp::field::expect) > 0 && !co_await send_continue(client, idle))
+      co_return false;
     auto kept = co_await read_whole_body(client, buffer, parser, body, max_body, idle,
                                          pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
     if (kept.problem) {
