@@ -104,7 +104,7 @@ net::awaitable<response> get_task(const answers& a, store::task_store& store, co
   auto [e, task] = co_await store::async_get(store, id, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!task) co_return a.error(bhttp::status::not_found, "not_found", "no such task");
-  auto [ae, attempts] = co_await store::async_attempts(store, id, use_tuple);
+  auto [ae, attempts] = co_await store::async_attempts(store, id, 0, max_page, use_tuple);
   if (ae) co_return a.unavailable(*ae);
   std::string body = "{";
   task_fields(body, *task);
@@ -141,10 +141,11 @@ net::awaitable<response> list_dlq(const answers& a, store::task_store& store, st
       co_return a.error(bhttp::status::bad_request, "bad_request", "limit must be 1 to 500");
   }
   // Named, not temporaries in the co_await expression: GCC 12 frees such temporaries twice.
-  auto const dependency = query_value(target, "dependency");
-  auto const after = query_value(target, "after");
-  auto [e, tasks] =
-      co_await store::async_list(store, store::task_status::dead_lettered, dependency, after, limit, use_tuple);
+  store::task_filter filter;
+  filter.dependency = query_value(target, "dependency");
+  filter.after = query_value(target, "after");
+  filter.limit = limit;
+  auto [e, tasks] = co_await store::async_list(store, filter, use_tuple);
   if (e) co_return a.unavailable(*e);
   std::string body = "{\"items\":[";
   for (std::size_t i = 0; i < tasks.size(); ++i) {

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace rebound::store {
 
@@ -68,6 +70,14 @@ ALTER TABLE retry_tasks ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0;  -- 
 ALTER TABLE retry_tasks ADD COLUMN attempts_before INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX retry_tasks_status_id ON retry_tasks (status, id);
 )sql",
+    // 3: policies registered through the admin API, kept as the text they were registered with.
+    R"sql(
+CREATE TABLE retry_policies (
+  id         TEXT PRIMARY KEY,
+  spec       TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+);
+)sql",
 };
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
@@ -102,13 +112,15 @@ std::vector<std::pair<std::string, std::string>> decode_headers(std::string_view
   return out;
 }
 
-/// One prepared statement, finalized with its scope.
+/// A prepared statement borrowed from the database's cache, reset for the next use when it ends.
 class statement {
  public:
-  statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK) s_ = nullptr;
+  statement(sqlite3* db, sqlite3_stmt* s) : db_(db), s_(s) {}
+  ~statement() {
+    if (!s_) return;
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
   }
-  ~statement() { sqlite3_finalize(s_); }
   statement(const statement&) = delete;
   statement& operator=(const statement&) = delete;
 
@@ -127,20 +139,18 @@ class statement {
   }
   /// SQLITE_ROW, SQLITE_DONE, or an error code.
   int step() { return s_ ? sqlite3_step(s_) : SQLITE_ERROR; }
+  /// step() until the statement is done: true when it ran to its end.
+  bool run() { return step() == SQLITE_DONE; }
   std::string text(int col) const {
     auto const* p = reinterpret_cast<const char*>(sqlite3_column_blob(s_, col));
     return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col))) : std::string();
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(s_, col); }
-  void reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
   std::string error() const { return sqlite3_errmsg(db_); }
 
  private:
   sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
+  sqlite3_stmt* s_;
 };
 
 bool exec(sqlite3* db, const char* sql, std::string* error = nullptr) {
@@ -175,6 +185,52 @@ retry_task read_task(const statement& s) {
   return t;
 }
 
+}  // namespace
+
+namespace detail {
+
+/** The open file and its prepared statements, used by the store's thread alone. Statements
+    are prepared once: preparing costs as much as running the small ones, many times a
+    second under load. */
+class database {
+ public:
+  sqlite3* raw = nullptr;
+
+  ~database() {
+    for (auto& [sql, s] : cache_) sqlite3_finalize(s);
+    sqlite3_close(raw);
+  }
+
+  /// A statement that fails at once while `refusing()`: what runs then must not autocommit.
+  statement prepare(const std::string& sql) {
+    if (refusing_) return statement(raw, nullptr);
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) {
+      sqlite3_stmt* s = nullptr;
+      if (sqlite3_prepare_v3(raw, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK)
+        return statement(raw, nullptr);
+      it = cache_.emplace(sql, s).first;
+    }
+    return statement(raw, it->second);
+  }
+  bool run(const std::string& sql) { return prepare(sql).run(); }
+  int changes() const { return sqlite3_changes(raw); }
+  std::string error() const { return sqlite3_errmsg(raw); }
+
+  /// While set, every statement fails: a transaction could not begin.
+  void refuse(bool on) { refusing_ = on; }
+
+ private:
+  std::unordered_map<std::string, sqlite3_stmt*> cache_;
+  bool refusing_ = false;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::database;
+
 void open_or_throw(const std::string& path, sqlite3*& db) {
   // Created 0600 before SQLite opens it: task bodies and headers are the app's calls,
   // credentials included (R-9), and must not be readable by anyone else.
@@ -195,9 +251,14 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
   if (!exec(db, "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
                 "PRAGMA foreign_keys=ON;", &error))
     throw std::runtime_error("store.path " + path + ": not a usable SQLite database: " + error);
-  statement v(db, "PRAGMA user_version");
-  if (!v.ok() || v.step() != SQLITE_ROW) throw std::runtime_error("store.path " + path + ": cannot read the schema version");
-  auto const version = static_cast<int>(v.integer(0));
+  int version = -1;
+  {
+    sqlite3_stmt* v = nullptr;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &v, nullptr) == SQLITE_OK && sqlite3_step(v) == SQLITE_ROW)
+      version = sqlite3_column_int(v, 0);
+    sqlite3_finalize(v);
+  }
+  if (version < 0) throw std::runtime_error("store.path " + path + ": cannot read the schema version");
   if (version > sqlite_store::schema_version)
     throw std::runtime_error("store.path " + path + ": schema version " + std::to_string(version) +
                              " is newer than this rebound understands (" + std::to_string(sqlite_store::schema_version) +
@@ -220,15 +281,71 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
   }
 }
 
+template <class T>
+using callback = task_store::callback<T>;
+using reply = std::function<void(const std::optional<store_error>&)>;
+
+/// The reply of a call that found `value` (or failed with `e`), unless its commit fails.
+template <class T>
+reply answer(callback<T> done, std::optional<store_error> e, T value) {
+  return [done = std::move(done), e = std::move(e), value = std::move(value)](
+             const std::optional<store_error>& commit_failed) mutable {
+    if (commit_failed) return done(commit_failed, T{});
+    done(std::move(e), std::move(value));
+  };
+}
+template <class T>
+reply failure(callback<T> done, std::string message) {
+  return answer<T>(std::move(done), store_error{std::move(message)}, T{});
+}
+
+/// Rows of `s` read with `read` until it is done; false on an error.
+template <class T, class Read>
+bool read_rows(statement& s, std::vector<T>& out, Read read) {
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read(s));
+  return rc == SQLITE_DONE;
+}
+
+/// A savepoint around one call's statements, so a call that fails halfway leaves nothing
+/// behind while the calls grouped with it still commit.
+class savepoint {
+ public:
+  explicit savepoint(database& db) : db_(db) { ok_ = db_.run("SAVEPOINT call"); }
+  ~savepoint() {
+    if (!ok_) return;
+    if (!released_) db_.run("ROLLBACK TO call");
+    db_.run("RELEASE call");
+  }
+  savepoint(const savepoint&) = delete;
+  savepoint& operator=(const savepoint&) = delete;
+  bool ok() const { return ok_; }
+  void keep() { released_ = true; }
+
+ private:
+  database& db_;
+  bool ok_ = false;
+  bool released_ = false;
+};
+
+const std::string select_task = std::string("SELECT ") + task_columns + " FROM retry_tasks ";
+
+/// The WHERE of a task_filter over retry_tasks, bound from parameter 1 on.
+constexpr const char* filter_where =
+    "WHERE status = ?1 AND (?2 = '' OR dependency = ?2) AND (?3 < 0 OR next_attempt_at >= ?3) "
+    "AND (?4 < 0 OR next_attempt_at < ?4) AND id > ?5 ORDER BY id LIMIT ?6";
+
+void bind_filter(statement& s, const task_filter& f, task_status status) {
+  s.bind(1, to_string(status)).bind(2, f.dependency);
+  s.bind(3, f.since ? to_ms(*f.since) : std::int64_t{-1}).bind(4, f.until ? to_ms(*f.until) : std::int64_t{-1});
+  s.bind(5, f.after).bind(6, static_cast<std::int64_t>(f.limit));
+}
+
 }  // namespace
 
-sqlite_store::sqlite_store(const std::string& path) {
-  try {
-    open_or_throw(path, db_);
-  } catch (...) {
-    sqlite3_close(db_);
-    throw;
-  }
+sqlite_store::sqlite_store(const std::string& path, std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit)
+    : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)) {
+  open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
   thread_ = std::thread([this] { run(); });
 }
 
@@ -239,7 +356,6 @@ sqlite_store::~sqlite_store() {
   }
   wake_.notify_one();
   thread_.join();
-  sqlite3_close(db_);
 }
 
 void sqlite_store::enqueue(work w) {
@@ -251,205 +367,247 @@ void sqlite_store::enqueue(work w) {
 }
 
 void sqlite_store::run() {
+  std::vector<work> jobs;
+  std::vector<reply> replies;
   for (;;) {
-    std::vector<pending_accept> group;
-    std::deque<work> jobs;
+    jobs.clear();
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !accepts_.empty() || !work_.empty(); });
-      if (accepts_.empty() && work_.empty()) return;  // stopping, and nothing left to do
-      group.swap(accepts_);
+      wake_.wait(lock, [this] { return stopping_ || !work_.empty(); });
+      if (work_.empty()) return;  // stopping, and nothing left to do
       jobs.swap(work_);
     }
-    // Everything accepted while the last commit was on its way goes in one transaction.
-    if (!group.empty()) commit_accepts(group);
-    for (auto& job : jobs) job(db_);
-  }
-}
-
-void sqlite_store::commit_accepts(std::vector<pending_accept>& group) {
-  std::string error;
-  std::vector<std::optional<store_error>> outcome(group.size());
-  if (!exec(db_, "BEGIN IMMEDIATE", &error)) {
-    for (auto& a : group) a.done(store_error{"cannot begin a transaction: " + error}, false);
-    return;
-  }
-  {
-    statement insert(db_,
-                     "INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, "
-                     "policy_id, attempts, next_attempt_at, created_at, status) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
-    for (std::size_t i = 0; i < group.size(); ++i) {
-      auto const& t = group[i].task;
-      if (!insert.ok()) {
-        outcome[i] = store_error{insert.error()};
-        continue;
+    // Everything that arrived while the last commit was on its way goes in one transaction.
+    std::optional<store_error> failed;
+    std::string error;
+    if (sqlite3_exec(db_->raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
+      failed = store_error{"cannot begin a transaction: " + db_->error()};
+    db_->refuse(failed.has_value());
+    replies.clear();
+    for (auto& job : jobs) replies.push_back(job(*db_));
+    db_->refuse(false);
+    if (!failed) {
+      auto const started = std::chrono::steady_clock::now();
+      if (sqlite3_exec(db_->raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+        failed = store_error{"commit failed: " + db_->error()};
+        sqlite3_exec(db_->raw, "ROLLBACK", nullptr, nullptr, nullptr);
+      } else {
+        commits_.fetch_add(1, std::memory_order_relaxed);
+        if (on_commit_) on_commit_(std::chrono::steady_clock::now() - started, jobs.size());
       }
-      insert.bind(1, t.id).bind(2, t.idempotency_key).bind(3, t.dependency).bind(4, t.method).bind(5, t.target);
-      insert.bind_blob(6, encode_headers(t.headers)).bind_blob(7, t.body).bind(8, t.policy_id);
-      insert.bind(9, static_cast<std::int64_t>(t.attempts)).bind(10, to_ms(t.next_attempt_at));
-      insert.bind(11, to_ms(t.created_at)).bind(12, to_string(t.status));
-      // One task refused (a duplicate id) fails alone; the statement, not the transaction, aborts.
-      if (insert.step() != SQLITE_DONE) outcome[i] = store_error{insert.error()};
-      insert.reset();
     }
+    for (auto& r : replies) r(failed);
   }
-  if (!exec(db_, "COMMIT", &error)) {
-    exec(db_, "ROLLBACK");
-    for (auto& a : group) a.done(store_error{"commit failed: " + error}, false);
-    return;
-  }
-  accept_commits_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < group.size(); ++i) group[i].done(outcome[i], !outcome[i]);
 }
 
 void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
-  {
-    std::lock_guard lock(mutex_);
-    accepts_.push_back({std::move(task), std::move(done)});
-  }
-  wake_.notify_one();
+  enqueue([task = std::move(task), done = std::move(done)](database& db) {
+    auto insert = db.prepare(
+        "INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, policy_id, "
+        "attempts, next_attempt_at, created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+    insert.bind(1, task.id).bind(2, task.idempotency_key).bind(3, task.dependency).bind(4, task.method);
+    insert.bind(5, task.target).bind_blob(6, encode_headers(task.headers)).bind_blob(7, task.body);
+    insert.bind(8, task.policy_id).bind(9, static_cast<std::int64_t>(task.attempts));
+    insert.bind(10, to_ms(task.next_attempt_at)).bind(11, to_ms(task.created_at)).bind(12, to_string(task.status));
+    // One task refused (a duplicate id) fails alone: the statement, not the transaction, aborts.
+    if (!insert.run()) return failure<bool>(done, insert.error());
+    return answer<bool>(done, std::nullopt, true);
+  });
 }
 
 void sqlite_store::submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                                 std::size_t limit, callback<std::vector<retry_task>> done) {
-  enqueue([owner = std::move(owner), now, lease_until, limit, done = std::move(done)](sqlite3* db) {
-    std::string const sql = std::string("UPDATE retry_tasks SET status = 'IN_FLIGHT', lease_owner = ?1, lease_expires = ?2 "
-                                        "WHERE id IN (SELECT id FROM retry_tasks WHERE "
-                                        "(status = 'PENDING' AND next_attempt_at <= ?3) OR "
-                                        "(status = 'IN_FLIGHT' AND lease_expires <= ?3) "
-                                        "ORDER BY next_attempt_at LIMIT ?4) RETURNING ") +
-                            task_columns;
-    statement s(db, sql.c_str());
-    if (!s.ok()) return done(store_error{s.error()}, {});
-    s.bind(1, owner).bind(2, to_ms(lease_until)).bind(3, to_ms(now)).bind(4, static_cast<std::int64_t>(limit));
+  enqueue([owner = std::move(owner), now, lease_until, limit, done = std::move(done)](database& db) {
+    // Two statements, each walking its own index in order: one OR'd query would sort every
+    // due task to find the first few, which with a backlog of millions is the whole table.
+    static const std::string expired =
+        std::string("UPDATE retry_tasks SET lease_owner = ?1, lease_expires = ?2 WHERE id IN (SELECT id FROM "
+                    "retry_tasks WHERE status = 'IN_FLIGHT' AND lease_expires <= ?3 LIMIT ?4) RETURNING ") +
+        task_columns;
+    static const std::string due =
+        std::string("UPDATE retry_tasks SET status = 'IN_FLIGHT', lease_owner = ?1, lease_expires = ?2 WHERE id IN "
+                    "(SELECT id FROM retry_tasks WHERE status = 'PENDING' AND next_attempt_at <= ?3 "
+                    "ORDER BY next_attempt_at LIMIT ?4) RETURNING ") +
+        task_columns;
     std::vector<retry_task> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_task(s));
-    if (rc != SQLITE_DONE) return done(store_error{s.error()}, {});
+    for (auto const* sql : {&expired, &due}) {
+      if (out.size() >= limit) break;
+      auto s = db.prepare(*sql);
+      s.bind(1, owner).bind(2, to_ms(lease_until)).bind(3, to_ms(now));
+      s.bind(4, static_cast<std::int64_t>(limit - out.size()));
+      if (!read_rows(s, out, read_task)) return failure<std::vector<retry_task>>(done, s.error());
+    }
     for (auto& t : out) t.status = task_status::in_flight;
-    done(std::nullopt, std::move(out));
+    return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
   });
 }
 
 void sqlite_store::submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                                          wall_clock::time_point next_attempt_at, callback<bool> done) {
   enqueue([owner = std::move(owner), attempt = std::move(attempt), next, next_attempt_at,
-           done = std::move(done)](sqlite3* db) {
-    std::string error;
-    if (!exec(db, "BEGIN IMMEDIATE", &error)) return done(store_error{error}, false);
-    statement update(db,
-                     "UPDATE retry_tasks SET status = ?1, attempts = ?2, next_attempt_at = ?3, lease_owner = NULL, "
-                     "lease_expires = NULL WHERE id = ?4 AND status = 'IN_FLIGHT' AND lease_owner = ?5");
+           done = std::move(done)](database& db) {
+    savepoint sp(db);
+    if (!sp.ok()) return failure<bool>(done, db.error());
+    auto update = db.prepare(
+        "UPDATE retry_tasks SET status = ?1, attempts = ?2, next_attempt_at = ?3, lease_owner = NULL, "
+        "lease_expires = NULL WHERE id = ?4 AND status = 'IN_FLIGHT' AND lease_owner = ?5");
     update.bind(1, to_string(next)).bind(2, static_cast<std::int64_t>(attempt.number));
     update.bind(3, to_ms(next_attempt_at)).bind(4, attempt.task_id).bind(5, owner);
-    if (update.step() != SQLITE_DONE) {
-      error = update.error();
-      exec(db, "ROLLBACK");
-      return done(store_error{error}, false);
-    }
-    if (sqlite3_changes(db) == 0) {  // the lease expired and another owner took the task
-      exec(db, "ROLLBACK");
-      return done(std::nullopt, false);
-    }
-    statement log(db,
-                  "INSERT OR REPLACE INTO attempt_logs (task_id, number, at, status, error_type, duration_us) "
-                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    if (!update.run()) return failure<bool>(done, update.error());
+    if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);  // the lease was lost
+    auto log = db.prepare(
+        "INSERT OR REPLACE INTO attempt_logs (task_id, number, at, status, error_type, duration_us) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
     log.bind(1, attempt.task_id).bind(2, static_cast<std::int64_t>(attempt.number)).bind(3, to_ms(attempt.at));
     log.bind(4, static_cast<std::int64_t>(attempt.status)).bind(5, attempt.error_type);
     log.bind(6, static_cast<std::int64_t>(attempt.duration.count()));
-    if (log.step() != SQLITE_DONE || !exec(db, "COMMIT", &error)) {
-      if (error.empty()) error = log.error();
-      exec(db, "ROLLBACK");
-      return done(store_error{error}, false);
-    }
-    done(std::nullopt, true);
+    if (!log.run()) return failure<bool>(done, log.error());
+    sp.keep();
+    return answer<bool>(done, std::nullopt, true);
   });
 }
 
 void sqlite_store::submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
                                    callback<bool> done) {
-  enqueue([owner = std::move(owner), id = std::move(id), until, done = std::move(done)](sqlite3* db) {
-    statement s(db,
-                "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?1, lease_owner = NULL, "
-                "lease_expires = NULL WHERE id = ?2 AND status = 'IN_FLIGHT' AND lease_owner = ?3");
+  enqueue([owner = std::move(owner), id = std::move(id), until, done = std::move(done)](database& db) {
+    auto s = db.prepare(
+        "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?1, lease_owner = NULL, lease_expires = NULL "
+        "WHERE id = ?2 AND status = 'IN_FLIGHT' AND lease_owner = ?3");
     s.bind(1, to_ms(until)).bind(2, id).bind(3, owner);
-    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
-    done(std::nullopt, sqlite3_changes(db) > 0);
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
   });
 }
 
 void sqlite_store::submit_get(std::string id, callback<std::optional<retry_task>> done) {
-  enqueue([id = std::move(id), done = std::move(done)](sqlite3* db) {
-    std::string const sql = std::string("SELECT ") + task_columns + " FROM retry_tasks WHERE id = ?1";
-    statement s(db, sql.c_str());
+  enqueue([id = std::move(id), done = std::move(done)](database& db) {
+    auto s = db.prepare(select_task + "WHERE id = ?1");
     s.bind(1, id);
     auto const rc = s.step();
-    if (rc == SQLITE_ROW) return done(std::nullopt, read_task(s));
-    if (rc == SQLITE_DONE) return done(std::nullopt, std::nullopt);
-    done(store_error{s.error()}, std::nullopt);
+    if (rc == SQLITE_ROW) return answer<std::optional<retry_task>>(done, std::nullopt, read_task(s));
+    if (rc == SQLITE_DONE) return answer<std::optional<retry_task>>(done, std::nullopt, std::nullopt);
+    return failure<std::optional<retry_task>>(done, s.error());
   });
 }
 
-void sqlite_store::submit_attempts(std::string id, callback<std::vector<attempt_log>> done) {
-  enqueue([id = std::move(id), done = std::move(done)](sqlite3* db) {
-    statement s(db,
-                "SELECT number, at, status, error_type, duration_us FROM attempt_logs WHERE task_id = ?1 "
-                "ORDER BY number");
-    s.bind(1, id);
+void sqlite_store::submit_attempts(std::string id, unsigned after, std::size_t limit,
+                                   callback<std::vector<attempt_log>> done) {
+  enqueue([id = std::move(id), after, limit, done = std::move(done)](database& db) {
+    auto s = db.prepare(
+        "SELECT number, at, status, error_type, duration_us FROM attempt_logs WHERE task_id = ?1 AND number > ?2 "
+        "ORDER BY number LIMIT ?3");
+    s.bind(1, id).bind(2, static_cast<std::int64_t>(after)).bind(3, static_cast<std::int64_t>(limit));
     std::vector<attempt_log> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW)
-      out.push_back({id, static_cast<unsigned>(s.integer(0)), from_ms(s.integer(1)), static_cast<unsigned>(s.integer(2)),
-                     s.text(3), std::chrono::microseconds(s.integer(4))});
-    if (rc != SQLITE_DONE) return done(store_error{s.error()}, {});
-    done(std::nullopt, std::move(out));
+    bool const ok = read_rows(s, out, [&id](const statement& r) {
+      return attempt_log{id, static_cast<unsigned>(r.integer(0)), from_ms(r.integer(1)),
+                         static_cast<unsigned>(r.integer(2)), r.text(3), std::chrono::microseconds(r.integer(4))};
+    });
+    if (!ok) return failure<std::vector<attempt_log>>(done, s.error());
+    return answer<std::vector<attempt_log>>(done, std::nullopt, std::move(out));
   });
 }
 
-void sqlite_store::submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
-                               callback<std::vector<retry_task>> done) {
-  enqueue([status, dependency = std::move(dependency), after = std::move(after), limit,
-           done = std::move(done)](sqlite3* db) {
-    std::string const sql = std::string("SELECT ") + task_columns +
-                            " FROM retry_tasks WHERE status = ?1 AND (?2 = '' OR dependency = ?2) AND id > ?3 "
-                            "ORDER BY id LIMIT ?4";
-    statement s(db, sql.c_str());
-    s.bind(1, to_string(status)).bind(2, dependency).bind(3, after).bind(4, static_cast<std::int64_t>(limit));
+void sqlite_store::submit_list(task_filter filter, callback<std::vector<retry_task>> done) {
+  enqueue([filter = std::move(filter), done = std::move(done)](database& db) {
+    auto s = db.prepare(select_task + filter_where);
+    bind_filter(s, filter, filter.status);
     std::vector<retry_task> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_task(s));
-    if (rc != SQLITE_DONE) return done(store_error{s.error()}, {});
-    done(std::nullopt, std::move(out));
+    if (!read_rows(s, out, read_task)) return failure<std::vector<retry_task>>(done, s.error());
+    return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
   });
+}
+
+namespace {
+constexpr const char* replay_set =
+    "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?7, window_start = ?7, attempts_before = attempts ";
 }
 
 void sqlite_store::submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) {
-  enqueue([id = std::move(id), now, done = std::move(done)](sqlite3* db) {
-    statement s(db,
-                "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ?1, window_start = ?1, "
-                "attempts_before = attempts WHERE id = ?2 AND status = 'DEAD_LETTERED'");
-    s.bind(1, to_ms(now)).bind(2, id);
-    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
-    done(std::nullopt, sqlite3_changes(db) > 0);
+  enqueue([id = std::move(id), now, done = std::move(done)](database& db) {
+    auto s = db.prepare(std::string(replay_set) + "WHERE id = ?1 AND status = 'DEAD_LETTERED'");
+    s.bind(1, id).bind(7, to_ms(now));
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
+  });
+}
+
+void sqlite_store::submit_replay_matching(task_filter filter, wall_clock::time_point now,
+                                          callback<std::vector<std::string>> done) {
+  enqueue([filter = std::move(filter), now, done = std::move(done)](database& db) {
+    auto s = db.prepare(std::string(replay_set) + "WHERE id IN (SELECT id FROM retry_tasks " + filter_where +
+                        ") RETURNING id");
+    bind_filter(s, filter, task_status::dead_lettered);
+    s.bind(7, to_ms(now));
+    std::vector<std::string> ids;
+    if (!read_rows(s, ids, [](const statement& r) { return r.text(0); }))
+      return failure<std::vector<std::string>>(done, s.error());
+    std::sort(ids.begin(), ids.end());  // RETURNING keeps no order; the cursor is the last id
+    return answer<std::vector<std::string>>(done, std::nullopt, std::move(ids));
   });
 }
 
 void sqlite_store::submit_cancel(std::string id, callback<bool> done) {
-  enqueue([id = std::move(id), done = std::move(done)](sqlite3* db) {
-    statement s(db, "UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = ?1 AND status = 'PENDING'");
+  enqueue([id = std::move(id), done = std::move(done)](database& db) {
+    auto s = db.prepare("UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = ?1 AND status = 'PENDING'");
     s.bind(1, id);
-    if (s.step() != SQLITE_DONE) return done(store_error{s.error()}, false);
-    done(std::nullopt, sqlite3_changes(db) > 0);
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
   });
 }
 
-void sqlite_store::submit_count(task_status st, callback<std::uint64_t> done) {
-  enqueue([st, done = std::move(done)](sqlite3* db) {
-    statement s(db, "SELECT count(*) FROM retry_tasks WHERE status = ?1");
-    s.bind(1, to_string(st));
-    if (s.step() != SQLITE_ROW) return done(store_error{s.error()}, 0);
-    done(std::nullopt, static_cast<std::uint64_t>(s.integer(0)));
+void sqlite_store::submit_delete_dead_letter(std::string id, callback<bool> done) {
+  enqueue([id = std::move(id), done = std::move(done)](database& db) {
+    savepoint sp(db);
+    if (!sp.ok()) return failure<bool>(done, db.error());
+    auto task = db.prepare("DELETE FROM retry_tasks WHERE id = ?1 AND status = 'DEAD_LETTERED'");
+    auto logs = db.prepare("DELETE FROM attempt_logs WHERE task_id = ?1");
+    logs.bind(1, id);
+    task.bind(1, id);
+    // Its attempts first: they refer to the task.
+    if (!logs.run()) return failure<bool>(done, logs.error());
+    if (!task.run()) return failure<bool>(done, task.error());
+    if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);  // the logs come back with the rollback
+    sp.keep();
+    return answer<bool>(done, std::nullopt, true);
+  });
+}
+
+void sqlite_store::submit_counts(callback<status_counts> done) {
+  enqueue([done = std::move(done)](database& db) {
+    auto s = db.prepare("SELECT status, count(*) FROM retry_tasks GROUP BY status");
+    status_counts counts{};
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW)
+      if (auto st = parse_task_status(s.text(0))) counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
+    if (rc != SQLITE_DONE) return failure<status_counts>(done, s.error());
+    return answer<status_counts>(done, std::nullopt, counts);
+  });
+}
+
+void sqlite_store::submit_put_policy(stored_policy p, callback<policy_put> done) {
+  enqueue([p = std::move(p), done = std::move(done)](database& db) {
+    auto insert =
+        db.prepare("INSERT INTO retry_policies (id, spec, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (id) DO NOTHING");
+    insert.bind(1, p.id).bind(2, p.spec).bind(3, to_ms(p.created_at));
+    if (!insert.run()) return failure<policy_put>(done, insert.error());
+    if (db.changes() > 0) return answer<policy_put>(done, std::nullopt, policy_put::created);
+    auto existing = db.prepare("SELECT spec FROM retry_policies WHERE id = ?1");
+    existing.bind(1, p.id);
+    if (existing.step() != SQLITE_ROW) return failure<policy_put>(done, existing.error());
+    return answer<policy_put>(done, std::nullopt,
+                              existing.text(0) == p.spec ? policy_put::unchanged : policy_put::conflict);
+  });
+}
+
+void sqlite_store::submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) {
+  enqueue([id = std::move(id), done = std::move(done)](database& db) {
+    auto s = db.prepare("SELECT spec, created_at FROM retry_policies WHERE id = ?1");
+    s.bind(1, id);
+    auto const rc = s.step();
+    if (rc == SQLITE_ROW)
+      return answer<std::optional<stored_policy>>(done, std::nullopt, stored_policy{id, s.text(0), from_ms(s.integer(1))});
+    if (rc == SQLITE_DONE) return answer<std::optional<stored_policy>>(done, std::nullopt, std::nullopt);
+    return failure<std::optional<stored_policy>>(done, s.error());
   });
 }
 

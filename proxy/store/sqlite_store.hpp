@@ -1,28 +1,35 @@
 #pragma once
 /** The embedded store (the default): one SQLite file in WAL mode, written by one thread of
-    its own. Accepts that arrive together are committed together, one fsync for the group,
-    so durability does not cap the accept rate. The schema is versioned (`PRAGMA
+    its own. Calls that arrive while a commit is on its way (accepts, claims, attempt
+    records) are carried by the next transaction together, one fsync for the group, so
+    durability caps neither the accept nor the delivery rate. The schema is versioned (`PRAGMA
     user_version`); migrations run at open. */
 #include "proxy/store/task_store.hpp"
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
-struct sqlite3;
-
 namespace rebound::store {
+
+namespace detail {
+class database;
+}
 
 class sqlite_store final : public task_store {
  public:
   /// The schema this build writes; an older file is migrated at open, a newer one refused.
-  static constexpr int schema_version = 2;
+  static constexpr int schema_version = 3;
 
   /** Opens `path` (created 0600 when new), sets WAL and full synchronous commits, and
-      migrates it. Throws std::runtime_error when it cannot: a start-up error. */
-  explicit sqlite_store(const std::string& path);
+      migrates it. Throws std::runtime_error when it cannot: a start-up error.
+      `on_commit`, when set, is told how long each commit (its fsync) took and how many
+      calls it carried; it runs on the store's thread. */
+  explicit sqlite_store(const std::string& path,
+                        std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit = {});
   /// Finishes the queued work, then closes the file.
   ~sqlite_store() override;
   sqlite_store(const sqlite_store&) = delete;
@@ -35,34 +42,39 @@ class sqlite_store final : public task_store {
                              wall_clock::time_point next_attempt_at, callback<bool> done) override;
   void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
   void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
-  void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) override;
-  void submit_count(task_status s, callback<std::uint64_t> done) override;
-  void submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
-                   callback<std::vector<retry_task>> done) override;
+  void submit_attempts(std::string id, unsigned after, std::size_t limit,
+                       callback<std::vector<attempt_log>> done) override;
+  void submit_list(task_filter filter, callback<std::vector<retry_task>> done) override;
   void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) override;
+  void submit_replay_matching(task_filter filter, wall_clock::time_point now,
+                              callback<std::vector<std::string>> done) override;
   void submit_cancel(std::string id, callback<bool> done) override;
+  void submit_delete_dead_letter(std::string id, callback<bool> done) override;
+  void submit_counts(callback<status_counts> done) override;
+  void submit_put_policy(stored_policy p, callback<policy_put> done) override;
+  void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) override;
 
-  /// Transactions that committed accepted tasks: fewer than the tasks when groups formed.
-  std::uint64_t accept_commits() const { return accept_commits_.load(std::memory_order_relaxed); }
+  /// Transactions committed: fewer than the calls when groups formed.
+  std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
 
  private:
-  struct pending_accept {
-    retry_task task;
-    callback<bool> done;
-  };
-  using work = std::function<void(sqlite3*)>;
+  /** A call's reply, run once the transaction that carried it ended: with the commit's
+      error if the commit failed (then nothing the call wrote is on disk), else with what
+      the call found. */
+  using reply = std::function<void(const std::optional<store_error>& commit_failed)>;
+  /// A call's work inside the group's transaction.
+  using work = std::function<reply(detail::database&)>;
 
   void run();
-  void commit_accepts(std::vector<pending_accept>& group);
   void enqueue(work w);
 
-  sqlite3* db_ = nullptr;
+  std::unique_ptr<detail::database> db_;
+  std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<pending_accept> accepts_;
-  std::deque<work> work_;
+  std::vector<work> work_;
   bool stopping_ = false;
-  std::atomic<std::uint64_t> accept_commits_{0};
+  std::atomic<std::uint64_t> commits_{0};
   std::thread thread_;  // last: started once everything it uses exists
 };
 

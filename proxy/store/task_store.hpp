@@ -14,6 +14,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,9 +28,30 @@ struct store_error {
   std::string message;
 };
 
-struct claimed {
-  std::vector<retry_task> tasks;
+/** Which tasks a listing or a bulk replay takes: one status, optionally one dependency and a
+    span of when they last moved (for a dead letter: when it was dead-lettered), ordered by
+    id after the cursor `after` (empty for the first page). */
+struct task_filter {
+  task_status status = task_status::dead_lettered;
+  std::string dependency;  ///< empty: every dependency
+  std::optional<wall_clock::time_point> since, until;
+  std::string after;
+  std::size_t limit = 100;
 };
+
+/// A policy registered through the admin API: its id and the text it was registered with,
+/// which the loader reads with the same rules as a policy in the YAML file.
+struct stored_policy {
+  std::string id;
+  std::string spec;
+  wall_clock::time_point created_at{};
+};
+
+/// What registering a policy did: it is idempotent by id, so the same text again is no change.
+enum class policy_put { created, unchanged, conflict };
+
+/// Tasks by status, indexed by task_status.
+using status_counts = std::array<std::uint64_t, 6>;
 
 class task_store {
  public:
@@ -53,18 +75,24 @@ class task_store {
       or breaker refused the attempt, which is postponed, never dropped. */
   virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) = 0;
   virtual void submit_get(std::string id, callback<std::optional<retry_task>> done) = 0;
-  virtual void submit_attempts(std::string id, callback<std::vector<attempt_log>> done) = 0;
-  /** Up to `limit` tasks with `status` (of `dependency`, unless empty), ordered by id, after
-      the id `after` (the cursor of the page before; empty for the first page). */
-  virtual void submit_list(task_status status, std::string dependency, std::string after, std::size_t limit,
-                           callback<std::vector<retry_task>> done) = 0;
+  /// Up to `limit` attempts of a task after attempt number `after` (0 for the first page).
+  virtual void submit_attempts(std::string id, unsigned after, std::size_t limit,
+                               callback<std::vector<attempt_log>> done) = 0;
+  virtual void submit_list(task_filter filter, callback<std::vector<retry_task>> done) = 0;
   /// A dead letter back to PENDING, due at `now`, with a fresh window; false when
   /// there is no dead letter of that id.
   virtual void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) = 0;
+  /** Replays the dead letters `filter` takes (its status is ignored), up to its limit, in one
+      transaction; the ids replayed, so a caller pages on with the last as `after`. */
+  virtual void submit_replay_matching(task_filter filter, wall_clock::time_point now,
+                                      callback<std::vector<std::string>> done) = 0;
   /// A PENDING task CANCELLED; false when there is none of that id (in flight, ended, unknown).
   virtual void submit_cancel(std::string id, callback<bool> done) = 0;
-  /// Tasks by status: what the admin API and the start-up report count.
-  virtual void submit_count(task_status s, callback<std::uint64_t> done) = 0;
+  /// A dead letter deleted with its attempts; false when there is no dead letter of that id.
+  virtual void submit_delete_dead_letter(std::string id, callback<bool> done) = 0;
+  virtual void submit_counts(callback<status_counts> done) = 0;
+  virtual void submit_put_policy(stored_policy p, callback<policy_put> done) = 0;
+  virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
 };
 
 namespace detail {
@@ -78,86 +106,102 @@ auto back_to(Handler handler) {
     net::post(ex, [h, e = std::move(e), value = std::move(value)]() mutable { (*h)(std::move(e), std::move(value)); });
   };
 }
+
+/** Any store call as an Asio operation completing with (optional<store_error>, T) on the
+    caller's executor: `submit` is given the callback to hand the store. */
+template <class T, class Token, class Submit>
+auto async_call(Submit submit, Token&& token) {
+  return net::async_initiate<Token, void(std::optional<store_error>, T)>(
+      [](auto handler, Submit s) { s(back_to<T>(std::move(handler))); }, token, std::move(submit));
+}
 }  // namespace detail
+
+// Awaitable with `use_tuple`. The arguments are copied into the operation: a caller's
+// temporaries may end before the store runs the call.
 
 template <class Token>
 auto async_accept(task_store& s, retry_task task, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
-      [&s](auto handler, retry_task t) { s.submit_accept(std::move(t), detail::back_to<bool>(std::move(handler))); },
-      token, std::move(task));
-}
-
-template <class Token>
-auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt, task_status next,
-                          wall_clock::time_point next_attempt_at, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
-      [&s](auto handler, std::string o, attempt_log a, task_status n, wall_clock::time_point at) {
-        s.submit_finish_attempt(std::move(o), std::move(a), n, at, detail::back_to<bool>(std::move(handler)));
-      },
-      token, std::move(owner), std::move(attempt), next, next_attempt_at);
-}
-
-template <class Token>
-auto async_postpone(task_store& s, std::string owner, std::string id, wall_clock::time_point until, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
-      [&s](auto handler, std::string o, std::string i, wall_clock::time_point u) {
-        s.submit_postpone(std::move(o), std::move(i), u, detail::back_to<bool>(std::move(handler)));
-      },
-      token, std::move(owner), std::move(id), until);
-}
-
-template <class Token>
-auto async_get(task_store& s, std::string id, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, std::optional<retry_task>)>(
-      [&s](auto handler, std::string i) {
-        s.submit_get(std::move(i), detail::back_to<std::optional<retry_task>>(std::move(handler)));
-      },
-      token, std::move(id));
-}
-
-template <class Token>
-auto async_attempts(task_store& s, std::string id, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, std::vector<attempt_log>)>(
-      [&s](auto handler, std::string i) {
-        s.submit_attempts(std::move(i), detail::back_to<std::vector<attempt_log>>(std::move(handler)));
-      },
-      token, std::move(id));
-}
-
-template <class Token>
-auto async_list(task_store& s, task_status status, std::string dependency, std::string after, std::size_t limit,
-                Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, std::vector<retry_task>)>(
-      [&s](auto handler, task_status st, std::string d, std::string a, std::size_t l) {
-        s.submit_list(st, std::move(d), std::move(a), l, detail::back_to<std::vector<retry_task>>(std::move(handler)));
-      },
-      token, status, std::move(dependency), std::move(after), limit);
-}
-
-template <class Token>
-auto async_replay(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
-      [&s](auto handler, std::string i, wall_clock::time_point n) {
-        s.submit_replay(std::move(i), n, detail::back_to<bool>(std::move(handler)));
-      },
-      token, std::move(id), now);
-}
-
-template <class Token>
-auto async_cancel(task_store& s, std::string id, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, bool)>(
-      [&s](auto handler, std::string i) { s.submit_cancel(std::move(i), detail::back_to<bool>(std::move(handler))); },
-      token, std::move(id));
+  return detail::async_call<bool>([&s, t = std::move(task)](auto cb) mutable { s.submit_accept(std::move(t), cb); },
+                                  token);
 }
 
 template <class Token>
 auto async_claim(task_store& s, std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                  std::size_t limit, Token&& token) {
-  return net::async_initiate<Token, void(std::optional<store_error>, std::vector<retry_task>)>(
-      [&s](auto handler, std::string o, wall_clock::time_point n, wall_clock::time_point l, std::size_t lim) {
-        s.submit_claim(std::move(o), n, l, lim, detail::back_to<std::vector<retry_task>>(std::move(handler)));
+  return detail::async_call<std::vector<retry_task>>(
+      [&s, o = std::move(owner), now, lease_until, limit](auto cb) { s.submit_claim(o, now, lease_until, limit, cb); },
+      token);
+}
+
+template <class Token>
+auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt, task_status next,
+                          wall_clock::time_point next_attempt_at, Token&& token) {
+  return detail::async_call<bool>(
+      [&s, o = std::move(owner), a = std::move(attempt), next, next_attempt_at](auto cb) {
+        s.submit_finish_attempt(o, a, next, next_attempt_at, cb);
       },
-      token, std::move(owner), now, lease_until, limit);
+      token);
+}
+
+template <class Token>
+auto async_postpone(task_store& s, std::string owner, std::string id, wall_clock::time_point until, Token&& token) {
+  return detail::async_call<bool>(
+      [&s, o = std::move(owner), i = std::move(id), until](auto cb) { s.submit_postpone(o, i, until, cb); }, token);
+}
+
+template <class Token>
+auto async_get(task_store& s, std::string id, Token&& token) {
+  return detail::async_call<std::optional<retry_task>>([&s, i = std::move(id)](auto cb) { s.submit_get(i, cb); },
+                                                       token);
+}
+
+template <class Token>
+auto async_attempts(task_store& s, std::string id, unsigned after, std::size_t limit, Token&& token) {
+  return detail::async_call<std::vector<attempt_log>>(
+      [&s, i = std::move(id), after, limit](auto cb) { s.submit_attempts(i, after, limit, cb); }, token);
+}
+
+template <class Token>
+auto async_list(task_store& s, task_filter filter, Token&& token) {
+  return detail::async_call<std::vector<retry_task>>([&s, f = std::move(filter)](auto cb) { s.submit_list(f, cb); },
+                                                     token);
+}
+
+template <class Token>
+auto async_replay(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
+  return detail::async_call<bool>([&s, i = std::move(id), now](auto cb) { s.submit_replay(i, now, cb); }, token);
+}
+
+template <class Token>
+auto async_replay_matching(task_store& s, task_filter filter, wall_clock::time_point now, Token&& token) {
+  return detail::async_call<std::vector<std::string>>(
+      [&s, f = std::move(filter), now](auto cb) { s.submit_replay_matching(f, now, cb); }, token);
+}
+
+template <class Token>
+auto async_cancel(task_store& s, std::string id, Token&& token) {
+  return detail::async_call<bool>([&s, i = std::move(id)](auto cb) { s.submit_cancel(i, cb); }, token);
+}
+
+template <class Token>
+auto async_delete_dead_letter(task_store& s, std::string id, Token&& token) {
+  return detail::async_call<bool>([&s, i = std::move(id)](auto cb) { s.submit_delete_dead_letter(i, cb); }, token);
+}
+
+template <class Token>
+auto async_counts(task_store& s, Token&& token) {
+  return detail::async_call<status_counts>([&s](auto cb) { s.submit_counts(cb); }, token);
+}
+
+template <class Token>
+auto async_put_policy(task_store& s, stored_policy p, Token&& token) {
+  return detail::async_call<policy_put>([&s, p = std::move(p)](auto cb) { s.submit_put_policy(p, cb); }, token);
+}
+
+template <class Token>
+auto async_get_policy(task_store& s, std::string id, Token&& token) {
+  return detail::async_call<std::optional<stored_policy>>(
+      [&s, i = std::move(id)](auto cb) { s.submit_get_policy(i, cb); }, token);
 }
 
 }  // namespace rebound::store

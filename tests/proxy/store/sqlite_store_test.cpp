@@ -76,6 +76,18 @@ std::optional<retry_task> get(sqlite_store& s, const std::string& id) {
   return t;
 }
 
+std::uint64_t count(sqlite_store& s, task_status st) {
+  auto [e, counts] = wait_for<status_counts>([&](auto cb) { s.submit_counts(cb); });
+  EXPECT_FALSE(e);
+  return counts[static_cast<std::size_t>(st)];
+}
+
+task_filter dead_letters(std::string dependency) {
+  task_filter f;
+  f.dependency = std::move(dependency);
+  return f;
+}
+
 bool finish(sqlite_store& s, const std::string& owner, attempt_log a, task_status next, wall_clock::time_point at) {
   auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_finish_attempt(owner, std::move(a), next, at, cb); });
   EXPECT_FALSE(e);
@@ -121,9 +133,8 @@ TEST(Store, AcceptsThatArriveTogetherAreCommittedTogether) {
     s.submit_accept(make_task("g" + std::to_string(i)),
                     [&done, i](std::optional<store_error> e, bool ok) { done[i].set_value(!e && ok); });
   for (auto& d : done) ASSERT_TRUE(d.get_future().get());
-  auto [e, pending] = wait_for<std::uint64_t>([&](auto cb) { s.submit_count(task_status::pending, cb); });
-  EXPECT_EQ(pending, static_cast<std::uint64_t>(n));
-  EXPECT_LT(s.accept_commits(), static_cast<std::uint64_t>(n) / 4) << "one fsync per task caps the accept rate";
+  EXPECT_EQ(count(s, task_status::pending), static_cast<std::uint64_t>(n));
+  EXPECT_LT(s.commits(), static_cast<std::uint64_t>(n) / 4) << "one fsync per task caps the accept rate";
 }
 
 TEST(Store, ADuplicateIdFailsAloneAndTheRestOfItsGroupCommits) {
@@ -178,7 +189,7 @@ TEST(Store, FinishingAnAttemptRecordsItAndSchedulesTheNext) {
   EXPECT_EQ(t->next_attempt_at, t0 + 5s);
   EXPECT_TRUE(claim(s, "w1", t0 + 4s).empty());
   EXPECT_EQ(claim(s, "w1", t0 + 5s).size(), 1u);
-  auto [e, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("sched", cb); });
+  auto [e, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("sched", 0, 100, cb); });
   ASSERT_EQ(log.size(), 1u);
   EXPECT_EQ(log[0].error_type, "connect_refused");
   EXPECT_EQ(log[0].duration, 1500us);
@@ -238,10 +249,10 @@ TEST(Store, AReplayedDeadLetterIsDueAtOnceWithAFreshWindowAndItsHistory) {
   ASSERT_EQ(claim(s, "w1", t0).size(), 1u);
   ASSERT_TRUE(finish(s, "w1", attempt_log{"dl", 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
   auto [e, listed] = wait_for<std::vector<retry_task>>(
-      [&](auto cb) { s.submit_list(task_status::dead_lettered, "webhooks", "", 10, cb); });
+      [&](auto cb) { s.submit_list(dead_letters("webhooks"), cb); });
   ASSERT_EQ(listed.size(), 1u);
   auto [e2, none] = wait_for<std::vector<retry_task>>(
-      [&](auto cb) { s.submit_list(task_status::dead_lettered, "other", "", 10, cb); });
+      [&](auto cb) { s.submit_list(dead_letters("other"), cb); });
   EXPECT_TRUE(none.empty()) << "filtered by dependency";
   auto [re, replayed] = wait_for<bool>([&](auto cb) { s.submit_replay("dl", t0 + 48h, cb); });
   ASSERT_TRUE(replayed);
@@ -251,7 +262,7 @@ TEST(Store, AReplayedDeadLetterIsDueAtOnceWithAFreshWindowAndItsHistory) {
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0].window_start, t0 + 48h);
   EXPECT_EQ(due[0].attempts_before, 1u);
-  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("dl", cb); });
+  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("dl", 0, 100, cb); });
   EXPECT_EQ(log.size(), 1u) << "the first round's attempt stays in the log";
 }
 
@@ -268,6 +279,96 @@ TEST(Store, OnlyAPendingTaskCanBeCancelled) {
   EXPECT_TRUE(claim(s, "w1", t0 + 2s).empty()) << "a cancelled task is never delivered";
   auto [e2, in_flight] = wait_for<bool>([&](auto cb) { s.submit_cancel("c2", cb); });
   EXPECT_FALSE(in_flight) << "a task in flight cannot be cancelled";
+}
+
+/// Dead-letters `id` (accepted, claimed and given up on at `at`).
+void dead_letter(sqlite_store& s, const std::string& id, wall_clock::time_point at, std::string dependency = "webhooks") {
+  auto t = make_task(id, at);
+  t.dependency = std::move(dependency);
+  ASSERT_TRUE(accept(s, t));
+  ASSERT_EQ(claim(s, "w1", at).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{id, 1, at, 400, "", 1ms}, task_status::dead_lettered, at));
+}
+
+TEST(Store, AttemptsArePagedByNumber) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("many")));
+  for (unsigned n = 1; n <= 5; ++n) {
+    ASSERT_EQ(claim(s, "w1", t0 + std::chrono::seconds(n)).size(), 1u);
+    ASSERT_TRUE(finish(s, "w1", attempt_log{"many", n, t0, 503, "", 1ms}, task_status::pending,
+                       t0 + std::chrono::seconds(n + 1)));
+  }
+  auto [e, first] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("many", 0, 2, cb); });
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[1].number, 2u);
+  auto [e2, rest] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("many", 4, 2, cb); });
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].number, 5u);
+}
+
+TEST(Store, R8_BulkReplayTakesTheDeadLettersOfItsFilterOnly) {
+  temp_db db;
+  sqlite_store s(db.path());
+  dead_letter(s, "a1", t0);
+  dead_letter(s, "a2", t0 + 10s);
+  dead_letter(s, "b1", t0 + 10s, "billing");
+  task_filter f;
+  f.dependency = "webhooks";
+  f.since = t0 + 5s;
+  auto [e, ids] = wait_for<std::vector<std::string>>([&](auto cb) { s.submit_replay_matching(f, t0 + 1h, cb); });
+  ASSERT_FALSE(e);
+  EXPECT_EQ(ids, std::vector<std::string>{"a2"});
+  EXPECT_EQ(get(s, "a2")->status, task_status::pending);
+  EXPECT_EQ(get(s, "a1")->status, task_status::dead_lettered) << "dead-lettered before `since`";
+  EXPECT_EQ(get(s, "b1")->status, task_status::dead_lettered) << "another dependency";
+}
+
+TEST(Store, ADeletedDeadLetterIsGoneWithItsAttemptsAndNothingElseCanBeDeleted) {
+  temp_db db;
+  sqlite_store s(db.path());
+  dead_letter(s, "gone", t0);
+  ASSERT_TRUE(accept(s, make_task("waiting")));
+  auto [e, deleted] = wait_for<bool>([&](auto cb) { s.submit_delete_dead_letter("gone", cb); });
+  EXPECT_TRUE(deleted);
+  EXPECT_FALSE(get(s, "gone"));
+  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("gone", 0, 10, cb); });
+  EXPECT_TRUE(log.empty());
+  auto [e2, pending] = wait_for<bool>([&](auto cb) { s.submit_delete_dead_letter("waiting", cb); });
+  EXPECT_FALSE(pending) << "only a dead letter can be deleted";
+  EXPECT_TRUE(get(s, "waiting"));
+}
+
+TEST(Store, APolicyIsRegisteredOnceByIdAndADifferentTextUnderItsIdConflicts) {
+  temp_db db;
+  sqlite_store s(db.path());
+  auto put = [&](std::string spec) {
+    auto [e, r] = wait_for<policy_put>([&](auto cb) { s.submit_put_policy({"slow", spec, t0}, cb); });
+    EXPECT_FALSE(e);
+    return r;
+  };
+  EXPECT_EQ(put("{\"max_retries\": 5}"), policy_put::created);
+  EXPECT_EQ(put("{\"max_retries\": 5}"), policy_put::unchanged);
+  EXPECT_EQ(put("{\"max_retries\": 6}"), policy_put::conflict);
+  auto [e, p] = wait_for<std::optional<stored_policy>>([&](auto cb) { s.submit_get_policy("slow", cb); });
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->spec, "{\"max_retries\": 5}");
+}
+
+TEST(Store, ClaimsAndAttemptRecordsThatArriveTogetherShareACommit) {
+  temp_db db;
+  sqlite_store s(db.path());
+  constexpr int n = 200;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(accept(s, make_task("d" + std::to_string(i))));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 100u);
+  auto const before = s.commits();
+  std::vector<std::promise<bool>> done(100);
+  for (int i = 0; i < 100; ++i)
+    s.submit_finish_attempt("w1", attempt_log{"d" + std::to_string(i), 1, t0, 200, "", 1ms}, task_status::succeeded, t0,
+                            [&done, i](std::optional<store_error> e, bool ok) { done[i].set_value(!e && ok); });
+  for (auto& d : done) ASSERT_TRUE(d.get_future().get());
+  EXPECT_LT(s.commits() - before, 25u) << "one fsync per attempt record caps the delivery rate";
+  EXPECT_EQ(count(s, task_status::succeeded), 100u);
 }
 
 TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
