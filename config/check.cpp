@@ -42,6 +42,10 @@ std::vector<policy_finding> check_policy(const policy& p) {
       break;
     }
   }
+  if (!p.dead_letter && p.context != context_kind::sync)
+    out.push_back({"dead_letter",
+                   "an async, webhook or batch call that cannot be dead-lettered is lost when its retries run out",
+                   "R-8", false});
   if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap)
     out.push_back({"backoff", "backoff.base must be greater than 0 and at most backoff.cap", "R-1", false});
   return out;

@@ -18,7 +18,8 @@ struct policy_finding {
 };
 
 /// R-1 (backoff), R-2 (max_retries per context, approvals), R-3 (total_timeout per
-/// context), R-6 (inject: false), R-7 (budget window), and timeouts above zero.
+/// context), R-6 (inject: false), R-7 (budget window), R-8 (dead_letter: off where calls are
+/// handed over), and timeouts above zero.
 std::vector<policy_finding> check_policy(const policy& p);
 
 }  // namespace rebound::config

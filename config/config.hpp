@@ -141,6 +141,9 @@ struct policy {
   std::uint64_t max_retry_body = 1 << 20;
   idempotency_policy idempotency;
   std::string approval;            ///< R-2: recorded approval for max_retries above the range
+  /// what a handed-over call's retries give up on is dead-lettered; `dead_letter: off`
+  /// keeps a route from handing calls over at all (check refuses it on an async context).
+  bool dead_letter = true;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };
@@ -205,6 +208,9 @@ struct config {
     bool configured = false;  ///< `store:` was written
     bool operator==(const store_settings&) const = default;
   } store;
+  /// `alert: {webhook: URL}` — where a JSON notice of each dead letter is POSTed.
+  /// Empty: none. The notice is itself delivered with retries, and never dead-lettered.
+  std::string alert_webhook;
   /// `async:` — the entry of async delivery.
   struct async_settings {
     std::uint64_t max_body = 1 << 20;  ///< a larger body is refused with 413, nothing stored

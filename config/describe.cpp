@@ -140,6 +140,7 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
     c.integer("half_open_probes", cb.half_open_probes);
   }
   if (!p.approval.empty()) w.string("approval", p.approval);
+  if (!p.dead_letter) w.boolean("dead_letter", false);
 }
 
 /// File paths only: the config holds no secret to redact.
@@ -201,6 +202,10 @@ std::string effective_config_json(const config& cfg) {
     if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
       object_writer st(w.nested("store"));
       st.string("path", cfg.store.path);
+    }
+    if (!cfg.alert_webhook.empty()) {
+      object_writer al(w.nested("alert"));
+      al.string("webhook", cfg.alert_webhook);
     }
     {
       object_writer a(w.nested("async"));

@@ -51,7 +51,7 @@ class reader : public yaml_reader {
     if (!expect_map(root, "")) return;
     check_keys(root, "",
                {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts",
-                "limits", "defaults", "dependencies", "store", "async"});
+                "limits", "defaults", "dependencies", "store", "async", "alert"});
     typed(root, "service", "", c.service, parse_service);
     typed(root, "log_level", "", c.log_level, parse_log_level);
     typed(root, "listen", "", c.listen, parse_endpoint);
@@ -79,6 +79,16 @@ class reader : public yaml_reader {
       typed(n, "max_body", "async", c.async.max_body, parse_size);
       if (c.async.max_body == 0 || c.async.max_body > (64u << 20))
         error(n["max_body"], "async.max_body", "must be between 1B and 64MiB");
+    }
+    if (auto n = root["alert"]; n && expect_map(n, "alert")) {
+      check_keys(n, "alert", {"webhook"});
+      typed(n, "webhook", "alert", c.alert_webhook, [](std::string_view s) {
+        auto const rest = s.starts_with("http://") ? s.substr(7) : std::string_view();
+        if (rest.empty() || rest.front() == '/' || s.find_first_of(" \t\r\n") != std::string_view::npos)
+          return parsed<std::string>::fail(
+              "must be an absolute http:// URL (for TLS, name a dependency whose origin is https://)");
+        return parsed<std::string>::ok(std::string(s));
+      });
     }
     // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.
     auto const defaults_node = root["defaults"];
@@ -143,7 +153,7 @@ class reader : public yaml_reader {
     std::optional<retry::retry_on> retry_on;
     std::optional<std::uint64_t> max_retry_body;
     std::optional<std::string> idempotency_header, approval;
-    std::optional<bool> inject;
+    std::optional<bool> inject, dead_letter;
     std::optional<double> budget_ratio, cb_failure_ratio;
     std::optional<duration> budget_window, cb_window, cb_open_for;
     std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
@@ -153,7 +163,7 @@ class reader : public yaml_reader {
 
   static std::vector<std::string_view> policy_keys() {
     return {"context",     "max_retries", "backoff", "schedule", "total_timeout", "attempt_timeout", "retry_on",
-            "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker"};
+            "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker", "dead_letter"};
   }
 
   template <class T, class Parse>
@@ -182,6 +192,7 @@ class reader : public yaml_reader {
     optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
     optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
     optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
+    optional_typed(n, "dead_letter", path, l.dead_letter, parse_bool);
     if (auto a = n["approval"]) {
       if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
     }
@@ -340,6 +351,7 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
     if (auto const* l = pick(&policy_layer::inject)) p.idempotency.inject = *l->inject;
     if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
+    if (auto const* l = pick(&policy_layer::dead_letter)) p.dead_letter = *l->dead_letter;
     if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
     if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
     if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;
@@ -364,6 +376,7 @@ class reader : public yaml_reader {
       if (key == "attempt_timeout") return near(where(&policy_layer::attempt_timeout), "attempt_timeout");
       if (key == "backoff") return near(where(&policy_layer::base), "backoff");
       if (key == "schedule") return near(where(&policy_layer::schedule), "schedule");
+      if (key == "dead_letter") return near(where(&policy_layer::dead_letter), "dead_letter");
       return near(where(&policy_layer::max_retries), "max_retries");
     };
     for (auto const& f : check_policy(p)) {
@@ -631,6 +644,16 @@ config load_config_text(std::string_view yaml, const std::string& name, std::vec
   auto const root = parse_yaml(yaml, name);
   reader r(name);
   return load(root, r, warnings);
+}
+
+policy load_policy_text(std::string_view text, const std::string& name) {
+  auto spec = parse_yaml(text, name);
+  if (!spec.IsMap()) throw config_error({diagnostic{name, 1, 1, "", "a policy is an object of policy keys", ""}});
+  if (!spec["context"]) spec["context"] = "async";
+  YAML::Node root(YAML::NodeType::Map);
+  root["defaults"] = spec;
+  reader r(name);
+  return load(root, r, nullptr).defaults;
 }
 
 config load_config_file(const std::string& path, std::vector<diagnostic>* warnings) {

@@ -43,6 +43,11 @@ class config_error : public std::runtime_error {
 /// valid file's warning-level findings go to `warnings` when given.
 config load_config_file(const std::string& path, std::vector<diagnostic>* warnings = nullptr);
 
+/** A policy registered through the admin API: `text` (JSON or YAML) holds the keys of a
+    policy in the file (SPEC 2) and is read and checked by the same code and the same rules,
+    as if it stood under `defaults:`; without `context` it is `async`. Throws config_error. */
+policy load_policy_text(std::string_view text, const std::string& name);
+
 /// Same, from text; `name` stands for the file name in diagnostics.
 config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings = nullptr);
 

@@ -9,8 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
-#include <cstdio>
-#include <ctime>
 
 namespace rebound::admin {
 namespace {
@@ -21,16 +19,7 @@ constexpr std::size_t max_page = 500;
 
 using response = bhttp::response<bhttp::string_body>;
 
-std::string iso8601(store::wall_clock::time_point t) {
-  auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  std::time_t const secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
-}
+using observe::iso8601;
 
 /// The value of `name` in the query string, undecoded (ids and dependency names need no escaping).
 std::string query_value(std::string_view target, std::string_view name) {

@@ -345,7 +345,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   std::atomic<std::size_t> open_connections{0};
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::sqlite_store> task_store;
-  if (cfg->hands_over()) task_store = std::make_unique<store::sqlite_store>(cfg->store.path);
+  if (cfg->hands_over())
+    task_store = std::make_unique<store::sqlite_store>(
+        cfg->store.path, [&metrics](std::chrono::nanoseconds took, std::size_t) { metrics.store_commit(took); });
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
     throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
   std::string admin_base;
@@ -383,6 +385,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     if (task_store && w == workers.front()) {
       delivery::scheduler_options so;
       so.owner = instance_token;
+      so.metrics = &metrics;
       net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), report_failure{&log, "delivery"});
     }
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});

@@ -1,9 +1,14 @@
 #include "proxy/delivery/scheduler.hpp"
 
+#include "config/describe.hpp"
+#include "config/load.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
+#include "proxy/idempotency/key.hpp"
+#include "proxy/observe/json.hpp"
+#include "proxy/observe/metrics.hpp"
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
 #include "proxy/store/task_store.hpp"
@@ -15,6 +20,7 @@
 #include <boost/beast/core/string.hpp>
 
 #include <random>
+#include <unordered_map>
 
 namespace rebound::delivery {
 namespace {
@@ -22,6 +28,9 @@ namespace {
 namespace bhttp = boost::beast::http;
 using wall = store::wall_clock;
 using steady = std::chrono::steady_clock;
+
+/// A delivery's answer is read to its end (to reuse the connection) only up to this size.
+constexpr std::size_t max_settled_body = 1 << 20;
 
 /// What becomes of a task after one attempt, as decide said it.
 struct next_state {
@@ -38,13 +47,13 @@ std::string outcome_name(const retry::attempt_outcome& o) {
 /** R-1..R-5 through the one decision: the attempt number is the task's, the deadline is R-3's
     total time counted from when the task was accepted. */
 next_state judge(const config::policy& policy, const store::retry_task& task, const retry::attempt_outcome& outcome,
-                 std::optional<std::string_view> retry_after, std::mt19937_64& rng) {
+                 const std::optional<std::string>& retry_after, std::mt19937_64& rng) {
   auto const wall_now = wall::now();
   auto const now = steady::now();
   auto const left = task.window_start + policy.total_timeout - wall_now;
   retry::attempt_facts af;
   af.outcome = outcome;
-  af.retry_after = retry_after;
+  if (retry_after) af.retry_after = std::string_view(*retry_after);
   af.attempts = task.attempts - std::min(task.attempts, task.attempts_before) + 1;  // this window's
   af.may_repeat = true;  // every task carries an idempotency key
   af.now = now;
@@ -60,18 +69,155 @@ next_state judge(const config::policy& policy, const store::retry_task& task, co
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 
-/// Counts a delivery under way for as long as it lives.
+/// What the scheduler and its deliveries share, on worker 0's thread.
+struct delivery_state {
+  scheduler_options options;
+  std::size_t in_flight = 0;
+  /// Set while the scheduler waits for deliveries to end before it claims more; they wake it.
+  net::steady_timer* waiting_for_room = nullptr;
+  /// Registered policies by id, read from the store once: they never change under their id.
+  std::unordered_map<std::string, std::shared_ptr<const config::policy>> policies;
+};
+
+/// Counts a delivery under way for as long as it lives; the last of a batch to end wakes the
+/// scheduler, so a fast upstream is not held to one batch per poll interval.
 struct in_flight_slot {
-  std::shared_ptr<std::size_t> count;
-  explicit in_flight_slot(std::shared_ptr<std::size_t> c) : count(std::move(c)) { ++*count; }
-  ~in_flight_slot() { --*count; }
+  std::shared_ptr<delivery_state> state;
+  explicit in_flight_slot(std::shared_ptr<delivery_state> s) : state(std::move(s)) { ++state->in_flight; }
+  ~in_flight_slot() {
+    --state->in_flight;
+    if (state->waiting_for_room && state->in_flight <= state->options.max_in_flight / 2) {
+      state->waiting_for_room->cancel();
+      state->waiting_for_room = nullptr;
+    }
+  }
   in_flight_slot(const in_flight_slot&) = delete;
   in_flight_slot& operator=(const in_flight_slot&) = delete;
 };
 
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::string owner,
-                             std::shared_ptr<std::size_t> count) {
-  in_flight_slot const slot(std::move(count));
+/// R-3's webhook table, 24 h: how an alert notice is retried, whatever the route of its URL says.
+const config::policy& alert_policy() {
+  static const config::policy p = [] {
+    config::policy a;
+    a.context = config::context_kind::webhook;
+    a.max_retries = config::builtin_max_retries(a.context);
+    a.schedule = config::builtin_schedule(a.context);
+    a.total_timeout = config::builtin_total_timeout(a.context);
+    return a;
+  }();
+  return p;
+}
+
+/** The policy a task is delivered by: its registered one, else its route's. A registered
+    policy that is gone or no longer passes the checks (a newer rebound's rules) leaves the
+    route's in place, with a warning: the task is still delivered. */
+net::awaitable<std::shared_ptr<const config::policy>> registered_policy(const http::session_context& ctx,
+                                                                        delivery_state& state,
+                                                                        const store::retry_task& task) {
+  if (task.policy_id.empty()) co_return nullptr;
+  if (auto it = state.policies.find(task.policy_id); it != state.policies.end()) co_return it->second;
+  auto [e, stored] = co_await store::async_get_policy(*ctx.store, task.policy_id, use_tuple);
+  std::string problem = e ? e->message : stored ? std::string() : "no policy registered under this id";
+  if (stored) {
+    try {
+      auto p = std::make_shared<const config::policy>(config::load_policy_text(stored->spec, "policy " + stored->id));
+      state.policies.emplace(task.policy_id, p);
+      co_return p;
+    } catch (const std::exception& x) {
+      problem = x.what();
+    }
+  }
+  ctx.log->warn("policy_unusable",
+                {{"task_id", task.id}, {"policy_id", task.policy_id}, {"message", problem}});
+  co_return nullptr;
+}
+
+/** A dead letter's notice for alert.webhook, as a task of its own: durable, retried on R-3's
+    webhook table with one idempotency key, and EXHAUSTED at its end rather than dead-lettered. */
+std::optional<store::retry_task> alert_task(const http::session_context& ctx, const store::retry_task& dead,
+                                            std::string_view reason, unsigned attempts) {
+  auto const& url = ctx.cfg().alert_webhook;
+  auto id = idempotency::new_key();
+  auto key = idempotency::new_key();
+  if (url.empty() || !id || !key) return std::nullopt;
+  auto const authority = url.substr(7, url.find('/', 7) == std::string::npos ? std::string::npos : url.find('/', 7) - 7);
+  std::string body = "{\"event\":\"dead_lettered\",\"task_id\":";
+  observe::append_json_string(body, dead.id);
+  body += ",\"dependency\":";
+  observe::append_json_string(body, dead.dependency);
+  body += ",\"method\":";
+  observe::append_json_string(body, dead.method);
+  body += ",\"reason\":";
+  observe::append_json_string(body, reason);
+  body += ",\"attempts\":" + std::to_string(attempts) + ",\"idempotency_key\":";
+  observe::append_json_string(body, dead.idempotency_key);
+  body += ",\"dead_lettered_at\":\"" + observe::iso8601(wall::now()) + "\",\"task\":";
+  observe::append_json_string(body, std::string(ctx.admin_base) + "/retry-tasks/" + dead.id);
+  body += "}\n";
+  store::retry_task t;
+  t.id = std::move(*id);
+  t.idempotency_key = *key;
+  t.dependency = "alert";
+  t.method = "POST";
+  t.target = url;
+  t.headers = {{"Host", authority},
+               {"Content-Type", "application/json"},
+               {std::string(ctx.cfg().defaults.idempotency.header), std::move(*key)}};
+  t.body = std::move(body);
+  t.policy_id = std::string(alert_policy_id);
+  t.created_at = t.next_attempt_at = t.window_start = wall::now();
+  return t;
+}
+
+/// Into the store and the log: what one attempt of `task` came to.
+net::awaitable<void> record(const http::session_context& ctx, delivery_state& state, const store::retry_task& task,
+                            const http::dependency_route& route, const config::policy& policy,
+                            const store::attempt_log& attempt, const next_state& judged, const std::string& message) {
+  auto const& log = *ctx.log;
+  bool const is_alert = task.policy_id == alert_policy_id;
+  // An alert that ran out is not dead-lettered: a failing alert must not raise another.
+  auto const final_status = judged.status == store::task_status::dead_lettered && is_alert
+                                ? store::task_status::exhausted
+                                : judged.status;
+  // The notice goes to the store next to the dead letter's record, so both usually share one
+  // commit; a crash between the two can lose the notice, never the dead letter.
+  if (final_status == store::task_status::dead_lettered)
+    if (auto notice = alert_task(ctx, task, judged.reason, attempt.number))
+      ctx.store->submit_accept(std::move(*notice), [](std::optional<store::store_error>, bool) {});
+  auto [e, kept] = co_await store::async_finish_attempt(*ctx.store, state.options.owner, attempt, final_status,
+                                                        judged.at, use_tuple);
+  log.info("task_attempt", {{"task_id", task.id},
+                            {"dependency", route.name},
+                            {"attempt", attempt.number},
+                            {"status", attempt.status},
+                            {"error_type", attempt.error_type},
+                            {"duration_ms", static_cast<long long>(attempt.duration.count() / 1000)},
+                            {"next", store::to_string(final_status)}});
+  if (e || !kept) {
+    log.warn("task_lease_lost", {{"task_id", task.id}, {"message", e ? e->message : "another owner took the task"}});
+    co_return;
+  }
+  auto const ended = final_status != store::task_status::pending;
+  if (ended && state.options.metrics)
+    state.options.metrics->task_ended(route.name, config::to_string(policy.context), wall::now() - task.created_at);
+  if (final_status == store::task_status::succeeded) {
+    log.info("task_delivered", {{"task_id", task.id}, {"dependency", route.name}, {"attempts", attempt.number}});
+  } else if (final_status == store::task_status::exhausted) {
+    log.error("alert_failed", {{"task_id", task.id}, {"reason", judged.reason}, {"attempts", attempt.number}});
+  } else if (final_status == store::task_status::dead_lettered) {
+    route.guard->dead_lettered(judged.reason);
+    log.error("dead_lettered", {{"task_id", task.id},
+                                {"dependency", route.name},
+                                {"reason", judged.reason},
+                                {"attempts", attempt.number},
+                                {"idempotency_key", task.idempotency_key},
+                                {"message", message}});
+  }
+}
+
+net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
+  in_flight_slot const slot(state);
+  auto const& owner = state->options.owner;
   auto const& log = *ctx.log;
   std::string host;
   for (auto const& [name, value] : task.headers)
@@ -89,7 +235,10 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
   auto& target = *parsed.value;
   auto route = http::route_request(ctx.cfg(), target, task.method, false);
   http::attach_runtime(route, ctx, target);
-  auto const& policy = *route.policy;
+  bool const is_alert = task.policy_id == alert_policy_id;
+  std::shared_ptr<const config::policy> registered;
+  if (!is_alert) registered = co_await registered_policy(ctx, *state, task);  // not inside ?: (GCC 12)
+  auto const& policy = is_alert ? alert_policy() : registered ? *registered : *route.policy;
   auto& guard = *route.guard;
 
   // a breaker or budget that says no postpones the attempt; it is not counted, dropped or
@@ -122,76 +271,65 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
                                  true,  nullptr,            std::chrono::milliseconds(0), false};
   auto const started_wall = wall::now();
   auto const started = steady::now();
-  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, task.body, is_head, started + policy.attempt_timeout);
+  auto const deadline = started + policy.attempt_timeout;
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, task.body, is_head, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);
 
   retry::attempt_outcome outcome;
-  std::optional<std::string_view> retry_after;
+  std::optional<std::string> retry_after;
   std::string message;
   if (attempt) {
     auto const& h = (*attempt)->response->get();
     outcome.status = h.result_int();
-    if (auto it = h.find(bhttp::field::retry_after); it != h.end()) retry_after = it->value();
+    if (auto it = h.find(bhttp::field::retry_after); it != h.end()) retry_after = std::string(it->value());
+    // Nobody reads the answer on; reading it lets the next delivery reuse the connection.
+    co_await upstream::settle(*ctx.pool, key, **attempt, max_settled_body, deadline);
   } else {
     outcome.error = attempt.error().type;
     message = attempt.error().message;
   }
   guard.record(retry::classify(outcome, retry::retry_on::r4_default()) == retry::verdict::retryable);
   guard.attempt_done({task.attempts + 1, outcome, took});
-  auto const next = judge(policy, task, outcome, retry_after, *ctx.rng);
-  // The response's body is not wanted: its connection goes with it rather than back to the pool.
-  attempt = upstream::attempt_failure{http::error_type::connect_reset, {}};
-
-  store::attempt_log const record{task.id,
-                                  task.attempts + 1,
-                                  started_wall,
-                                  outcome.status.value_or(0),
-                                  outcome.error ? std::string(http::to_string(*outcome.error)) : std::string(),
-                                  took};
-  auto [e, kept] = co_await store::async_finish_attempt(*ctx.store, owner, record, next.status, next.at, use_tuple);
-  auto const number = task.attempts + 1;
-  log.info("task_attempt", {{"task_id", task.id},
-                            {"dependency", route.name},
-                            {"attempt", number},
-                            {"status", outcome.status.value_or(0)},
-                            {"error_type", outcome.error ? http::to_string(*outcome.error) : std::string_view()},
-                            {"duration_ms", static_cast<long long>(took.count() / 1000)},
-                            {"next", store::to_string(next.status)}});
-  if (e || !kept) {
-    log.warn("task_lease_lost", {{"task_id", task.id}, {"message", e ? e->message : "another owner took the task"}});
-    co_return;
-  }
-  if (next.status == store::task_status::succeeded)
-    log.info("task_delivered", {{"task_id", task.id}, {"dependency", route.name}, {"attempts", number}});
-  else if (next.status == store::task_status::dead_lettered) {
-    guard.dead_lettered(next.reason);
-    log.error("dead_lettered", {{"task_id", task.id},
-                                {"dependency", route.name},
-                                {"reason", next.reason},
-                                {"attempts", number},
-                                {"idempotency_key", task.idempotency_key},
-                                {"message", message}});
-  }
+  auto const judged = judge(policy, task, outcome, retry_after, *ctx.rng);
+  store::attempt_log const attempt_record{task.id,
+                                          task.attempts + 1,
+                                          started_wall,
+                                          outcome.status.value_or(0),
+                                          outcome.error ? std::string(http::to_string(*outcome.error)) : std::string(),
+                                          took};
+  co_await record(ctx, *state, task, route, policy, attempt_record, judged, message);
 }
 
 }  // namespace
 
 net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options) {
-  auto const count = std::make_shared<std::size_t>(0);
+  auto const state = std::make_shared<delivery_state>();
+  state->options = std::move(options);
+  auto const& opts = state->options;
   auto const executor = co_await net::this_coro::executor;
   net::steady_timer timer(executor);
   bool store_down = false;
+  auto next_count = steady::now();
   for (;;) {
-    if (ctx.sessions->draining()) co_return;  // leases of deliveries cut by the drain expire
+    if (ctx.sessions->draining()) break;  // leases of deliveries cut by the drain expire
     if (ctx.latest) ctx.running = *ctx.latest;
-    std::size_t const room = options.max_in_flight > *count ? options.max_in_flight - *count : 0;
+    if (opts.metrics && steady::now() >= next_count) {
+      next_count = steady::now() + opts.count_every;
+      auto [ce, counts] = co_await store::async_counts(*ctx.store, use_tuple);
+      if (!ce)
+        for (std::size_t i = 0; i < counts.size(); ++i)
+          opts.metrics->set_tasks(store::to_string(static_cast<store::task_status>(i)), counts[i]);
+    }
+    std::size_t const room = opts.max_in_flight - std::min(opts.max_in_flight, state->in_flight);
+    bool full = false;
     if (room > 0) {
       auto const now = wall::now();
-      auto [e, tasks] = co_await store::async_claim(*ctx.store, options.owner, now, now + options.lease, room, use_tuple);
+      auto [e, tasks] = co_await store::async_claim(*ctx.store, opts.owner, now, now + opts.lease, room, use_tuple);
       if (e && !store_down) ctx.log->error("store_unavailable", {{"message", e->message}});
       store_down = static_cast<bool>(e);
+      full = !e && tasks.size() == room;  // more may be due at once
       for (auto& t : tasks)
-        net::co_spawn(executor, deliver(ctx, std::move(t), options.owner, count), [log = ctx.log](std::exception_ptr x) {
+        net::co_spawn(executor, deliver(ctx, std::move(t), state), [log = ctx.log](std::exception_ptr x) {
           if (!x) return;
           try {
             std::rethrow_exception(x);
@@ -199,11 +337,14 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
             log->error("internal_error", {{"where", "delivery"}, {"message", ex.what()}});
           }
         });
-      if (!e && tasks.size() == room) continue;  // more may be due at once
     }
-    timer.expires_after(options.poll);
+    timer.expires_after(opts.poll);
+    // A full claim means a backlog: claim again as soon as half the deliveries have ended.
+    if (full || room == 0) state->waiting_for_room = &timer;
     co_await timer.async_wait(use_tuple);
+    state->waiting_for_room = nullptr;
   }
+  state->waiting_for_room = nullptr;
 }
 
 }  // namespace rebound::delivery

@@ -9,6 +9,10 @@
 #include <chrono>
 #include <string>
 
+namespace rebound::observe {
+class metrics;
+}
+
 namespace rebound::delivery {
 
 struct scheduler_options {
@@ -18,7 +22,15 @@ struct scheduler_options {
   /// that hangs past every timeout, since a restart frees the leases of the process that died.
   std::chrono::seconds lease{3600};
   std::size_t max_in_flight = 64;                     ///< deliveries under way at once
+  /// retry_task_age_seconds and retry_tasks{status}; null: not kept.
+  observe::metrics* metrics = nullptr;
+  std::chrono::seconds count_every{10};  ///< how often retry_tasks{status} is counted
 };
+
+/** The policy id of an alert notice (alert.webhook): R-3's webhook table, and at its end the
+    notice is EXHAUSTED, never dead-lettered, so a failing alert cannot raise another. Not a
+    valid id for a registered policy, which takes letters, digits, `.`, `_` and `-`. */
+inline constexpr std::string_view alert_policy_id = "rebound:alert";
 
 /// Runs on one worker's io_context until a drain begins; `ctx.store` is set.
 net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options);

@@ -76,7 +76,9 @@ net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_cont
 }  // namespace
 
 bool wants_hand_over(const session_context& ctx, const request_parser& parser, const config::policy& policy) {
-  if (!ctx.store) return false;
+  // A route that may not dead-letter never hands over: what its delivery gave up on would be
+  // lost. RFC 7240 lets it answer a respond-async preference synchronously.
+  if (!ctx.store || !policy.dead_letter) return false;
   return policy.context != config::context_kind::sync || prefers_async(parser.get());
 }
 

@@ -1,5 +1,8 @@
 #include "proxy/observe/json.hpp"
 
+#include <cstdio>
+#include <ctime>
+
 namespace rebound::observe {
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -34,6 +37,17 @@ void append_json_string(std::string& out, std::string_view s) {
     }
   }
   out += '"';
+}
+
+std::string iso8601(std::chrono::system_clock::time_point t) {
+  auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t const secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  return buf;
 }
 
 }  // namespace rebound::observe

@@ -70,6 +70,14 @@ class metrics {
   /// The children of `dependency`, made on first use; the reference stays valid.
   dependency_metrics& dependency(const std::string& name);
 
+  // Async delivery (seed 001, R-8). Rare next to requests: each takes Family::Add's lock.
+  /// A handed-over task ended (delivered, dead-lettered): retry_task_age_seconds{dependency,context}.
+  void task_ended(const std::string& dependency, std::string_view context, std::chrono::duration<double> age);
+  /// retry_tasks{status}: tasks in the store by status, as last counted.
+  void set_tasks(std::string_view status, std::uint64_t n);
+  /// A store commit and its fsync: store_commit_duration_seconds.
+  void store_commit(std::chrono::nanoseconds took);
+
   /// The Prometheus text exposition format (version 0.0.4) of everything.
   std::string scrape() const;
 
@@ -89,6 +97,9 @@ class metrics {
   prometheus::Family<prometheus::Gauge>& breaker_state_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& upstream_duration_;
+  prometheus::Family<prometheus::Histogram>& task_age_;
+  prometheus::Family<prometheus::Gauge>& tasks_;
+  prometheus::Histogram& store_commit_;
 
   std::mutex mutex_;
   std::unordered_map<std::string, std::unique_ptr<dependency_metrics>> dependencies_;

@@ -9,6 +9,7 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/throw_exception.hpp>
 
+#include <array>
 #include <stdexcept>
 
 namespace rebound::upstream {
@@ -54,6 +55,28 @@ net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, b
       if (route.stop_at_100) co_return std::nullopt;
     }
   }
+}
+
+net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
+                            clock::time_point deadline) {
+  if (!ex.stream || !ex.response) co_return;
+  auto& rp = *ex.response;
+  std::array<char, 16 * 1024> sink;
+  std::size_t read = 0;
+  while (!rp.is_done()) {
+    if (read > limit) co_return;
+    rp.get().body().data = sink.data();
+    rp.get().body().size = sink.size();
+    ex.stream->expires_at(deadline);
+    auto [ec, n] = co_await bhttp::async_read_some(*ex.stream, ex.buffer, rp, use_tuple);
+    if (ec && ec != bhttp::error::need_buffer) co_return;
+    read += sink.size() - rp.get().body().size;
+  }
+  // Bytes past the response would be an answer to nothing: such a connection is not reused.
+  if (!rp.keep_alive() || ex.buffer.size() != 0) co_return;
+  ex.stream->expires_never();
+  p.put(key, std::move(*ex.stream));
+  ex.stream.reset();
 }
 
 net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,

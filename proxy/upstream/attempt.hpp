@@ -105,6 +105,13 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
 net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
                                            const request_sender& send, bool is_head, clock::time_point deadline);
 
+/** Reads the rest of a response nobody reads on (an async delivery's answer), at most
+    `limit` body bytes by `deadline`, and puts the connection back in `p` under `key` when
+    the exchange ended cleanly and the upstream keeps it open; else the connection closes
+    with `ex`. Without it every delivery would open a fresh connection. */
+net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
+                            clock::time_point deadline);
+
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */
