@@ -170,6 +170,15 @@ void write_auth(object_writer& dep, const auth_settings& a) {
 
 }  // namespace
 
+std::string policy_json(const policy& p) {
+  std::string out;
+  {
+    object_writer w(out);
+    write_policy(w, p, false);
+  }
+  return out;
+}
+
 std::string effective_config_json(const config& cfg) {
   std::string out;
   {

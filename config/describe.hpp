@@ -17,6 +17,10 @@ namespace rebound::config {
 
 std::string effective_config_json(const config& cfg);
 
+/// One resolved policy as JSON, its keys as in the YAML, without the per-dependency budget
+/// and breaker (a registered policy's answer on the admin API).
+std::string policy_json(const policy& p);
+
 /// The YAML spelling of an enum value.
 std::string_view to_string(context_kind c);
 std::string_view to_string(breaker_mode m);

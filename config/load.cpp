@@ -192,7 +192,14 @@ class reader : public yaml_reader {
     optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
     optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
     optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
-    optional_typed(n, "dead_letter", path, l.dead_letter, parse_bool);
+    // `off` as the issue and SPEC write it, or a plain boolean.
+    optional_typed(n, "dead_letter", path, l.dead_letter, [](std::string_view v) {
+      if (v == "on") return parsed<bool>::ok(true);
+      if (v == "off") return parsed<bool>::ok(false);
+      auto b = parse_bool(v);
+      if (!b.value) b.error = "invalid value \"" + std::string(v) + "\" (expected on or off)";
+      return b;
+    });
     if (auto a = n["approval"]) {
       if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
     }

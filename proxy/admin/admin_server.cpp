@@ -91,7 +91,7 @@ std::optional<bhttp::status> refusal_status(const error_code& ec) {
   return std::nullopt;
 }
 
-net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state) {
+net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state, const observe::logger& log) {
   beast::tcp_stream stream(std::move(socket));
   constexpr std::uint32_t head_limit = 16 * 1024;
   // Bounds what a chunk-size line or a trailer section can make the buffer hold.
@@ -99,7 +99,9 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state)
   for (;;) {
     http::bounded_parser<true, bhttp::string_body> parser;
     parser.header_limit(head_limit);
-    parser.body_limit(64 * 1024);
+    // A task submitted through the API carries its body in a JSON string: room for
+    // async.max_body with escapes, and 64 KiB for everything else.
+    parser.body_limit(state.store ? 2 * state.cfg->async.max_body + 64 * 1024 : 64 * 1024);
     stream.expires_after(std::chrono::seconds(30));
     auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
     if (ec) {
@@ -119,10 +121,12 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state)
     bhttp::response<bhttp::string_body> res;
     // Held across the await: a reload may replace state.cfg meanwhile.
     auto const cfg = state.cfg;
-    if (state.store && is_task_api(parser.get()))
-      res = co_await task_api_answer(parser.get(), *state.store, cfg->admin_token_file);
-    else
+    if (state.store && is_task_api(parser.get())) {
+      task_api_context const api{*state.store, *cfg, log, state.admin_base};
+      res = co_await task_api_answer(parser.get(), api);
+    } else {
       res = answer(parser.get(), state);
+    }
     auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
     if (wec || !res.keep_alive()) break;
   }
@@ -142,7 +146,7 @@ net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_sta
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    net::co_spawn(acceptor.get_executor(), admin_session(std::move(socket), state), net::detached);
+    net::co_spawn(acceptor.get_executor(), admin_session(std::move(socket), state, log), net::detached);
   }
 }
 

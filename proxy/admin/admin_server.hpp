@@ -18,7 +18,8 @@ struct admin_state {
   const retry::guard_registry* guards = nullptr;  ///< for GET /dependencies
   const observe::metrics* metrics = nullptr;      ///< for GET /metrics
   std::shared_ptr<const config::config> cfg;      ///< for GET /config; a reload replaces it
-  store::task_store* store = nullptr;             ///< for GET /retry-tasks/{id}; null when nothing is handed over
+  store::task_store* store = nullptr;             ///< for the task API; null when nothing is handed over
+  std::string admin_base;                         ///< http://ADMIN, the base of a submitted task's Location
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.

@@ -1,6 +1,7 @@
 #pragma once
-/** The admin API of async delivery (seed 001): a task's state and attempts, cancelling a
-    pending task, the dead letters and their replay. Answers are JSON; errors have SPEC 6's
+/** The admin API of async delivery (seed 001): submitting a task, a task's state and
+    attempts, cancelling a pending task, registered policies, the dead letters, their replay
+    and deletion. Answers are JSON; errors have SPEC 6's
     shape. Headers and bodies of tasks are never shown: they may carry the app's credentials
     and personal data (R-9). */
 #include "proxy/net.hpp"
@@ -8,22 +9,38 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <string_view>
+
 namespace rebound::store {
 class task_store;
+}
+namespace rebound::config {
+struct config;
+}
+namespace rebound::observe {
+class logger;
 }
 
 namespace rebound::admin {
 
 namespace bhttp = boost::beast::http;
 
-/// Whether the request is for this API: /retry-tasks/{id} or /dlq...
+/// What the API works with; all of it outlives the answer.
+struct task_api_context {
+  store::task_store& store;
+  const config::config& cfg;  ///< routes tasks to dependencies; admin.token_file, async.max_body
+  const observe::logger& log;
+  std::string_view admin_base;  ///< http://ADMIN: the base of a task's Location
+};
+
+/// Whether the request is for this API: /retry-tasks..., /retry-policies... or /dlq...
 bool is_task_api(const bhttp::request<bhttp::string_body>& req);
 
-/** Answers it. A write (cancel, replay) needs `Authorization: Bearer` with the content of
-    `token_file` when one is configured (read at each write, so a rotated token takes effect
-    at once); a read needs nothing, like the rest of the admin API. */
+/** Answers it. A write (submit, register, cancel, replay, delete) needs `Authorization:
+    Bearer` with the content of admin.token_file when one is configured (read at each
+    write, so a rotated token takes effect at once); a read needs nothing, like the rest of
+    the admin API. */
 net::awaitable<bhttp::response<bhttp::string_body>> task_api_answer(const bhttp::request<bhttp::string_body>& req,
-                                                                    store::task_store& store,
-                                                                    const std::string& token_file);
+                                                                    const task_api_context& ctx);
 
 }  // namespace rebound::admin

@@ -368,6 +368,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   admin_base = "http://" + to_string(admin_acceptor.local_endpoint());
   admin::admin_state state;
   state.store = task_store.get();
+  state.admin_base = admin_base;
   state.guards = &guards;
   state.metrics = &metrics;
   state.cfg = cfg;

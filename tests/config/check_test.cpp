@@ -53,6 +53,14 @@ TEST(CheckPolicy, EachRuleFindsItsKeyAtItsLevel) {
          p.backoff.cap = 1s;
        },
        "backoff", "R-1", false},
+      {"R8_AnAsyncRouteThatCannotDeadLetter",
+       [](policy& p) {
+         p.context = context_kind::async;
+         p.max_retries = 5;
+         p.total_timeout = 1h;
+         p.dead_letter = false;
+       },
+       "dead_letter", "R-8", false},
       {"ZeroAttemptTimeout", [](policy& p) { p.attempt_timeout = 0s; }, "attempt_timeout", "", false},
   };
   for (auto const& r : rows) {
@@ -64,4 +72,10 @@ TEST(CheckPolicy, EachRuleFindsItsKeyAtItsLevel) {
     EXPECT_EQ(f[0].rule, r.rule) << r.name;
     EXPECT_EQ(f[0].warning, r.warning) << r.name;
   }
+}
+
+TEST(CheckPolicy, R8_ASyncRouteMayTurnDeadLettersOffSinceItHandsNothingOver) {
+  policy p;
+  p.dead_letter = false;
+  EXPECT_TRUE(check_policy(p).empty());
 }

@@ -154,3 +154,35 @@ TEST(Load, AnAdminBeyondLoopbackWithoutATokenIsAWarning) {
                    &warnings);
   EXPECT_TRUE(warnings.empty());
 }
+
+TEST(Load, R8_DeadLetterOffOnAWebhookRouteIsAnErrorAtItsLine) {
+  try {
+    load_config_text("dependencies:\n  hooks:\n    hosts: [h.test]\n    context: webhook\n    dead_letter: off\n",
+                     "t.yaml");
+    FAIL() << "loaded";
+  } catch (const config_error& e) {
+    ASSERT_EQ(e.diagnostics().size(), 1u) << e.what();
+    EXPECT_EQ(e.diagnostics()[0].rule, "R-8");
+    EXPECT_EQ(e.diagnostics()[0].path, "dependencies.hooks.dead_letter");
+    EXPECT_EQ(e.diagnostics()[0].line, 5);
+  }
+}
+
+TEST(Load, ARegisteredPolicyIsReadAsAsyncByTheSameRules) {
+  auto const p = load_policy_text(R"({"max_retries": 4, "backoff": {"base": "1s", "cap": "1m"}})", "policy");
+  EXPECT_EQ(p.context, context_kind::async);
+  EXPECT_EQ(p.max_retries, 4u);
+  EXPECT_EQ(p.backoff.cap, std::chrono::minutes(1));
+  EXPECT_THROW(load_policy_text(R"({"backoff": {"jitter": "equal"}})", "policy"), config_error);
+  EXPECT_THROW(load_policy_text(R"({"hosts": ["a"]})", "policy"), config_error) << "policy keys only";
+  EXPECT_THROW(load_policy_text(R"([1, 2])", "policy"), config_error);
+  EXPECT_THROW(load_policy_text(R"({"max_retries": )", "policy"), config_error);
+}
+
+TEST(Load, AnAlertWebhookMustBeAnAbsoluteHttpUrl) {
+  EXPECT_EQ(load_config_text("alert: {webhook: \"http://alerts.test/dlq\"}\n", "t.yaml").alert_webhook,
+            "http://alerts.test/dlq");
+  EXPECT_THROW(load_config_text("alert: {webhook: /dlq}\n", "t.yaml"), config_error);
+  EXPECT_THROW(load_config_text("alert: {webhook: \"https://alerts.test/\"}\n", "t.yaml"), config_error);
+  EXPECT_THROW(load_config_text("alert: {hook: x}\n", "t.yaml"), config_error);
+}
