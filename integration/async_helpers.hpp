@@ -22,7 +22,7 @@ inline ReboundOptions hooks_to(const ScriptedUpstream& up, const store_dir& stor
 }
 
 inline std::string post(const std::string& authority, const std::string& path, const std::string& body,
-                 const std::string& extra_headers = {}) {
+                        const std::string& extra_headers = {}) {
   return absolute_request("POST", authority, path, "Content-Type: application/json\r\n" + extra_headers, body);
 }
 

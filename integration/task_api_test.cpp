@@ -40,9 +40,10 @@ TEST(TaskApi, ASubmittedTaskIsDeliveredWithItsKeyAndHeadersWhichNoAnswerOrLogSho
   store_dir store;
   ReboundProcess rb(hooks_to(up, store));
   auto const r = admin_post(rb, "/retry-tasks",
-                            task_json(up, "/hook?sig=1", ",\"method\":\"PUT\",\"idempotency_key\":\"order-42\","
-                                                         "\"headers\":{\"X-Tenant\":\"t1\",\"Authorization\":\"Bearer "
-                                                         "app-secret\",\"Content-Length\":\"99\"}"));
+                            task_json(up, "/hook?sig=1",
+                                      ",\"method\":\"PUT\",\"idempotency_key\":\"order-42\","
+                                      "\"headers\":{\"X-Tenant\":\"t1\",\"Authorization\":\"Bearer "
+                                      "app-secret\",\"Content-Length\":\"99\"}"));
   auto const id = submitted(r);
   ASSERT_FALSE(id.empty()) << r.status << " " << r.body;
   EXPECT_EQ(r.header("Location").value_or(""),
@@ -63,7 +64,8 @@ TEST(TaskApi, ASubmittedTaskIsDeliveredWithItsKeyAndHeadersWhichNoAnswerOrLogSho
   EXPECT_EQ(admin.get("/retry-tasks/" + id).body.find("app-secret"), std::string::npos) << "R-9";
   ASSERT_TRUE(rb.wait_for_log("\"task_delivered\""));
   EXPECT_EQ(rb.stdout_text().find("app-secret"), std::string::npos) << "R-9";
-  EXPECT_NE(rb.stdout_text().find("\"via\":\"admin_api\""), std::string::npos) << "task_accepted says where it came from";
+  EXPECT_NE(rb.stdout_text().find("\"via\":\"admin_api\""), std::string::npos)
+      << "task_accepted says where it came from";
 }
 
 TEST(TaskApi, AMalformedSubmissionGetsAClearErrorAndNothingIsStored) {
@@ -131,9 +133,10 @@ TEST(TaskApi, ATaskWithARegisteredPolicyIsDeliveredByItNotByItsRoute) {
   up.on("/hook", respond(503));
   store_dir store;
   ReboundProcess rb(hooks_to(up, store));  // the route: webhook, R-3's table over hours
-  ASSERT_EQ(admin_post(rb, "/retry-policies", R"({"id":"quick","max_retries":1,"backoff":{"base":"10ms","cap":"20ms"}})")
-                .status,
-            201u);
+  ASSERT_EQ(
+      admin_post(rb, "/retry-policies", R"({"id":"quick","max_retries":1,"backoff":{"base":"10ms","cap":"20ms"}})")
+          .status,
+      201u);
   auto const id = submitted(admin_post(rb, "/retry-tasks", task_json(up, "/hook", ",\"policy_id\":\"quick\"")));
   ASSERT_FALSE(id.empty());
   auto const dead = task_until(rb, id, "DEAD_LETTERED");

@@ -127,8 +127,7 @@ net::awaitable<std::shared_ptr<const config::policy>> registered_policy(const ht
       problem = x.what();
     }
   }
-  ctx.log->warn("policy_unusable",
-                {{"task_id", task.id}, {"policy_id", task.policy_id}, {"message", problem}});
+  ctx.log->warn("policy_unusable", {{"task_id", task.id}, {"policy_id", task.policy_id}, {"message", problem}});
   co_return nullptr;
 }
 
@@ -140,7 +139,8 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
   auto id = idempotency::new_key();
   auto key = idempotency::new_key();
   if (url.empty() || !id || !key) return std::nullopt;
-  auto const authority = url.substr(7, url.find('/', 7) == std::string::npos ? std::string::npos : url.find('/', 7) - 7);
+  auto const authority =
+      url.substr(7, url.find('/', 7) == std::string::npos ? std::string::npos : url.find('/', 7) - 7);
   std::string body = "{\"event\":\"dead_lettered\",\"task_id\":";
   observe::append_json_string(body, dead.id);
   body += ",\"dependency\":";
@@ -176,9 +176,8 @@ net::awaitable<void> record(const http::session_context& ctx, delivery_state& st
   auto const& log = *ctx.log;
   bool const is_alert = task.policy_id == alert_policy_id;
   // An alert that ran out is not dead-lettered: a failing alert must not raise another.
-  auto const final_status = judged.status == store::task_status::dead_lettered && is_alert
-                                ? store::task_status::exhausted
-                                : judged.status;
+  auto const final_status =
+      judged.status == store::task_status::dead_lettered && is_alert ? store::task_status::exhausted : judged.status;
   // The notice goes to the store next to the dead letter's record, so both usually share one
   // commit; a crash between the two can lose the notice, never the dead letter.
   if (final_status == store::task_status::dead_lettered)
@@ -267,8 +266,9 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
   if (!task.body.empty() || (req.method() != bhttp::verb::get && !is_head && req.method() != bhttp::verb::delete_))
     req.content_length(task.body.size());
   auto const key = http::pool_key(target);
-  upstream::destination const to{key,   target.connect_host, target.port, route.tls, http::credentials_for(req, route),
-                                 true,  nullptr,            std::chrono::milliseconds(0), false};
+  upstream::destination const to{
+      key,     target.connect_host,          target.port, route.tls, http::credentials_for(req, route), true,
+      nullptr, std::chrono::milliseconds(0), false};
   auto const started_wall = wall::now();
   auto const started = steady::now();
   auto const deadline = started + policy.attempt_timeout;

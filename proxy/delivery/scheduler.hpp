@@ -16,12 +16,12 @@ class metrics;
 namespace rebound::delivery {
 
 struct scheduler_options {
-  std::string owner;                                  ///< this process in the leases it takes
-  std::chrono::milliseconds poll{100};                ///< how often the store is asked for due tasks
+  std::string owner;                    ///< this process in the leases it takes
+  std::chrono::milliseconds poll{100};  ///< how often the store is asked for due tasks
   /// A task not finished by then is taken again. Long: it only guards against a delivery
   /// that hangs past every timeout, since a restart frees the leases of the process that died.
   std::chrono::seconds lease{3600};
-  std::size_t max_in_flight = 64;                     ///< deliveries under way at once
+  std::size_t max_in_flight = 64;  ///< deliveries under way at once
   /// retry_task_age_seconds and retry_tasks{status}; null: not kept.
   observe::metrics* metrics = nullptr;
   std::chrono::seconds count_every{10};  ///< how often retry_tasks{status} is counted

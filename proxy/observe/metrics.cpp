@@ -25,7 +25,7 @@ const Histogram::BucketBoundaries& latency_buckets() {
 
 /// A task's age when it ends: a first attempt that works (ms) up to R-3's 24 hours and a replay.
 const Histogram::BucketBoundaries& task_age_buckets() {
-  static const Histogram::BucketBoundaries b{0.01, 0.05, 0.1, 0.5, 1,    5,     30,    60,    300,
+  static const Histogram::BucketBoundaries b{0.01, 0.05, 0.1,  0.5,  1,     5,     30,    60,    300,
                                              900,  1800, 3600, 7200, 14400, 43200, 86400, 172800};
   return b;
 }

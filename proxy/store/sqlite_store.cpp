@@ -14,12 +14,18 @@ namespace rebound::store {
 
 std::string_view to_string(task_status s) {
   switch (s) {
-    case task_status::pending: return "PENDING";
-    case task_status::in_flight: return "IN_FLIGHT";
-    case task_status::succeeded: return "SUCCEEDED";
-    case task_status::exhausted: return "EXHAUSTED";
-    case task_status::cancelled: return "CANCELLED";
-    case task_status::dead_lettered: return "DEAD_LETTERED";
+    case task_status::pending:
+      return "PENDING";
+    case task_status::in_flight:
+      return "IN_FLIGHT";
+    case task_status::succeeded:
+      return "SUCCEEDED";
+    case task_status::exhausted:
+      return "EXHAUSTED";
+    case task_status::cancelled:
+      return "CANCELLED";
+    case task_status::dead_lettered:
+      return "DEAD_LETTERED";
   }
   return "PENDING";
 }
@@ -248,8 +254,10 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
   // One process per file: the lock taken by the first write below is held until close, so a
   // second rebound on the same file is refused here. WAL with synchronous=FULL: a commit is on
   // disk (fsync'd) when it returns.
-  if (!exec(db, "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-                "PRAGMA foreign_keys=ON;", &error))
+  if (!exec(db,
+            "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+            "PRAGMA foreign_keys=ON;",
+            &error))
     throw std::runtime_error("store.path " + path + ": not a usable SQLite database: " + error);
   int version = -1;
   {
@@ -261,11 +269,11 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
   if (version < 0) throw std::runtime_error("store.path " + path + ": cannot read the schema version");
   if (version > sqlite_store::schema_version)
     throw std::runtime_error("store.path " + path + ": schema version " + std::to_string(version) +
-                             " is newer than this rebound understands (" + std::to_string(sqlite_store::schema_version) +
-                             ")");
+                             " is newer than this rebound understands (" +
+                             std::to_string(sqlite_store::schema_version) + ")");
   for (int i = version; i < sqlite_store::schema_version; ++i) {
-    std::string const sql = std::string("BEGIN IMMEDIATE;") + migrations[i] + "PRAGMA user_version=" +
-                            std::to_string(i + 1) + ";COMMIT;";
+    std::string const sql =
+        std::string("BEGIN IMMEDIATE;") + migrations[i] + "PRAGMA user_version=" + std::to_string(i + 1) + ";COMMIT;";
     if (!exec(db, sql.c_str(), &error)) {
       exec(db, "ROLLBACK");
       throw std::runtime_error("store.path " + path + ": migration to schema version " + std::to_string(i + 1) +
@@ -288,8 +296,8 @@ using reply = std::function<void(const std::optional<store_error>&)>;
 /// The reply of a call that found `value` (or failed with `e`), unless its commit fails.
 template <class T>
 reply answer(callback<T> done, std::optional<store_error> e, T value) {
-  return [done = std::move(done), e = std::move(e), value = std::move(value)](
-             const std::optional<store_error>& commit_failed) mutable {
+  return [done = std::move(done), e = std::move(e),
+          value = std::move(value)](const std::optional<store_error>& commit_failed) mutable {
     if (commit_failed) return done(commit_failed, T{});
     done(std::move(e), std::move(value));
   };
@@ -343,7 +351,8 @@ void bind_filter(statement& s, const task_filter& f, task_status status) {
 
 }  // namespace
 
-sqlite_store::sqlite_store(const std::string& path, std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit)
+sqlite_store::sqlite_store(const std::string& path,
+                           std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit)
     : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)) {
   open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
   thread_ = std::thread([this] { run(); });
@@ -421,13 +430,15 @@ void sqlite_store::submit_claim(std::string owner, wall_clock::time_point now, w
     // Two statements, each walking its own index in order: one OR'd query would sort every
     // due task to find the first few, which with a backlog of millions is the whole table.
     static const std::string expired =
-        std::string("UPDATE retry_tasks SET lease_owner = ?1, lease_expires = ?2 WHERE id IN (SELECT id FROM "
-                    "retry_tasks WHERE status = 'IN_FLIGHT' AND lease_expires <= ?3 LIMIT ?4) RETURNING ") +
+        std::string(
+            "UPDATE retry_tasks SET lease_owner = ?1, lease_expires = ?2 WHERE id IN (SELECT id FROM "
+            "retry_tasks WHERE status = 'IN_FLIGHT' AND lease_expires <= ?3 LIMIT ?4) RETURNING ") +
         task_columns;
     static const std::string due =
-        std::string("UPDATE retry_tasks SET status = 'IN_FLIGHT', lease_owner = ?1, lease_expires = ?2 WHERE id IN "
-                    "(SELECT id FROM retry_tasks WHERE status = 'PENDING' AND next_attempt_at <= ?3 "
-                    "ORDER BY next_attempt_at LIMIT ?4) RETURNING ") +
+        std::string(
+            "UPDATE retry_tasks SET status = 'IN_FLIGHT', lease_owner = ?1, lease_expires = ?2 WHERE id IN "
+            "(SELECT id FROM retry_tasks WHERE status = 'PENDING' AND next_attempt_at <= ?3 "
+            "ORDER BY next_attempt_at LIMIT ?4) RETURNING ") +
         task_columns;
     std::vector<retry_task> out;
     for (auto const* sql : {&expired, &due}) {
@@ -499,8 +510,9 @@ void sqlite_store::submit_attempts(std::string id, unsigned after, std::size_t l
     s.bind(1, id).bind(2, static_cast<std::int64_t>(after)).bind(3, static_cast<std::int64_t>(limit));
     std::vector<attempt_log> out;
     bool const ok = read_rows(s, out, [&id](const statement& r) {
-      return attempt_log{id, static_cast<unsigned>(r.integer(0)), from_ms(r.integer(1)),
-                         static_cast<unsigned>(r.integer(2)), r.text(3), std::chrono::microseconds(r.integer(4))};
+      return attempt_log{
+          id,        static_cast<unsigned>(r.integer(0)),    from_ms(r.integer(1)), static_cast<unsigned>(r.integer(2)),
+          r.text(3), std::chrono::microseconds(r.integer(4))};
     });
     if (!ok) return failure<std::vector<attempt_log>>(done, s.error());
     return answer<std::vector<attempt_log>>(done, std::nullopt, std::move(out));
@@ -578,7 +590,8 @@ void sqlite_store::submit_counts(callback<status_counts> done) {
     status_counts counts{};
     int rc;
     while ((rc = s.step()) == SQLITE_ROW)
-      if (auto st = parse_task_status(s.text(0))) counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
+      if (auto st = parse_task_status(s.text(0)))
+        counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
     if (rc != SQLITE_DONE) return failure<status_counts>(done, s.error());
     return answer<status_counts>(done, std::nullopt, counts);
   });
@@ -605,7 +618,8 @@ void sqlite_store::submit_get_policy(std::string id, callback<std::optional<stor
     s.bind(1, id);
     auto const rc = s.step();
     if (rc == SQLITE_ROW)
-      return answer<std::optional<stored_policy>>(done, std::nullopt, stored_policy{id, s.text(0), from_ms(s.integer(1))});
+      return answer<std::optional<stored_policy>>(done, std::nullopt,
+                                                  stored_policy{id, s.text(0), from_ms(s.integer(1))});
     if (rc == SQLITE_DONE) return answer<std::optional<stored_policy>>(done, std::nullopt, std::nullopt);
     return failure<std::optional<stored_policy>>(done, s.error());
   });

@@ -73,7 +73,8 @@ class task_store {
                                      wall_clock::time_point next_attempt_at, callback<bool> done) = 0;
   /** Gives a task `owner` holds back, due at `until`, with no attempt counted: R-7's budget
       or breaker refused the attempt, which is postponed, never dropped. */
-  virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) = 0;
+  virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
+                               callback<bool> done) = 0;
   virtual void submit_get(std::string id, callback<std::optional<retry_task>> done) = 0;
   /// Up to `limit` attempts of a task after attempt number `after` (0 for the first page).
   virtual void submit_attempts(std::string id, unsigned after, std::size_t limit,
@@ -136,11 +137,9 @@ auto async_claim(task_store& s, std::string owner, wall_clock::time_point now, w
 template <class Token>
 auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt, task_status next,
                           wall_clock::time_point next_attempt_at, Token&& token) {
-  return detail::async_call<bool>(
-      [&s, o = std::move(owner), a = std::move(attempt), next, next_attempt_at](auto cb) {
-        s.submit_finish_attempt(o, a, next, next_attempt_at, cb);
-      },
-      token);
+  return detail::async_call<bool>([&s, o = std::move(owner), a = std::move(attempt), next, next_attempt_at](
+                                      auto cb) { s.submit_finish_attempt(o, a, next, next_attempt_at, cb); },
+                                  token);
 }
 
 template <class Token>
