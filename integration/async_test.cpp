@@ -85,6 +85,7 @@ TEST(Async, R8_AFinalFailureIsDeadLetteredWithItsAttempt) {
   auto const series_line = metrics.substr(series, metrics.find('\n', series) - series);
   EXPECT_NE(series_line.find("dependency=\"hooks\""), std::string::npos) << series_line;
   EXPECT_NE(series_line.find("reason=\"http_400\""), std::string::npos) << series_line;
+  EXPECT_NE(series_line.find("context=\"webhook\""), std::string::npos) << series_line;
   EXPECT_TRUE(series_line.ends_with(" 1")) << series_line;
   EXPECT_EQ(up.request_count("/hook"), 1u);
 }

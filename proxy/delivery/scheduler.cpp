@@ -204,7 +204,7 @@ net::awaitable<void> record(const http::session_context& ctx, delivery_state& st
   } else if (final_status == store::task_status::exhausted) {
     log.error("alert_failed", {{"task_id", task.id}, {"reason", judged.reason}, {"attempts", attempt.number}});
   } else if (final_status == store::task_status::dead_lettered) {
-    route.guard->dead_lettered(judged.reason);
+    route.guard->dead_lettered(judged.reason, config::to_string(policy.context));
     log.error("dead_lettered", {{"task_id", task.id},
                                 {"dependency", route.name},
                                 {"reason", judged.reason},

@@ -93,9 +93,10 @@ void dependency_metrics::backoff(std::chrono::milliseconds wait) {
 
 void dependency_metrics::exhausted() { exhausted_.Increment(); }
 
-void dependency_metrics::dead_lettered(std::string_view reason) {
+void dependency_metrics::dead_lettered(std::string_view reason, std::string_view context) {
   auto labels = owner_.labels(name_);
   labels.emplace("reason", std::string(reason));
+  labels.emplace("context", std::string(context));
   owner_.dlq_messages_.Add(labels).Increment();  // rare: Family::Add's lock is no cost here
 }
 

@@ -34,8 +34,8 @@ class dependency_metrics {
   void backoff(std::chrono::milliseconds wait);
   /// retry_exhausted_total.
   void exhausted();
-  /// A handed-over call dead-lettered: dlq_messages_total{reason}.
-  void dead_lettered(std::string_view reason);
+  /// A handed-over call dead-lettered: dlq_messages_total{reason,context}.
+  void dead_lettered(std::string_view reason, std::string_view context);
   /// A request answered, by rebound or by the upstream: proxy_requests_total{code}.
   void answered(unsigned code);
   void set_budget_utilization(double ratio);

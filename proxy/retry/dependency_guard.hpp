@@ -36,7 +36,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   void exhausted() override { metrics_.exhausted(); }
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
   void answered(unsigned code) { metrics_.answered(code); }
-  void dead_lettered(std::string_view reason) { metrics_.dead_lettered(reason); }
+  void dead_lettered(std::string_view reason, std::string_view context) { metrics_.dead_lettered(reason, context); }
   /// Sets the gauges that describe a moment (budget utilization, breaker state); a scrape
   /// calls it, so they are as fresh as the scrape.
   void publish() const;
