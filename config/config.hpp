@@ -205,6 +205,9 @@ struct config {
   /// `store:` — where handed-over calls are kept (async delivery, R-8).
   struct store_settings {
     std::string path = "/var/lib/rebound/rebound.db";
+    /// How long a task that ended (delivered, cancelled, an alert exhausted) stays readable on
+    /// the admin API before it is deleted; dead letters stay until replayed or deleted.
+    duration retention = std::chrono::hours(24);
     bool configured = false;  ///< `store:` was written
     bool operator==(const store_settings&) const = default;
   } store;

@@ -211,6 +211,7 @@ std::string effective_config_json(const config& cfg) {
     if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
       object_writer st(w.nested("store"));
       st.string("path", cfg.store.path);
+      st.string("retention", format_duration(cfg.store.retention));
     }
     if (!cfg.alert_webhook.empty()) {
       object_writer al(w.nested("alert"));

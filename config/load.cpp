@@ -68,7 +68,10 @@ class reader : public yaml_reader {
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
     if (auto n = root["store"]; n && expect_map(n, "store")) {
-      check_keys(n, "store", {"path"});
+      check_keys(n, "store", {"path", "retention"});
+      typed(n, "retention", "store", c.store.retention, parse_duration);
+      if (n["retention"] && (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))
+        error(n["retention"], "store.retention", "must be between 1m and 365d");
       c.store.configured = true;
       typed(n, "path", "store", c.store.path, [](std::string_view s) {
         return s.empty() ? parsed<std::string>::fail("must be a file path") : parsed<std::string>::ok(std::string(s));

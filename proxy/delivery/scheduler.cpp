@@ -310,9 +310,20 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
   net::steady_timer timer(executor);
   bool store_down = false;
   auto next_count = steady::now();
+  auto next_housekeeping = steady::now();
   for (;;) {
     if (ctx.sessions->draining()) break;  // leases of deliveries cut by the drain expire
     if (ctx.latest) ctx.running = *ctx.latest;
+    if (steady::now() >= next_housekeeping) {
+      next_housekeeping = steady::now() + opts.count_every;
+      // store.retention: ended tasks go in batches, each its own commit, so deliveries and
+      // accepts go on between them.
+      auto const before = wall::now() - ctx.cfg().store.retention;
+      for (;;) {
+        auto [pe, purged] = co_await store::async_purge(*ctx.store, before, opts.purge_batch, use_tuple);
+        if (pe || purged < opts.purge_batch || ctx.sessions->draining()) break;
+      }
+    }
     if (opts.metrics && steady::now() >= next_count) {
       next_count = steady::now() + opts.count_every;
       auto [ce, counts] = co_await store::async_counts(*ctx.store, use_tuple);

@@ -24,7 +24,8 @@ struct scheduler_options {
   std::size_t max_in_flight = 64;  ///< deliveries under way at once
   /// retry_task_age_seconds and retry_tasks{status}; null: not kept.
   observe::metrics* metrics = nullptr;
-  std::chrono::seconds count_every{10};  ///< how often retry_tasks{status} is counted
+  std::chrono::seconds count_every{10};  ///< how often retry_tasks{status} is read and ended tasks purged
+  std::size_t purge_batch = 5000;        ///< ended tasks deleted per commit (store.retention)
 };
 
 /** The policy id of an alert notice (alert.webhook): R-3's webhook table, and at its end the

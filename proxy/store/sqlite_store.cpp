@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -226,7 +228,26 @@ class database {
   /// While set, every statement fails: a transaction could not begin.
   void refuse(bool on) { refusing_ = on; }
 
+  /** Tasks by status, kept as calls move them so that reading them costs nothing: counting
+      a backlog of millions would hold the store's one thread for a good part of a second.
+      A call notes what it moved once its statements succeeded; the notes count once the
+      transaction commits, and are dropped when it does not. */
+  void moved(std::optional<task_status> from, std::optional<task_status> to, std::int64_t n = 1) {
+    if (from) delta_[static_cast<std::size_t>(*from)] -= n;
+    if (to) delta_[static_cast<std::size_t>(*to)] += n;
+  }
+  void committed(bool ok) {
+    for (std::size_t i = 0; i < delta_.size(); ++i) {
+      if (ok) counts_[i] = static_cast<std::uint64_t>(static_cast<std::int64_t>(counts_[i]) + delta_[i]);
+      delta_[i] = 0;
+    }
+  }
+  const status_counts& counts() const { return counts_; }
+  void set_counts(const status_counts& c) { counts_ = c; }
+
  private:
+  status_counts counts_{};
+  std::array<std::int64_t, std::tuple_size_v<status_counts>> delta_{};
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
   bool refusing_ = false;
 };
@@ -355,6 +376,14 @@ sqlite_store::sqlite_store(const std::string& path,
                            std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit)
     : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)) {
   open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
+  // Counted once here, then kept as calls move tasks (database::moved).
+  status_counts counts{};
+  auto s = db_->prepare("SELECT status, count(*) FROM retry_tasks GROUP BY status");
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW)
+    if (auto st = parse_task_status(s.text(0))) counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
+  if (rc != SQLITE_DONE) throw std::runtime_error("store.path " + path + ": cannot count the tasks: " + s.error());
+  db_->set_counts(counts);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -395,12 +424,15 @@ void sqlite_store::run() {
     replies.clear();
     for (auto& job : jobs) replies.push_back(job(*db_));
     db_->refuse(false);
+    if (failed) db_->committed(false);
     if (!failed) {
       auto const started = std::chrono::steady_clock::now();
       if (sqlite3_exec(db_->raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
         failed = store_error{"commit failed: " + db_->error()};
         sqlite3_exec(db_->raw, "ROLLBACK", nullptr, nullptr, nullptr);
+        db_->committed(false);
       } else {
+        db_->committed(true);
         commits_.fetch_add(1, std::memory_order_relaxed);
         if (on_commit_) on_commit_(std::chrono::steady_clock::now() - started, jobs.size());
       }
@@ -420,6 +452,7 @@ void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
     insert.bind(10, to_ms(task.next_attempt_at)).bind(11, to_ms(task.created_at)).bind(12, to_string(task.status));
     // One task refused (a duplicate id) fails alone: the statement, not the transaction, aborts.
     if (!insert.run()) return failure<bool>(done, insert.error());
+    db.moved(std::nullopt, task.status);
     return answer<bool>(done, std::nullopt, true);
   });
 }
@@ -446,7 +479,9 @@ void sqlite_store::submit_claim(std::string owner, wall_clock::time_point now, w
       auto s = db.prepare(*sql);
       s.bind(1, owner).bind(2, to_ms(lease_until)).bind(3, to_ms(now));
       s.bind(4, static_cast<std::int64_t>(limit - out.size()));
+      auto const before = out.size();
       if (!read_rows(s, out, read_task)) return failure<std::vector<retry_task>>(done, s.error());
+      if (sql == &due) db.moved(task_status::pending, task_status::in_flight, static_cast<std::int64_t>(out.size() - before));
     }
     for (auto& t : out) t.status = task_status::in_flight;
     return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
@@ -474,6 +509,7 @@ void sqlite_store::submit_finish_attempt(std::string owner, attempt_log attempt,
     log.bind(6, static_cast<std::int64_t>(attempt.duration.count()));
     if (!log.run()) return failure<bool>(done, log.error());
     sp.keep();
+    db.moved(task_status::in_flight, next);
     return answer<bool>(done, std::nullopt, true);
   });
 }
@@ -486,7 +522,9 @@ void sqlite_store::submit_postpone(std::string owner, std::string id, wall_clock
         "WHERE id = ?2 AND status = 'IN_FLIGHT' AND lease_owner = ?3");
     s.bind(1, to_ms(until)).bind(2, id).bind(3, owner);
     if (!s.run()) return failure<bool>(done, s.error());
-    return answer<bool>(done, std::nullopt, db.changes() > 0);
+    if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);
+    db.moved(task_status::in_flight, task_status::pending);
+    return answer<bool>(done, std::nullopt, true);
   });
 }
 
@@ -539,7 +577,9 @@ void sqlite_store::submit_replay(std::string id, wall_clock::time_point now, cal
     auto s = db.prepare(std::string(replay_set) + "WHERE id = ?1 AND status = 'DEAD_LETTERED'");
     s.bind(1, id).bind(7, to_ms(now));
     if (!s.run()) return failure<bool>(done, s.error());
-    return answer<bool>(done, std::nullopt, db.changes() > 0);
+    if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);
+    db.moved(task_status::dead_lettered, task_status::pending);
+    return answer<bool>(done, std::nullopt, true);
   });
 }
 
@@ -553,6 +593,7 @@ void sqlite_store::submit_replay_matching(task_filter filter, wall_clock::time_p
     std::vector<std::string> ids;
     if (!read_rows(s, ids, [](const statement& r) { return r.text(0); }))
       return failure<std::vector<std::string>>(done, s.error());
+    db.moved(task_status::dead_lettered, task_status::pending, static_cast<std::int64_t>(ids.size()));
     std::sort(ids.begin(), ids.end());  // RETURNING keeps no order; the cursor is the last id
     return answer<std::vector<std::string>>(done, std::nullopt, std::move(ids));
   });
@@ -563,7 +604,9 @@ void sqlite_store::submit_cancel(std::string id, callback<bool> done) {
     auto s = db.prepare("UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = ?1 AND status = 'PENDING'");
     s.bind(1, id);
     if (!s.run()) return failure<bool>(done, s.error());
-    return answer<bool>(done, std::nullopt, db.changes() > 0);
+    if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);
+    db.moved(task_status::pending, task_status::cancelled);
+    return answer<bool>(done, std::nullopt, true);
   });
 }
 
@@ -580,20 +623,40 @@ void sqlite_store::submit_delete_dead_letter(std::string id, callback<bool> done
     if (!task.run()) return failure<bool>(done, task.error());
     if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);  // the logs come back with the rollback
     sp.keep();
+    db.moved(task_status::dead_lettered, std::nullopt);
     return answer<bool>(done, std::nullopt, true);
   });
 }
 
 void sqlite_store::submit_counts(callback<status_counts> done) {
   enqueue([done = std::move(done)](database& db) {
-    auto s = db.prepare("SELECT status, count(*) FROM retry_tasks GROUP BY status");
-    status_counts counts{};
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW)
-      if (auto st = parse_task_status(s.text(0)))
-        counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
-    if (rc != SQLITE_DONE) return failure<status_counts>(done, s.error());
-    return answer<status_counts>(done, std::nullopt, counts);
+    return answer<status_counts>(done, std::nullopt, db.counts());  // as of the last commit
+  });
+}
+
+void sqlite_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit,
+                                callback<std::uint64_t> done) {
+  enqueue([ended_before, limit, done = std::move(done)](database& db) {
+    savepoint sp(db);
+    if (!sp.ok()) return failure<std::uint64_t>(done, db.error());
+    // A finished task's next_attempt_at is when it ended. Its attempts go first: they refer to it.
+    constexpr const char* some = "(SELECT id FROM retry_tasks WHERE status = ?1 AND next_attempt_at < ?2 "
+                                 "ORDER BY next_attempt_at LIMIT ?3)";
+    std::uint64_t purged = 0;
+    for (auto st : {task_status::succeeded, task_status::cancelled, task_status::exhausted}) {
+      if (purged >= limit) break;
+      auto logs = db.prepare(std::string("DELETE FROM attempt_logs WHERE task_id IN ") + some);
+      auto tasks = db.prepare(std::string("DELETE FROM retry_tasks WHERE id IN ") + some);
+      for (auto* s : {&logs, &tasks}) {
+        s->bind(1, to_string(st)).bind(2, to_ms(ended_before)).bind(3, static_cast<std::int64_t>(limit - purged));
+        if (!s->run()) return failure<std::uint64_t>(done, s->error());
+      }
+      auto const n = static_cast<std::uint64_t>(db.changes());
+      db.moved(st, std::nullopt, static_cast<std::int64_t>(n));
+      purged += n;
+    }
+    sp.keep();
+    return answer<std::uint64_t>(done, std::nullopt, purged);
   });
 }
 

@@ -92,6 +92,10 @@ class task_store {
   /// A dead letter deleted with its attempts; false when there is no dead letter of that id.
   virtual void submit_delete_dead_letter(std::string id, callback<bool> done) = 0;
   virtual void submit_counts(callback<status_counts> done) = 0;
+  /** Deletes up to `limit` tasks that ended (SUCCEEDED, CANCELLED, EXHAUSTED) before
+      `ended_before`, with their attempts: store.retention. Dead letters stay until replayed
+      or deleted (R-8). The number deleted. */
+  virtual void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) = 0;
   virtual void submit_put_policy(stored_policy p, callback<policy_put> done) = 0;
   virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
 };
@@ -190,6 +194,12 @@ auto async_delete_dead_letter(task_store& s, std::string id, Token&& token) {
 template <class Token>
 auto async_counts(task_store& s, Token&& token) {
   return detail::async_call<status_counts>([&s](auto cb) { s.submit_counts(cb); }, token);
+}
+
+template <class Token>
+auto async_purge(task_store& s, wall_clock::time_point ended_before, std::size_t limit, Token&& token) {
+  return detail::async_call<std::uint64_t>(
+      [&s, ended_before, limit](auto cb) { s.submit_purge(ended_before, limit, cb); }, token);
 }
 
 template <class Token>

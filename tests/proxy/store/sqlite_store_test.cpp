@@ -371,6 +371,52 @@ TEST(Store, ClaimsAndAttemptRecordsThatArriveTogetherShareACommit) {
   EXPECT_EQ(count(s, task_status::succeeded), 100u);
 }
 
+TEST(Store, CountsByStatusFollowEveryMoveAndAreRecountedAtOpen) {
+  temp_db db;
+  {
+    sqlite_store s(db.path());
+    for (auto id : {"a", "b", "c", "d"}) ASSERT_TRUE(accept(s, make_task(id)));
+    EXPECT_EQ(count(s, task_status::pending), 4u);
+    ASSERT_EQ(claim(s, "w1", t0).size(), 4u);
+    EXPECT_EQ(count(s, task_status::pending), 0u);
+    EXPECT_EQ(count(s, task_status::in_flight), 4u);
+    ASSERT_TRUE(finish(s, "w1", attempt_log{"a", 1, t0, 200, "", 1ms}, task_status::succeeded, t0));
+    ASSERT_TRUE(finish(s, "w1", attempt_log{"b", 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
+    ASSERT_TRUE(finish(s, "w1", attempt_log{"c", 1, t0, 503, "", 1ms}, task_status::pending, t0 + 1s));
+    EXPECT_FALSE(finish(s, "other", attempt_log{"d", 1, t0, 200, "", 1ms}, task_status::succeeded, t0))
+        << "a refused call moves nothing";
+    auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c", cb); });
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(count(s, task_status::succeeded), 1u);
+    EXPECT_EQ(count(s, task_status::dead_lettered), 1u);
+    EXPECT_EQ(count(s, task_status::cancelled), 1u);
+    EXPECT_EQ(count(s, task_status::in_flight), 1u);
+  }
+  sqlite_store s(db.path());
+  EXPECT_EQ(count(s, task_status::succeeded), 1u);
+  EXPECT_EQ(count(s, task_status::dead_lettered), 1u);
+  EXPECT_EQ(count(s, task_status::in_flight), 1u);
+}
+
+TEST(Store, EndedTasksArePurgedAfterTheirRetentionButDeadLettersStay) {
+  temp_db db;
+  sqlite_store s(db.path());
+  for (auto id : {"old", "new", "dead"}) ASSERT_TRUE(accept(s, make_task(id)));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 3u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"old", 1, t0, 200, "", 1ms}, task_status::succeeded, t0));
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"new", 1, t0, 200, "", 1ms}, task_status::succeeded, t0 + 2h));
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"dead", 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
+  auto [e, purged] = wait_for<std::uint64_t>([&](auto cb) { s.submit_purge(t0 + 1h, 100, cb); });
+  ASSERT_FALSE(e);
+  EXPECT_EQ(purged, 1u);
+  EXPECT_FALSE(get(s, "old"));
+  EXPECT_TRUE(get(s, "new")) << "ended within the retention";
+  EXPECT_TRUE(get(s, "dead")) << "a dead letter waits for a person (R-8)";
+  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("old", 0, 10, cb); });
+  EXPECT_TRUE(log.empty()) << "its attempts went with it";
+  EXPECT_EQ(count(s, task_status::succeeded), 1u);
+}
+
 TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
   temp_db db;
   { sqlite_store s(db.path()); }
