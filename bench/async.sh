@@ -97,10 +97,25 @@ log "rebound: wrk -c$CONNS handing calls over for ${DURATION}s"
 start_ms=$(date +%s%3N)
 ours=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" -s "$tmp/post.lua" -H "Host: 127.0.0.1:$NGINX_PORT" \
   "http://127.0.0.1:$PORT/hook" | grep '^REPORT')
+wrk_end_ms=$(date +%s%3N)
 field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"$1"; }
 # Calls made durable: rebound's own count of the 202s it answered.
 accepted=$(curl -s "http://127.0.0.1:$ADMIN/metrics" |
   awk '/^proxy_requests_total\{/ && /code="202"/ {n += $NF} END {printf "%d", n}')
+# Tasks that ended (delivered), live from rebound: each observes retry_task_age_seconds once.
+ended() {
+  curl -s "http://127.0.0.1:$ADMIN/metrics" |
+    awk '/^retry_task_age_seconds_count\{/ {n += $NF} END {printf "%d", n}'
+}
+backlog_start=$(ended)
+# The backlog left when the clients stopped drains with nothing else on the machine: deliveries
+# alone, no accepts competing for the cores and the store's thread.
+for ((i = 0; i < 1800; i++)); do
+  (($(ended) >= accepted)) && break
+  sleep 0.1
+done
+drain_ms=$(($(date +%s%3N) - wrk_end_ms))
+drained=$((accepted - backlog_start))
 delivered() { echo $(($(wc -l <"$tmp/nginx/access.log") - peer_lines)); }
 # Wait until nginx has seen every accepted call (3 minutes at most; its log flushes each second).
 for ((i = 0; i < 1800; i++)); do
@@ -126,5 +141,6 @@ cat <<EOF
 | calls accepted (202) | $accepted |
 | calls delivered (nginx saw them) | $succeeded |
 | deliveries/s, first accept to last delivery (includes up to 1 s of nginx log flush) | $(( succeeded * 1000 / (end_ms - start_ms) )) |
+| deliveries/s draining the backlog left when the clients stopped ($drained tasks, rebound's own count) | $(( drained > 0 ? drained * 1000 / (drain_ms > 0 ? drain_ms : 1) : 0 )) |
 | rebound peak RSS | $((rss_kib / 1024)) MiB |
 EOF
