@@ -185,6 +185,40 @@ struct dependency {
   const policy& policy_for(std::string_view method, std::string_view path) const;
 };
 
+/** A route of the inbound side (R-6 kept for the app behind rebound): which requests, and
+    what rebound promises for them. */
+struct inbound_route {
+  route match;  ///< path_prefix and methods; `effective` is unused
+  struct idempotency_settings {
+    bool enabled = false;  ///< `idempotency:` written
+    bool require = false;  ///< a request without a key is refused 400
+    duration ttl = std::chrono::hours(24);  ///< R-6: at least 24 h
+    bool scope_principal = true;            ///< keys are the caller's own (a hash of its credential)
+    unsigned mismatch_status = 422;         ///< the same key with another payload: 422 or 409
+  } idempotency;
+  struct dedupe_settings {
+    std::string header;  ///< the event id's field (X-Event-ID, webhook-id); empty: off
+    duration ttl = std::chrono::hours(24 * 7);  ///< R-6: at least 7 days
+  } dedupe;
+  /// The methods whose keys are kept: the route's `methods`, else POST and PATCH.
+  bool keeps_keys_for(std::string_view method) const;
+};
+
+/// `inbound:` — rebound in front of the app: a reverse proxy that keeps R-6's server side.
+struct inbound_settings {
+  bool configured = false;
+  endpoint listen{"0.0.0.0", 8080};
+  endpoint app{"127.0.0.1", 3000};
+  /// A request body the gate reads whole (larger: 413), and the largest answer it pins.
+  std::uint64_t max_body = 1 << 20;
+  std::vector<inbound_route> routes;         ///< in file order: the first that matches wins
+  /** How requests go to the app: once (retries are the caller's, one layer only), with the
+      attempt timeout `attempt_timeout:` sets. */
+  policy forward;
+  const inbound_route* route_for(std::string_view method, std::string_view path) const;
+  bool needs_store() const;
+};
+
 struct config {
   std::string service = "unknown_service";  ///< the `service` label of every metric
   std::string log_level = "info";           ///< trace|debug|info|warn|error|off; --log-level wins
@@ -211,6 +245,7 @@ struct config {
     bool configured = false;  ///< `store:` was written
     bool operator==(const store_settings&) const = default;
   } store;
+  inbound_settings inbound;
   /// `alert: {webhook: URL}` — where a JSON notice of each dead letter is POSTed.
   /// Empty: none. The notice is itself delivered with retries, and never dead-lettered.
   std::string alert_webhook;
@@ -224,6 +259,8 @@ struct config {
       or batch. Only then is the store opened; otherwise `Prefer: respond-async` is not
       honoured (RFC 7240 lets a server ignore a preference) and the call is forwarded. */
   bool hands_over() const;
+  /// Whether the store is opened: calls are handed over, or inbound keys or events are kept.
+  bool needs_store() const { return hands_over() || inbound.needs_store(); }
 
   /// Lower-cased `host` and `host:port` keys to an index into `dependencies`.
   std::unordered_map<std::string, std::size_t> host_index;

@@ -46,6 +46,7 @@ struct worker {
   net::io_context ioc{1};
   upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
   std::optional<tcp::acceptor> acceptor;
+  std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
   std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
   std::shared_ptr<const http::running_config> running;  ///< current; only this worker's thread touches it
@@ -87,13 +88,13 @@ void run_guarded(net::io_context& ioc, const observe::logger& log, const char* w
   }
 }
 
-net::awaitable<void> accept_loop(worker& w, http::session_context ctx) {
+net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx) {
   for (;;) {
-    auto [ec, socket] = co_await w.acceptor->async_accept(use_tuple);
+    auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
     if (ec) {
-      if (!w.acceptor->is_open() || ec == net::error::operation_aborted) co_return;
+      if (!acceptor.is_open() || ec == net::error::operation_aborted) co_return;
       // Out of descriptors and the like: pause rather than spin on the failing accept.
-      ctx.log->warn("accept_failed", {{"listener", "proxy"}, {"message", ec.message()}});
+      ctx.log->warn("accept_failed", {{"listener", ctx.inbound ? "inbound" : "proxy"}, {"message", ec.message()}});
       net::steady_timer pause(w.ioc, std::chrono::milliseconds(100));
       co_await pause.async_wait(use_tuple);
       continue;
@@ -311,6 +312,7 @@ net::awaitable<void> handle_signals(net::io_context& control, net::signal_set& s
     net::post(wp->ioc, [wp] {
       error_code ignored;
       wp->acceptor->close(ignored);
+      if (wp->inbound_acceptor) wp->inbound_acceptor->close(ignored);
       wp->sessions.begin_drain();
     });
   }
@@ -345,7 +347,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   std::atomic<std::size_t> open_connections{0};
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::sqlite_store> task_store;
-  if (cfg->hands_over())
+  if (cfg->needs_store())
     task_store = std::make_unique<store::sqlite_store>(
         cfg->store.path, [&metrics](std::chrono::nanoseconds took, std::size_t) { metrics.store_commit(took); });
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
@@ -353,6 +355,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   std::string admin_base;
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
+  tcp::endpoint inbound_ep(net::ip::make_address(cfg->inbound.listen.host), cfg->inbound.listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
     w->guards.emplace(guards);
@@ -360,6 +363,10 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.
     ep = w->acceptor->local_endpoint();
+    if (cfg->inbound.configured) {
+      w->inbound_acceptor.emplace(bind_listener(w->ioc, inbound_ep, true, "inbound.listen"));
+      inbound_ep = w->inbound_acceptor->local_endpoint();
+    }
     workers.push_back(std::move(w));
   }
   net::io_context control{1};
@@ -381,7 +388,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   for (auto& w : workers) {
     http::session_context ctx{running,     &w->running,    &w->pool,         &log,           &w->sessions, &w->rng,
                               &*w->guards, instance_token, &open_connections, task_store.get(), admin_base};
-    net::co_spawn(w->ioc, accept_loop(*w, ctx), report_failure{&log, "accept"});
+    net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
+    if (w->inbound_acceptor) {
+      auto inbound_ctx = ctx;
+      inbound_ctx.inbound = true;
+      net::co_spawn(w->ioc, accept_loop(*w, *w->inbound_acceptor, inbound_ctx), report_failure{&log, "accept"});
+    }
     // Deliveries run on the first worker: one scheduler claims for the process.
     if (task_store && w == workers.front()) {
       delivery::scheduler_options so;
@@ -397,6 +409,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   }
   state.ready = true;
   log.info("listening", {{"listen", to_string(ep)},
+                         {"inbound", cfg->inbound.configured ? to_string(inbound_ep) : std::string()},
                          {"admin", to_string(admin_acceptor.local_endpoint())},
                          {"workers", n},
                          {"version", REBOUND_VERSION}});

@@ -323,6 +323,11 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
         auto [pe, purged] = co_await store::async_purge(*ctx.store, before, opts.purge_batch, use_tuple);
         if (pe || purged < opts.purge_batch || ctx.sessions->draining()) break;
       }
+      // Idempotency keys and event ids of the inbound side whose TTL ran out (R-6's windows).
+      for (;;) {
+        auto [ke, purged] = co_await store::async_purge_keys(*ctx.store, wall::now(), opts.purge_batch, use_tuple);
+        if (ke || purged < opts.purge_batch || ctx.sessions->draining()) break;
+      }
     }
     if (opts.metrics && steady::now() >= next_count) {
       next_count = steady::now() + opts.count_every;

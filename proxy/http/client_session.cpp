@@ -5,7 +5,9 @@
 #include "proxy/http/forward.hpp"
 #include "proxy/http/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
+#include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
+#include "proxy/inbound/idempotency_gate.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -76,6 +78,40 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
     v.keep_after_refusal = parser.is_done();
     return false;
   }
+  return true;
+}
+
+/** The same for a request on the inbound listener: whatever its Host, it goes to the app
+    (`inbound.app`), the Host kept, as a dependency's `origin:` does it. */
+bool vet_inbound_request(vetted& v, const request_parser& parser, const config::config& cfg,
+                         std::string_view instance_token) {
+  auto const& req = parser.get();
+  if (auto problem = check_request_framing(req.base(), req.version())) {
+    v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
+    return false;
+  }
+  if (req.method() == bhttp::verb::connect) {
+    v.refusal = error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener",
+                            {}, 0};
+    return false;
+  }
+  auto target = parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
+                                     req.count(bhttp::field::host), req.version());
+  if (!target.value) {
+    v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
+    return false;
+  }
+  v.target = std::move(*target.value);
+  auto& t = v.target;
+  t.scheme = "http";
+  t.connect_host = cfg.inbound.app.host;
+  t.port = cfg.inbound.app.port;
+  if (targets_listener(t.connect_host, t.port, cfg.inbound.listen) || via_names_instance(req.base(), instance_token)) {
+    v.refusal = error_reply{508, error_type::loop_detected, "forwarding loop: inbound.app is rebound's own listener",
+                            {}, 0};
+    return false;
+  }
+  v.dependency = dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};
   return true;
 }
 
@@ -200,7 +236,9 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       break;
     }
     vetted v;
-    if (!vet_request(v, parser, cfg, ctx.instance_token)) {
+    bool const vetted_ok = ctx.inbound ? vet_inbound_request(v, parser, cfg, ctx.instance_token)
+                                       : vet_request(v, parser, cfg, ctx.instance_token);
+    if (!vetted_ok) {
       co_await send_error(client, *v.refusal, v.keep_after_refusal, idle);
       if (!v.keep_after_refusal) break;
       continue;
@@ -210,6 +248,16 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     if (v.is_connect) {
       co_await run_tunnel(ctx, client, buffer, t, v.dependency);
       co_return;
+    }
+    if (ctx.inbound && ctx.store) {
+      auto const& req = parser.get();
+      std::string_view const method(req.method_string().data(), req.method_string().size());
+      auto const* ir = cfg.inbound.route_for(method, loggable_path(v.target.origin_form));
+      if (ir && inbound::gate_applies(*ir, parser)) {
+        auto& target = v.target;
+        if (!co_await inbound::answer_through_gate(ctx, client, buffer, parser, target, v.dependency, *ir)) break;
+        continue;
+      }
     }
     if (!co_await forward(ctx, guard, client, buffer, parser, t, v.dependency)) break;
   }

@@ -45,6 +45,9 @@ struct session_context {
   store::task_store* store = nullptr;
   /// The admin listener's address as clients reach it: the base of a handed-over task's Location.
   std::string_view admin_base;
+  /// A session of the inbound listener: every request goes to `inbound.app`, through the
+  /// idempotency gate where a route asks for it (inbound/).
+  bool inbound = false;
 
   const config::config& cfg() const { return *running->cfg; }
   const upstream::secure_origins* origins() const { return running->origins.get(); }

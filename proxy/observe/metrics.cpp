@@ -48,6 +48,8 @@ constexpr counter_name exhausted_total{"retry_exhausted_total",
                                        "Requests whose retries ran out (max_retries) while still failing"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
+constexpr counter_name idempotent_total{"idempotent_requests_total",
+                                        "Inbound requests through the idempotency gate (R-6), by outcome"};
 
 prometheus::Family<prometheus::Counter>& counter(const counter_name& c, prometheus::Registry& r) {
   return prometheus::BuildCounter().Name(c.name).Help(c.help).Register(r);
@@ -100,6 +102,12 @@ void dependency_metrics::dead_lettered(std::string_view reason, std::string_view
   owner_.dlq_messages_.Add(labels).Increment();  // rare: Family::Add's lock is no cost here
 }
 
+void dependency_metrics::idempotent(std::string_view outcome) {
+  auto labels = owner_.labels(name_);
+  labels.emplace("outcome", std::string(outcome));
+  owner_.idempotent_.Add(labels).Increment();
+}
+
 void dependency_metrics::answered(unsigned code) {
   if (code < 100 || code > 599) return;
   constexpr std::uint64_t address_mask = (std::uint64_t{1} << 48) - 1;
@@ -148,6 +156,7 @@ metrics::metrics(std::string service)
                              .Name("upstream_request_duration_seconds")
                              .Help("Upstream attempts, from connect to the response head")
                              .Register(*registry_)),
+      idempotent_(counter(idempotent_total, *registry_)),
       task_age_(prometheus::BuildHistogram()
                     .Name("retry_task_age_seconds")
                     .Help("Age of handed-over tasks when they end (delivered or dead-lettered), from accept")

@@ -36,6 +36,8 @@ class dependency_metrics {
   void exhausted();
   /// A handed-over call dead-lettered: dlq_messages_total{reason,context}.
   void dead_lettered(std::string_view reason, std::string_view context);
+  /// idempotent_requests_total{outcome}: stored, replayed, conflict, mismatch, missing, not_stored.
+  void idempotent(std::string_view outcome);
   /// A request answered, by rebound or by the upstream: proxy_requests_total{code}.
   void answered(unsigned code);
   void set_budget_utilization(double ratio);
@@ -97,6 +99,7 @@ class metrics {
   prometheus::Family<prometheus::Gauge>& breaker_state_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& upstream_duration_;
+  prometheus::Family<prometheus::Counter>& idempotent_;
   prometheus::Family<prometheus::Histogram>& task_age_;
   prometheus::Family<prometheus::Gauge>& tasks_;
   prometheus::Histogram& store_commit_;

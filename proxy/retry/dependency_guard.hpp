@@ -37,6 +37,8 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
   void answered(unsigned code) { metrics_.answered(code); }
   void dead_lettered(std::string_view reason, std::string_view context) { metrics_.dead_lettered(reason, context); }
+  /// An inbound request through the idempotency gate: idempotent_requests_total{outcome}.
+  void idempotent(std::string_view outcome) { metrics_.idempotent(outcome); }
   /// Sets the gauges that describe a moment (budget utilization, breaker state); a scrape
   /// calls it, so they are as fresh as the scrape.
   void publish() const;

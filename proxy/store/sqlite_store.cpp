@@ -86,6 +86,20 @@ CREATE TABLE retry_policies (
   created_at INTEGER NOT NULL
 );
 )sql",
+    // 4: idempotency keys and event ids of the inbound side (R-6), with the answers they pin.
+    R"sql(
+CREATE TABLE idempotency_keys (
+  scope_key     TEXT PRIMARY KEY,  -- route, principal hash, key
+  fingerprint   TEXT NOT NULL,     -- SHA-256 of method, path and (canonical) body
+  state         TEXT NOT NULL,     -- pending | complete
+  lease_expires INTEGER NOT NULL,  -- pending: another request may take the key after this
+  expires_at    INTEGER NOT NULL,  -- complete: kept until
+  status        INTEGER NOT NULL DEFAULT 0,
+  headers       BLOB NOT NULL DEFAULT x'',
+  body          BLOB NOT NULL DEFAULT x''
+);
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys (state, expires_at);
+)sql",
 };
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
@@ -685,6 +699,75 @@ void sqlite_store::submit_get_policy(std::string id, callback<std::optional<stor
                                                   stored_policy{id, s.text(0), from_ms(s.integer(1))});
     if (rc == SQLITE_DONE) return answer<std::optional<stored_policy>>(done, std::nullopt, std::nullopt);
     return failure<std::optional<stored_policy>>(done, s.error());
+  });
+}
+
+void sqlite_store::submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+                                    wall_clock::time_point lease_until, callback<key_claim> done) {
+  enqueue([scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now, lease_until,
+           done = std::move(done)](database& db) {
+    auto s = db.prepare(
+        "SELECT fingerprint, state, lease_expires, expires_at, status, headers, body FROM idempotency_keys "
+        "WHERE scope_key = ?1");
+    s.bind(1, scope_key);
+    auto const rc = s.step();
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return failure<key_claim>(done, s.error());
+    key_claim found;
+    bool free = rc == SQLITE_DONE;
+    if (!free) {
+      bool const pending = s.text(1) == "pending";
+      // An expired answer, or a holder whose lease ran out (it crashed): the key is free again.
+      free = pending ? s.integer(2) <= to_ms(now) : s.integer(3) <= to_ms(now);
+      if (!free) {
+        if (s.text(0) != fingerprint)
+          found.state = key_state::mismatch;
+        else if (pending)
+          found.state = key_state::in_flight;
+        else
+          found = key_claim{key_state::replay,
+                            pinned_response{static_cast<unsigned>(s.integer(4)), decode_headers(s.text(5)), s.text(6)}};
+      }
+    }
+    if (!free) return answer<key_claim>(done, std::nullopt, std::move(found));
+    auto claim = db.prepare(
+        "INSERT OR REPLACE INTO idempotency_keys (scope_key, fingerprint, state, lease_expires, expires_at) "
+        "VALUES (?1, ?2, 'pending', ?3, ?3)");
+    claim.bind(1, scope_key).bind(2, fingerprint).bind(3, to_ms(lease_until));
+    if (!claim.run()) return failure<key_claim>(done, claim.error());
+    return answer<key_claim>(done, std::nullopt, key_claim{});
+  });
+}
+
+void sqlite_store::submit_complete_key(std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+                                       callback<bool> done) {
+  enqueue([scope_key = std::move(scope_key), r = std::move(r), expires_at, done = std::move(done)](database& db) {
+    auto s = db.prepare(
+        "UPDATE idempotency_keys SET state = 'complete', expires_at = ?2, status = ?3, headers = ?4, body = ?5 "
+        "WHERE scope_key = ?1 AND state = 'pending'");
+    s.bind(1, scope_key).bind(2, to_ms(expires_at)).bind(3, static_cast<std::int64_t>(r.status));
+    s.bind_blob(4, encode_headers(r.headers)).bind_blob(5, r.body);
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
+  });
+}
+
+void sqlite_store::submit_release_key(std::string scope_key, callback<bool> done) {
+  enqueue([scope_key = std::move(scope_key), done = std::move(done)](database& db) {
+    auto s = db.prepare("DELETE FROM idempotency_keys WHERE scope_key = ?1 AND state = 'pending'");
+    s.bind(1, scope_key);
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
+  });
+}
+
+void sqlite_store::submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) {
+  enqueue([now, limit, done = std::move(done)](database& db) {
+    auto s = db.prepare(
+        "DELETE FROM idempotency_keys WHERE scope_key IN (SELECT scope_key FROM idempotency_keys WHERE state IN "
+        "('complete', 'pending') AND expires_at <= ?1 LIMIT ?2)");
+    s.bind(1, to_ms(now)).bind(2, static_cast<std::int64_t>(limit));
+    if (!s.run()) return failure<std::uint64_t>(done, s.error());
+    return answer<std::uint64_t>(done, std::nullopt, static_cast<std::uint64_t>(db.changes()));
   });
 }
 

@@ -22,7 +22,7 @@ class database;
 class sqlite_store final : public task_store {
  public:
   /// The schema this build writes; an older file is migrated at open, a newer one refused.
-  static constexpr int schema_version = 3;
+  static constexpr int schema_version = 4;
 
   /** Opens `path` (created 0600 when new), sets WAL and full synchronous commits, and
       migrates it. Throws std::runtime_error when it cannot: a start-up error.
@@ -54,6 +54,12 @@ class sqlite_store final : public task_store {
   void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) override;
   void submit_put_policy(stored_policy p, callback<policy_put> done) override;
   void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) override;
+  void submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+                        wall_clock::time_point lease_until, callback<key_claim> done) override;
+  void submit_complete_key(std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+                           callback<bool> done) override;
+  void submit_release_key(std::string scope_key, callback<bool> done) override;
+  void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
 
   /// Transactions committed: fewer than the calls when groups formed.
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }

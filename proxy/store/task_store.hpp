@@ -50,6 +50,21 @@ struct stored_policy {
 /// What registering a policy did: it is idempotent by id, so the same text again is no change.
 enum class policy_put { created, unchanged, conflict };
 
+/// An answer kept for an idempotency key (R-6, the inbound side): what a duplicate gets back.
+struct pinned_response {
+  unsigned status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+/** What claiming a key found: it was free (the caller now holds it), another request with it
+    is still under way, its answer is kept, or it was used with another payload. */
+enum class key_state { claimed, in_flight, replay, mismatch };
+struct key_claim {
+  key_state state = key_state::claimed;
+  pinned_response response;  ///< for replay
+};
+
 /// Tasks by status, indexed by task_status.
 using status_counts = std::array<std::uint64_t, 6>;
 
@@ -97,6 +112,20 @@ class task_store {
       or deleted (R-8). The number deleted. */
   virtual void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) = 0;
   virtual void submit_put_policy(stored_policy p, callback<policy_put> done) = 0;
+
+  // Idempotency keys of the inbound side (R-6: servers keep keys and answer duplicates).
+  /** Claims `scope_key` for a request whose payload is `fingerprint`, atomically: free (never
+      seen, expired, or held by a request whose lease ran out: a crash) becomes held until
+      `lease_until`; otherwise what the key holds. */
+  virtual void submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+                                wall_clock::time_point lease_until, callback<key_claim> done) = 0;
+  /// Pins the answer of a held key until `expires_at`.
+  virtual void submit_complete_key(std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+                                   callback<bool> done) = 0;
+  /// Frees a held key whose answer is not kept (5xx, 429, too large): the caller may try again.
+  virtual void submit_release_key(std::string scope_key, callback<bool> done) = 0;
+  /// Deletes up to `limit` keys that expired before `now`; the number deleted.
+  virtual void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) = 0;
   virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
 };
 
@@ -200,6 +229,35 @@ template <class Token>
 auto async_purge(task_store& s, wall_clock::time_point ended_before, std::size_t limit, Token&& token) {
   return detail::async_call<std::uint64_t>(
       [&s, ended_before, limit](auto cb) { s.submit_purge(ended_before, limit, cb); }, token);
+}
+
+template <class Token>
+auto async_claim_key(task_store& s, std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+                     wall_clock::time_point lease_until, Token&& token) {
+  return detail::async_call<key_claim>(
+      [&s, k = std::move(scope_key), f = std::move(fingerprint), now, lease_until](auto cb) {
+        s.submit_claim_key(k, f, now, lease_until, cb);
+      },
+      token);
+}
+
+template <class Token>
+auto async_complete_key(task_store& s, std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+                        Token&& token) {
+  return detail::async_call<bool>(
+      [&s, k = std::move(scope_key), r = std::move(r), expires_at](auto cb) { s.submit_complete_key(k, r, expires_at, cb); },
+      token);
+}
+
+template <class Token>
+auto async_release_key(task_store& s, std::string scope_key, Token&& token) {
+  return detail::async_call<bool>([&s, k = std::move(scope_key)](auto cb) { s.submit_release_key(k, cb); }, token);
+}
+
+template <class Token>
+auto async_purge_keys(task_store& s, wall_clock::time_point now, std::size_t limit, Token&& token) {
+  return detail::async_call<std::uint64_t>([&s, now, limit](auto cb) { s.submit_purge_keys(now, limit, cb); },
+                                           token);
 }
 
 template <class Token>

@@ -57,26 +57,48 @@ net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, b
   }
 }
 
-net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
-                            clock::time_point deadline) {
-  if (!ex.stream || !ex.response) co_return;
+namespace {
+
+/** Reads the rest of `ex`'s response, handing each piece to `keep` (null: dropped), at most
+    `limit` body bytes by `deadline`, then pools the connection when the exchange ended cleanly
+    and the upstream keeps it open. False when the body could not be read whole. */
+net::awaitable<bool> finish_response(pool& p, const std::string& key, exchange& ex, std::size_t limit,
+                                     clock::time_point deadline, std::string* keep) {
+  if (!ex.stream || !ex.response) co_return false;
   auto& rp = *ex.response;
-  std::array<char, 16 * 1024> sink;
+  std::array<char, 16 * 1024> chunk;
   std::size_t read = 0;
   while (!rp.is_done()) {
-    if (read > limit) co_return;
-    rp.get().body().data = sink.data();
-    rp.get().body().size = sink.size();
+    if (read > limit) co_return false;
+    rp.get().body().data = chunk.data();
+    rp.get().body().size = chunk.size();
     ex.stream->expires_at(deadline);
     auto [ec, n] = co_await bhttp::async_read_some(*ex.stream, ex.buffer, rp, use_tuple);
-    if (ec && ec != bhttp::error::need_buffer) co_return;
-    read += sink.size() - rp.get().body().size;
+    if (ec && ec != bhttp::error::need_buffer) co_return false;
+    auto const got = chunk.size() - rp.get().body().size;
+    if (keep) keep->append(chunk.data(), got);
+    read += got;
   }
+  if (read > limit) co_return false;
   // Bytes past the response would be an answer to nothing: such a connection is not reused.
-  if (!rp.keep_alive() || ex.buffer.size() != 0) co_return;
-  ex.stream->expires_never();
-  p.put(key, std::move(*ex.stream));
-  ex.stream.reset();
+  if (rp.keep_alive() && ex.buffer.size() == 0) {
+    ex.stream->expires_never();
+    p.put(key, std::move(*ex.stream));
+    ex.stream.reset();
+  }
+  co_return true;
+}
+
+}  // namespace
+
+net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
+                            clock::time_point deadline) {
+  co_await finish_response(p, key, ex, limit, deadline, nullptr);
+}
+
+net::awaitable<bool> read_response_body(pool& p, const std::string& key, exchange& ex, std::string& out,
+                                        std::size_t limit, clock::time_point deadline) {
+  co_return co_await finish_response(p, key, ex, limit, deadline, &out);
 }
 
 net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,

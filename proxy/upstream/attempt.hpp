@@ -112,6 +112,10 @@ net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::reque
 net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
                             clock::time_point deadline);
 
+/// The same, keeping the body in `out`: false when it could not be read whole within `limit`.
+net::awaitable<bool> read_response_body(pool& p, const std::string& key, exchange& ex, std::string& out,
+                                        std::size_t limit, clock::time_point deadline);
+
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */

@@ -1,0 +1,243 @@
+// Inbound idempotency (R-6's server side; seeds 002 and 004): rebound in front of an app, the
+// real binary with its SQLite file, a scripted app and real clients. Every outcome of the
+// gate, 50 identical requests at once, restarts, and the seed 004 refund example.
+#include "async_helpers.hpp"
+
+#include <regex>
+#include <thread>
+
+namespace itest {
+namespace {
+
+/// The inbound listener's port, from rebound's `listening` event (it binds port 0).
+std::uint16_t inbound_port(const ReboundProcess& rb) {
+  EXPECT_TRUE(rb.wait_for_log("\"listening\""));
+  std::smatch m;
+  auto const text = rb.stdout_text();
+  if (!std::regex_search(text, m, std::regex("\"inbound\":\"127\\.0\\.0\\.1:([0-9]+)\""))) return 0;
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
+ReboundOptions in_front_of(const ScriptedUpstream& app, const store_dir& store, const std::string& routes) {
+  ReboundOptions o;
+  o.extra = store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() + "\n  routes:\n" + routes;
+  return o;
+}
+
+const std::string refunds = "    - match: {path_prefix: /refunds}\n      idempotency: {require: true}\n";
+
+Response post_refund(std::uint16_t port, const std::string& key, const std::string& body,
+                     const std::string& credential = "Bearer alice") {
+  HttpClient c(port);
+  Fields h{{"Content-Type", "application/json"}, {"Authorization", credential}};
+  if (!key.empty()) h.emplace_back("Idempotency-Key", key);
+  return c.request("POST", "/refunds", h, body);
+}
+
+Script created(const std::string& body) {
+  Script s = respond(201);
+  s.body = body;
+  s.headers = {{"Content-Type", "application/json"}, {"Location", "/refunds/rf_1"}};
+  return s;
+}
+
+TEST(Inbound, R6_AKeyedRequestReachesTheAppOnceAndItsDuplicateGetsTheSameAnswer) {
+  ScriptedUpstream app;
+  app.on("/refunds", created(R"({"id":"rf_1","amount":1000})"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const first = post_refund(port, "refund:ch_9ab:1000:6f6c", R"({"charge":"ch_9ab","amount":1000})");
+  EXPECT_EQ(first.status, 201u) << first.body;
+  EXPECT_EQ(first.header("Idempotency-Status").value_or(""), "stored");
+  EXPECT_EQ(first.body, R"({"id":"rf_1","amount":1000})");
+  // The same payload spelled otherwise is the same request (canonical JSON).
+  auto const again = post_refund(port, "refund:ch_9ab:1000:6f6c", "{ \"amount\": 1000, \"charge\": \"ch_9ab\" }");
+  EXPECT_EQ(again.status, 201u);
+  EXPECT_EQ(again.header("Idempotency-Status").value_or(""), "replayed");
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.header("Location").value_or(""), "/refunds/rf_1");
+  EXPECT_EQ(app.request_count("/refunds"), 1u) << "one refund, one ledger entry";
+  EXPECT_EQ(app.requests()[0].header("Idempotency-Key").value_or(""), "refund:ch_9ab:1000:6f6c")
+      << "the app still sees the key";
+}
+
+TEST(Inbound, R6_TheSameKeyWithAnotherPayloadIs422AndNeverReachesTheApp) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  ASSERT_EQ(post_refund(port, "k-1", R"({"amount":1000})").status, 201u);
+  auto const other = post_refund(port, "k-1", R"({"amount":5000})");
+  EXPECT_EQ(other.status, 422u) << other.body;
+  EXPECT_NE(other.body.find("idempotency.payload_mismatch"), std::string::npos) << other.body;
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+}
+
+TEST(Inbound, R6_MismatchIs409WhereTheRouteSaysSo) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(
+      in_front_of(app, store, "    - match: {path_prefix: /refunds}\n      idempotency: {mismatch_status: 409}\n"));
+  auto const port = inbound_port(rb);
+  ASSERT_EQ(post_refund(port, "k-2", R"({"amount":1})").status, 201u);
+  EXPECT_EQ(post_refund(port, "k-2", R"({"amount":2})").status, 409u);
+}
+
+TEST(Inbound, R6_AMissingOrMalformedKeyIs400WhereOneIsRequired) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const none = post_refund(port, "", "{}");
+  EXPECT_EQ(none.status, 400u);
+  EXPECT_NE(none.body.find("idempotency.key_missing"), std::string::npos) << none.body;
+  EXPECT_EQ(post_refund(port, std::string(65, 'k'), "{}").status, 400u) << "keys are at most 64 characters";
+  EXPECT_EQ(post_refund(port, "a,b", "{}").status, 400u) << "a comma means two keys folded into one field";
+  EXPECT_EQ(app.request_count(), 0u);
+  HttpClient c(port);
+  EXPECT_EQ(c.get("/refunds/rf_1").status, 200u) << "a GET is not keyed: it goes straight through";
+}
+
+TEST(Inbound, R6_KeysAreTheCallersOwn) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  ASSERT_EQ(post_refund(port, "shared-key", "{}", "Bearer alice").status, 201u);
+  auto const bob = post_refund(port, "shared-key", "{}", "Bearer bob");
+  EXPECT_EQ(bob.header("Idempotency-Status").value_or(""), "stored") << "bob's key is not alice's";
+  EXPECT_EQ(app.request_count("/refunds"), 2u);
+}
+
+TEST(Inbound, R6_AServerErrorIsNotPinnedSoTheRetryReachesTheApp) {
+  ScriptedUpstream app;
+  app.on_sequence("/refunds", {respond(503), created("{}")});
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const failed = post_refund(port, "k-5", "{}");
+  EXPECT_EQ(failed.status, 503u);
+  EXPECT_EQ(failed.header("Idempotency-Status").value_or(""), "not-stored");
+  auto const retried = post_refund(port, "k-5", "{}");
+  EXPECT_EQ(retried.status, 201u);
+  EXPECT_EQ(retried.header("Idempotency-Status").value_or(""), "stored");
+  EXPECT_EQ(app.request_count("/refunds"), 2u);
+}
+
+TEST(Inbound, R6_AClientErrorIsPinnedLikeASuccess) {
+  ScriptedUpstream app;
+  app.on_sequence("/refunds", {respond(400), created("{}")});
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  EXPECT_EQ(post_refund(port, "k-6", "{}").status, 400u);
+  auto const again = post_refund(port, "k-6", "{}");
+  EXPECT_EQ(again.status, 400u);
+  EXPECT_EQ(again.header("Idempotency-Status").value_or(""), "replayed");
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+}
+
+TEST(Inbound, R6_FiftyIdenticalRequestsAtOnceReachTheAppExactlyOnce) {
+  ScriptedUpstream app;
+  Script slow = created(R"({"id":"rf_50"})");
+  slow.delay = 300ms;
+  app.on("/refunds", slow);
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  std::vector<std::thread> clients;
+  std::vector<Response> answers(50);
+  for (int i = 0; i < 50; ++i)
+    clients.emplace_back([&, i] { answers[i] = post_refund(port, "burst-key", R"({"amount":50})"); });
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+  int stored = 0, replayed = 0, in_flight = 0;
+  for (auto const& a : answers) {
+    if (a.status == 201 && a.header("Idempotency-Status") == "stored") ++stored;
+    else if (a.status == 201 && a.header("Idempotency-Status") == "replayed") ++replayed;
+    else if (a.status == 409 && a.header("Retry-After")) ++in_flight;
+    else ADD_FAILURE() << a.status << " " << a.body;
+  }
+  EXPECT_EQ(stored, 1);
+  EXPECT_EQ(stored + replayed + in_flight, 50);
+  EXPECT_GT(in_flight, 0) << "the app takes 300 ms: duplicates arrive while the first is in flight";
+}
+
+TEST(Inbound, R6_APinnedAnswerSurvivesARestart) {
+  ScriptedUpstream app;
+  app.on("/refunds", created(R"({"id":"rf_restart"})"));
+  store_dir store;
+  {
+    ReboundProcess rb(in_front_of(app, store, refunds));
+    ASSERT_EQ(post_refund(inbound_port(rb), "k-restart", "{}").status, 201u);
+  }
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const again = post_refund(inbound_port(rb), "k-restart", "{}");
+  EXPECT_EQ(again.header("Idempotency-Status").value_or(""), "replayed");
+  EXPECT_EQ(again.body, R"({"id":"rf_restart"})");
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+}
+
+TEST(Inbound, R6_ARepeatedEventIsAcknowledgedAndNeverReachesTheAppTwice) {
+  ScriptedUpstream app;
+  app.on("/webhooks", respond(200));
+  store_dir store;
+  ReboundProcess rb(
+      in_front_of(app, store, "    - match: {path_prefix: /webhooks}\n      dedupe: {header: X-Event-ID}\n"));
+  auto const port = inbound_port(rb);
+  auto send = [&](const std::string& id) {
+    HttpClient c(port);
+    return c.request("POST", "/webhooks", {{"X-Event-ID", id}, {"Content-Type", "application/json"}},
+                     R"({"type":"refund.succeeded"})");
+  };
+  EXPECT_EQ(send("evt_1").status, 200u);
+  auto const dup = send("evt_1");
+  EXPECT_EQ(dup.status, 200u);
+  EXPECT_EQ(dup.header("Idempotency-Status").value_or(""), "replayed");
+  EXPECT_EQ(send("evt_2").status, 200u);
+  EXPECT_EQ(app.request_count("/webhooks"), 2u);
+}
+
+TEST(Inbound, IdempotencyOutcomesAreCountedAndLogged) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  post_refund(port, "k-m", R"({"a":1})");
+  post_refund(port, "k-m", R"({"a":1})");
+  post_refund(port, "k-m", R"({"a":2})");
+  post_refund(port, "", "{}");
+  HttpClient admin(rb.admin_port());
+  auto const m = admin.get("/metrics").body;
+  for (auto const* outcome : {"stored", "replayed", "mismatch", "missing"})
+    EXPECT_TRUE(std::regex_search(
+        m, std::regex(std::string("idempotent_requests_total\\{[^}]*outcome=\"") + outcome + "\"[^}]*\\} 1")))
+        << outcome << "\n"
+        << m;
+  ASSERT_TRUE(rb.wait_for_log("\"to_state\":\"complete\""));
+  auto const logs = rb.stdout_text();
+  EXPECT_NE(logs.find("\"payload_hash\":\""), std::string::npos);
+  EXPECT_NE(logs.find("\"from_state\":\"complete\",\"to_state\":\"replayed\""), std::string::npos) << logs;
+}
+
+TEST(Inbound, ARequestOutsideTheRoutesIsForwardedAsItIs) {
+  ScriptedUpstream app;
+  app.on("/health", respond(204));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  HttpClient c(inbound_port(rb));
+  auto const r = c.request("POST", "/health", {{"Host", "api.example"}}, "{}");
+  EXPECT_EQ(r.status, 204u);
+  EXPECT_FALSE(r.header("Idempotency-Status"));
+  ASSERT_EQ(app.request_count("/health"), 1u);
+  EXPECT_EQ(app.requests()[0].header("Host").value_or(""), "api.example") << "the Host is the caller's";
+}
+
+}  // namespace
+}  // namespace itest

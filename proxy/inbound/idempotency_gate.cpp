@@ -1,0 +1,285 @@
+#include "proxy/inbound/idempotency_gate.hpp"
+
+#include "proxy/http/forward.hpp"
+#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/message_rewrite.hpp"
+#include "proxy/inbound/fingerprint.hpp"
+#include "proxy/observe/json.hpp"
+#include "proxy/store/task_store.hpp"
+#include "proxy/upstream/attempt.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace rebound::inbound {
+namespace {
+
+namespace bhttp = boost::beast::http;
+using wall = store::wall_clock;
+
+/// The longest key taken (seed 004); a longer one is refused, never truncated.
+constexpr std::size_t max_key = 64;
+/// An app answer larger than this is not relayed through the gate at all (502): the gate holds
+/// answers whole, to pin them. Answers up to inbound.max_body are pinned.
+constexpr std::size_t max_answer = 64 << 20;
+
+/** The key as sent: a Structured Field string (`"..."`, RFC 9651, as the IETF draft has it)
+    or a bare token (as Stripe's clients send it). Empty when absent; nullopt when malformed. */
+std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req) {
+  auto const n = req.count("Idempotency-Key");
+  if (n == 0) return std::string();
+  if (n > 1) return std::nullopt;
+  std::string_view v = req["Idempotency-Key"];
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+  if (v.empty() || v.size() > max_key) return std::nullopt;
+  for (unsigned char c : v)
+    if (c < 0x21 || c > 0x7e || c == '"' || c == '\\' || c == ',') return std::nullopt;
+  return std::string(v);
+}
+
+/// Who is asking: a hash of its credential, never the credential (keys are the caller's own).
+std::string principal_of(const bhttp::request<bhttp::buffer_body>& req) {
+  auto const auth = req[bhttp::field::authorization];
+  return auth.empty() ? std::string("anonymous") : sha256_hex(auth).substr(0, 32);
+}
+
+/// seed 004's error codes in SPEC 6's shape.
+bhttp::response<bhttp::string_body> gate_error(unsigned status, std::string_view type, std::string_view message,
+                                                unsigned version, bool keep_alive) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), version};
+  std::string body = "{\"error\":{\"type\":";
+  observe::append_json_string(body, type);
+  body += ",\"message\":";
+  observe::append_json_string(body, message);
+  body += "}}\n";
+  res.set(bhttp::field::content_type, "application/json");
+  res.set(bhttp::field::cache_control, "no-store");
+  res.set("Rebound-Error", type);
+  res.body() = std::move(body);
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+net::awaitable<bool> send(beast::tcp_stream& client, bhttp::response<bhttp::string_body>& res,
+                          std::chrono::milliseconds idle) {
+  client.expires_after(idle);
+  auto [ec, n] = co_await bhttp::async_write(client, res, use_tuple);
+  co_return !ec && res.keep_alive();
+}
+
+/// A pinned answer as the client gets it: the app's head and body, marked as `status_word`.
+bhttp::response<bhttp::string_body> from_pinned(const store::pinned_response& p, std::string_view status_word,
+                                                 unsigned version, bool keep_alive, bool is_head) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(p.status), version};
+  for (auto const& [name, value] : p.headers) res.insert(name, value);
+  res.set("Idempotency-Status", status_word);
+  res.body() = is_head ? std::string() : p.body;
+  res.keep_alive(keep_alive);
+  if (!is_head) res.prepare_payload();
+  return res;
+}
+
+/// What the app answered, whole, or why there is no answer.
+struct app_answer {
+  std::optional<store::pinned_response> response;
+  http::error_reply failure;
+};
+
+/// The request goes to the app once (one layer retries: the caller's), its answer read whole.
+net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::request<bhttp::buffer_body>& req,
+                                   const std::string& body, const http::request_target& t,
+                                   const http::dependency_route& route) {
+  auto const key = http::pool_key(t);
+  bool const is_head = req.method() == bhttp::verb::head;
+  // Never on a pooled connection: were it dead, whether the app took the request would be
+  // unknown, and the gate exists so that the app sees each request once.
+  upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
+  auto const deadline = std::chrono::steady_clock::now() + route.policy->attempt_timeout;
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, body, is_head, deadline);
+  if (!attempt) co_return app_answer{std::nullopt, {502, attempt.error().type, attempt.error().message, route.name, 1}};
+  auto& ex = **attempt;
+  store::pinned_response r;
+  r.status = ex.response->get().result_int();
+  if (!co_await upstream::read_response_body(*ctx.pool, key, ex, r.body, max_answer, deadline))
+    co_return app_answer{std::nullopt,
+                         {502, http::error_type::upstream_protocol_error, "the app's answer could not be read whole",
+                          route.name, 1}};
+  auto& head = ex.response->get();
+  http::strip_hop_by_hop(head.base());
+  http::add_via(head.base(), head.version());
+  for (auto const& f : head) {
+    auto const name = f.name();
+    if (name == bhttp::field::content_length || name == bhttp::field::transfer_encoding) continue;
+    r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  }
+  co_return app_answer{std::move(r), {}};
+}
+
+void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,
+              std::string_view hash, std::string_view from, std::string_view to) {
+  ctx.log->info("idempotency", {{"dependency", route.name},
+                                {"idempotency_key", key},
+                                {"payload_hash", hash},
+                                {"from_state", from},
+                                {"to_state", to}});
+}
+
+}  // namespace
+
+bool gate_applies(const config::inbound_route& r, const http::request_parser& parser) {
+  auto const& req = parser.get();
+  std::string_view const method(req.method_string().data(), req.method_string().size());
+  if (r.idempotency.enabled && r.keeps_keys_for(method)) return true;
+  return !r.dedupe.header.empty() && req.count(r.dedupe.header) > 0;
+}
+
+net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast::tcp_stream& client,
+                                         beast::flat_buffer& buffer, http::request_parser& parser,
+                                         http::request_target& target, http::dependency_route& route,
+                                         const config::inbound_route& ir) {
+  auto const& cfg = ctx.cfg();
+  auto const idle = cfg.limits.idle_timeout;
+  auto& req = parser.get();
+  unsigned const version = req.version();
+  bool const keep = req.keep_alive();
+  std::string const method(req.method_string());
+  bool const is_head = req.method() == bhttp::verb::head;
+  bool const keyed = ir.idempotency.enabled && ir.keeps_keys_for(method);
+  auto& guard = *route.guard;
+  auto refuse = [&](unsigned status, std::string_view type, std::string_view outcome,
+                    std::string message) -> net::awaitable<bool> {
+    guard.idempotent(outcome);
+    guard.answered(status);
+    // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
+    auto res = gate_error(status, type, message, version, keep && parser.is_done());
+    if (status == 409) res.set(bhttp::field::retry_after, "1");
+    co_return co_await send(client, res, idle);
+  };
+
+  std::string key;
+  std::string scope;
+  if (keyed) {
+    auto k = key_of(req);
+    if (!k)
+      co_return co_await refuse(400, "idempotency.key_invalid", "missing",
+                                "Idempotency-Key must be one value of 1 to 64 printable characters, no commas");
+    if (k->empty() && ir.idempotency.require)
+      co_return co_await refuse(400, "idempotency.key_missing", "missing",
+                                "this route requires an Idempotency-Key on " + method + " (R-6)");
+    key = std::move(*k);
+    if (!key.empty())
+      scope = "key\n" + (ir.idempotency.scope_principal ? principal_of(req) : std::string("*")) + "\n" +
+              ir.match.path_prefix + "\n" + key;
+  }
+  bool const event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
+  if (event) {
+    key = std::string(req[ir.dedupe.header]);
+    if (key.empty() || key.size() > 256)
+      co_return co_await refuse(400, "idempotency.key_invalid", "missing",
+                                ir.dedupe.header + " must be 1 to 256 characters");
+    scope = "event\n" + ir.match.path_prefix + "\n" + key;
+  }
+
+  // The body is read whole before anything else: the fingerprint needs it, and the app gets
+  // it in one piece.
+  std::string body;
+  if (!parser.is_done()) {
+    if (version >= 11 && req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(client, idle))
+      co_return false;
+    auto kept = co_await http::read_whole_body(client, buffer, parser, body, cfg.inbound.max_body, idle,
+                                               http::pace_of(cfg, std::chrono::steady_clock::now()));
+    if (kept.problem) {
+      if (kept.problem->status == 0) co_return false;
+      co_await http::send_error(client, *kept.problem, false, idle);
+      co_return false;
+    }
+    if (kept.overflow || body.size() > cfg.inbound.max_body)
+      co_return co_await refuse(413, "bad_request", "missing", "body larger than inbound.max_body");
+  }
+
+  if (scope.empty()) {  // a keyed route, a request without a key, none required: forwarded as it is
+    guard.idempotent("unkeyed");
+  }
+  std::string const hash = scope.empty() || event
+                               ? std::string()
+                               : payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
+  if (!scope.empty()) {
+    auto const now = wall::now();
+    // The hold outlasts the app's attempt: a crash mid-request frees the key this long after.
+    auto const lease = now + route.policy->attempt_timeout + std::chrono::seconds(5);
+    auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
+    if (e) co_return co_await refuse(503, "store_unavailable", "conflict", "the key store is unavailable: " + e->message);
+    switch (claim.state) {
+      case store::key_state::claimed:
+        log_move(ctx, route, key, hash, "absent", "pending");
+        break;
+      case store::key_state::in_flight:
+        log_move(ctx, route, key, hash, "pending", "pending");
+        co_return co_await refuse(409, "idempotency.in_flight", "conflict",
+                                  "a request with this key is still being processed; retry later");
+      case store::key_state::mismatch:
+        log_move(ctx, route, key, hash, "complete", "complete");
+        co_return co_await refuse(ir.idempotency.mismatch_status, "idempotency.payload_mismatch", "mismatch",
+                                  "this key was used with another payload; a new request needs a new key");
+      case store::key_state::replay: {
+        log_move(ctx, route, key, hash, "complete", "replayed");
+        guard.idempotent("replayed");
+        // A repeated event is acknowledged, not answered again: the app already took it.
+        auto pinned = event ? store::pinned_response{200, {{"Content-Type", "application/json"}},
+                                                     "{\"duplicate\":true}\n"}
+                            : claim.response;
+        guard.answered(pinned.status);
+        auto res = from_pinned(pinned, "replayed", version, keep, is_head);
+        co_return co_await send(client, res, idle);
+      }
+    }
+  }
+
+  http::prepare_upstream_request(req, parser, target, ctx.instance_token);
+  req.chunked(false);
+  if (!body.empty() || req.method() == bhttp::verb::post || req.method() == bhttp::verb::put ||
+      req.method() == bhttp::verb::patch)
+    req.content_length(body.size());
+  else
+    req.erase(bhttp::field::content_length);
+  auto answer = co_await ask_app(ctx, req, body, target, route);
+  if (!answer.response) {
+    if (!scope.empty()) {
+      auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
+      log_move(ctx, route, key, hash, "pending", "absent");
+    }
+    guard.answered(answer.failure.status);
+    co_await http::send_error(client, answer.failure, keep, idle);
+    co_return keep;
+  }
+  auto& r = *answer.response;
+  std::string_view word = "stored";
+  if (!scope.empty()) {
+    // 5xx and 429 say "try again": pinning them would answer every retry with the failure.
+    // An event is kept only once the app took it (2xx).
+    bool const pin = event ? r.status / 100 == 2 : r.status < 500 && r.status != 429;
+    bool const fits = r.body.size() <= cfg.inbound.max_body;
+    if (pin && fits) {
+      auto const ttl = event ? ir.dedupe.ttl : ir.idempotency.ttl;
+      auto [ce, done] = co_await store::async_complete_key(*ctx.store, scope, r, wall::now() + ttl, use_tuple);
+      if (ce || !done) word = "not-stored";
+    } else {
+      word = "not-stored";
+    }
+    if (word == "not-stored") {
+      auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
+      log_move(ctx, route, key, hash, "pending", "absent");
+    } else {
+      log_move(ctx, route, key, hash, "pending", "complete");
+    }
+    guard.idempotent(word == "stored" ? "stored" : "not_stored");
+  }
+  guard.answered(r.status);
+  auto res = from_pinned(r, word, version, keep, is_head);
+  if (scope.empty()) res.erase("Idempotency-Status");
+  co_return co_await send(client, res, idle);
+}
+
+}  // namespace rebound::inbound
