@@ -26,7 +26,7 @@ std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 }  // namespace
 
 parsed<duration> parse_duration(std::string_view text) {
-  auto const accepted = " (expected a whole number with a unit: ms, s, m or h, e.g. 250ms, 1s, 2m, 24h)";
+  auto const accepted = " (expected a whole number with a unit: ms, s, m, h or d, e.g. 250ms, 1s, 2m, 24h, 7d)";
   std::uint64_t n = 0;
   std::string_view unit;
   if (!split_number(text, n, unit)) return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
@@ -39,6 +39,8 @@ parsed<duration> parse_duration(std::string_view text) {
     scale = 60'000;
   else if (unit == "h")
     scale = 3'600'000;
+  else if (unit == "d")  // retention and R-6's windows are days
+    scale = 86'400'000;
   else
     return parsed<duration>::fail("invalid duration " + quoted(text) + accepted);
   // A year is far beyond any sensible timeout and keeps every later addition of durations safe.

@@ -186,3 +186,42 @@ TEST(Load, AnAlertWebhookMustBeAnAbsoluteHttpUrl) {
   EXPECT_THROW(load_config_text("alert: {webhook: \"https://alerts.test/\"}\n", "t.yaml"), config_error);
   EXPECT_THROW(load_config_text("alert: {hook: x}\n", "t.yaml"), config_error);
 }
+
+TEST(Load, R6_InboundKeysAndEventsAreKeptAtLeastAsLongAsTheStandardSays) {
+  auto const c = load_config_text(R"(
+inbound:
+  listen: 127.0.0.1:8080
+  app: 127.0.0.1:3000
+  routes:
+    - match: {path_prefix: /refunds, methods: [POST]}
+      idempotency: {require: true, ttl: 48h, scope: route, mismatch_status: 409}
+    - match: {path_prefix: /webhooks}
+      dedupe: {header: webhook-id}
+)",
+                                  "t.yaml");
+  ASSERT_EQ(c.inbound.routes.size(), 2u);
+  EXPECT_TRUE(c.inbound.needs_store());
+  EXPECT_TRUE(c.needs_store());
+  auto const& r = c.inbound.routes[0];
+  EXPECT_TRUE(r.idempotency.require);
+  EXPECT_EQ(r.idempotency.ttl, std::chrono::hours(48));
+  EXPECT_FALSE(r.idempotency.scope_principal);
+  EXPECT_EQ(r.idempotency.mismatch_status, 409u);
+  EXPECT_EQ(c.inbound.routes[1].dedupe.ttl, std::chrono::hours(24 * 7));
+  EXPECT_EQ(c.inbound.route_for("POST", "/refunds/1"), &r);
+  EXPECT_EQ(c.inbound.route_for("GET", "/refunds/1"), nullptr);
+  EXPECT_EQ(c.inbound.forward.max_retries, 0u) << "one layer retries: the caller's";
+  auto refused = [](const std::string& route) {
+    try {
+      load_config_text("inbound:\n  listen: 127.0.0.1:8080\n  app: 127.0.0.1:3000\n  routes:\n" + route, "t.yaml");
+    } catch (const config_error& e) {
+      return e.diagnostics()[0].rule + " " + e.diagnostics()[0].path;
+    }
+    return std::string("loaded");
+  };
+  EXPECT_EQ(refused("    - idempotency: {ttl: 1h}\n"), "R-6 inbound.routes[0].idempotency.ttl");
+  EXPECT_EQ(refused("    - dedupe: {header: X-Event-ID, ttl: 24h}\n"), "R-6 inbound.routes[0].dedupe.ttl");
+  EXPECT_EQ(refused("    - idempotency: {mismatch_status: 400}\n"), " inbound.routes[0].idempotency.mismatch_status");
+  EXPECT_EQ(refused("    - match: {path_prefix: /x}\n"), " inbound.routes[0]");
+  EXPECT_EQ(refused("    - dedupe: {ttl: 168h}\n"), " inbound.routes[0].dedupe.header");
+}

@@ -10,11 +10,12 @@ TEST(Duration, AcceptsEveryUnit) {
   EXPECT_EQ(*parse_duration("1s").value, 1000ms);
   EXPECT_EQ(*parse_duration("2m").value, 120'000ms);
   EXPECT_EQ(*parse_duration("24h").value, 86'400'000ms);
+  EXPECT_EQ(*parse_duration("7d").value, 7 * 86'400'000ms);
   EXPECT_EQ(*parse_duration("0s").value, 0ms);
 }
 
 TEST(Duration, RefusesWhatIsNotADurationAndSaysWhatIsAccepted) {
-  for (auto bad : {"", "10", "1.5s", "-1s", "s", "1 s", "1sec", "1d", "10S"}) {
+  for (auto bad : {"", "10", "1.5s", "-1s", "s", "1 s", "1sec", "1w", "10S"}) {
     auto r = parse_duration(bad);
     EXPECT_FALSE(r.value) << bad;
     EXPECT_NE(r.error.find("expected"), std::string::npos) << r.error;

@@ -417,6 +417,53 @@ TEST(Store, EndedTasksArePurgedAfterTheirRetentionButDeadLettersStay) {
   EXPECT_EQ(count(s, task_status::succeeded), 1u);
 }
 
+key_claim claim_key(sqlite_store& s, const std::string& key, const std::string& hash, wall_clock::time_point now) {
+  auto [e, c] = wait_for<key_claim>([&](auto cb) { s.submit_claim_key(key, hash, now, now + 30s, cb); });
+  EXPECT_FALSE(e);
+  return c;
+}
+
+TEST(Store, R6_AKeyIsClaimedOnceThenInFlightThenReplayedOrAMismatch) {
+  temp_db db;
+  sqlite_store s(db.path());
+  EXPECT_EQ(claim_key(s, "k", "h1", t0).state, key_state::claimed);
+  EXPECT_EQ(claim_key(s, "k", "h1", t0 + 1s).state, key_state::in_flight);
+  EXPECT_EQ(claim_key(s, "k", "h2", t0 + 1s).state, key_state::mismatch);
+  pinned_response const r{201, {{"Content-Type", "application/json"}}, "{\"id\":1}"};
+  auto [e, done] = wait_for<bool>([&](auto cb) { s.submit_complete_key("k", r, t0 + 24h, cb); });
+  ASSERT_TRUE(done);
+  auto const replay = claim_key(s, "k", "h1", t0 + 2s);
+  ASSERT_EQ(replay.state, key_state::replay);
+  EXPECT_EQ(replay.response.status, 201u);
+  EXPECT_EQ(replay.response.body, "{\"id\":1}");
+  EXPECT_EQ(replay.response.headers, r.headers);
+  EXPECT_EQ(claim_key(s, "k", "h2", t0 + 2s).state, key_state::mismatch);
+  EXPECT_EQ(claim_key(s, "k", "h2", t0 + 25h).state, key_state::claimed) << "an expired key is free again";
+}
+
+TEST(Store, R6_AKeyWhoseHolderDiedIsFreeOnceItsLeaseRanOutAndAReleasedOneAtOnce) {
+  temp_db db;
+  sqlite_store s(db.path());
+  EXPECT_EQ(claim_key(s, "crashed", "h", t0).state, key_state::claimed);
+  EXPECT_EQ(claim_key(s, "crashed", "h", t0 + 29s).state, key_state::in_flight);
+  EXPECT_EQ(claim_key(s, "crashed", "h", t0 + 31s).state, key_state::claimed);
+  EXPECT_EQ(claim_key(s, "failed", "h", t0).state, key_state::claimed);
+  auto [e, released] = wait_for<bool>([&](auto cb) { s.submit_release_key("failed", cb); });
+  EXPECT_TRUE(released);
+  EXPECT_EQ(claim_key(s, "failed", "h", t0 + 1s).state, key_state::claimed) << "a 5xx is not pinned";
+}
+
+TEST(Store, R6_ExpiredKeysArePurged) {
+  temp_db db;
+  sqlite_store s(db.path());
+  for (auto k : {"old", "new"}) ASSERT_EQ(claim_key(s, k, "h", t0).state, key_state::claimed);
+  auto [e1, a] = wait_for<bool>([&](auto cb) { s.submit_complete_key("old", {200, {}, ""}, t0 + 1h, cb); });
+  auto [e2, b] = wait_for<bool>([&](auto cb) { s.submit_complete_key("new", {200, {}, ""}, t0 + 48h, cb); });
+  auto [e, purged] = wait_for<std::uint64_t>([&](auto cb) { s.submit_purge_keys(t0 + 2h, 100, cb); });
+  EXPECT_EQ(purged, 1u);
+  EXPECT_EQ(claim_key(s, "new", "h", t0 + 3h).state, key_state::replay);
+}
+
 TEST(Store, AFileWithANewerSchemaIsRefusedAtOpen) {
   temp_db db;
   { sqlite_store s(db.path()); }
