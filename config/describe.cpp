@@ -213,6 +213,39 @@ std::string effective_config_json(const config& cfg) {
       st.string("path", cfg.store.path);
       st.string("retention", format_duration(cfg.store.retention));
     }
+    if (cfg.inbound.configured) {
+      auto const& in = cfg.inbound;
+      object_writer o(w.nested("inbound"));
+      o.string("listen", endpoint_text(in.listen));
+      o.string("app", endpoint_text(in.app));
+      o.string("attempt_timeout", format_duration(in.forward.attempt_timeout));
+      o.string("max_body", format_size(in.max_body));
+      auto& out = o.nested("routes");
+      out += '[';
+      for (std::size_t i = 0; i < in.routes.size(); ++i) {
+        auto const& r = in.routes[i];
+        if (i) out += ',';
+        object_writer ro(out);
+        {
+          object_writer m(ro.nested("match"));
+          if (!r.match.path_prefix.empty()) m.string("path_prefix", r.match.path_prefix);
+          if (!r.match.methods.empty()) m.strings("methods", r.match.methods);
+        }
+        if (r.idempotency.enabled) {
+          object_writer id(ro.nested("idempotency"));
+          id.boolean("require", r.idempotency.require);
+          id.string("ttl", format_duration(r.idempotency.ttl));
+          id.string("scope", r.idempotency.scope_principal ? "principal" : "route");
+          id.integer("mismatch_status", r.idempotency.mismatch_status);
+        }
+        if (!r.dedupe.header.empty()) {
+          object_writer d(ro.nested("dedupe"));
+          d.string("header", r.dedupe.header);
+          d.string("ttl", format_duration(r.dedupe.ttl));
+        }
+      }
+      out += ']';
+    }
     if (!cfg.alert_webhook.empty()) {
       object_writer al(w.nested("alert"));
       al.string("webhook", cfg.alert_webhook);

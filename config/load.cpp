@@ -70,7 +70,8 @@ class reader : public yaml_reader {
     if (auto n = root["store"]; n && expect_map(n, "store")) {
       check_keys(n, "store", {"path", "retention"});
       typed(n, "retention", "store", c.store.retention, parse_duration);
-      if (n["retention"] && (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))
+      if (n["retention"] &&
+          (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))
         error(n["retention"], "store.retention", "must be between 1m and 365d");
       c.store.configured = true;
       typed(n, "path", "store", c.store.path, [](std::string_view s) {
@@ -115,7 +116,11 @@ class reader : public yaml_reader {
     check_keys(n, path, {"listen", "app", "attempt_timeout", "max_body", "routes"});
     in.configured = true;
     for (auto const* key : {"listen", "app"})
-      if (!n[key]) error(n, join(path, key), std::string("required: the ") + (std::string_view(key) == "app" ? "app's address (127.0.0.1:3000)" : "address rebound listens on for the app's callers"));
+      if (!n[key])
+        error(n, join(path, key),
+              std::string("required: the ") + (std::string_view(key) == "app"
+                                                   ? "app's address (127.0.0.1:3000)"
+                                                   : "address rebound listens on for the app's callers"));
     typed(n, "listen", path, in.listen, parse_endpoint);
     typed(n, "app", path, in.app, parse_endpoint);
     typed(n, "attempt_timeout", path, in.forward.attempt_timeout, parse_duration);
@@ -125,7 +130,7 @@ class reader : public yaml_reader {
     // One layer retries: the caller retries, rebound passes each request to the app once.
     in.forward.max_retries = 0;
     in.forward.idempotency.inject = false;
-    in.forward.dead_letter = false;  // never handed over: the app's callers wait for its answer
+    in.forward.dead_letter = false;                       // never handed over: the app's callers wait for its answer
     in.forward.circuit_breaker.mode = breaker_mode::off;  // the caller sees the app's own failures
     in.forward.total_timeout = in.forward.attempt_timeout;
     auto const routes = n["routes"];
@@ -160,8 +165,9 @@ class reader : public yaml_reader {
         }
         typed(i2, "mismatch_status", p2, s.mismatch_status, [](std::string_view v) {
           return v == "422" ? parsed<unsigned>::ok(422)
-                 : v == "409" ? parsed<unsigned>::ok(409)
-                              : parsed<unsigned>::fail("invalid value \"" + std::string(v) + "\" (expected 422 or 409)");
+                 : v == "409"
+                     ? parsed<unsigned>::ok(409)
+                     : parsed<unsigned>::fail("invalid value \"" + std::string(v) + "\" (expected 422 or 409)");
         });
         if (s.mismatch_status != 422 && s.mismatch_status != 409)
           error(i2["mismatch_status"], join(p2, "mismatch_status"), "must be 422 or 409");
@@ -245,7 +251,7 @@ class reader : public yaml_reader {
   };
 
   static std::vector<std::string_view> policy_keys() {
-    return {"context",     "max_retries", "backoff", "schedule", "total_timeout", "attempt_timeout", "retry_on",
+    return {"context",        "max_retries", "backoff",  "schedule", "total_timeout",   "attempt_timeout", "retry_on",
             "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker", "dead_letter"};
   }
 
@@ -308,8 +314,10 @@ class reader : public yaml_reader {
           auto const v = scalar(sch[i], step_path);
           if (!v) continue;
           auto const d = parse_duration(*v);
-          if (!d.value) error(sch[i], step_path, d.error);
-          else steps.push_back(*d.value);
+          if (!d.value)
+            error(sch[i], step_path, d.error);
+          else
+            steps.push_back(*d.value);
         }
         if (diags_.size() == before) l.schedule = std::move(steps);
       }
@@ -783,7 +791,8 @@ const dependency* config::find_dependency(std::string_view host, std::uint16_t p
 namespace rebound::config {
 
 bool inbound_route::keeps_keys_for(std::string_view method) const {
-  if (!match.methods.empty()) return std::find(match.methods.begin(), match.methods.end(), method) != match.methods.end();
+  if (!match.methods.empty())
+    return std::find(match.methods.begin(), match.methods.end(), method) != match.methods.end();
   return method == "POST" || method == "PATCH";
 }
 

@@ -47,7 +47,7 @@ struct worker {
   upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
-  std::mt19937_64 rng{std::random_device{}()};  // jitter only; keys come from OpenSSL's CSPRNG
+  std::mt19937_64 rng{std::random_device{}()};    // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
   std::shared_ptr<const http::running_config> running;  ///< current; only this worker's thread touches it
   std::thread thread;
@@ -197,7 +197,7 @@ void reload(control_state& cs) {
   if (!same_endpoint(next.listen, running.listen)) restart.push_back("listen"), next.listen = running.listen;
   if (!same_endpoint(next.admin, running.admin)) restart.push_back("admin"), next.admin = running.admin;
   pin(&config::config::workers, "workers");
-  pin(&config::config::store, "store");  // the file is opened (and locked) once, at start
+  pin(&config::config::store, "store");      // the file is opened (and locked) once, at start
   pin(&config::config::service, "service");  // the label of every metric series already made
   if (cs.options.log_level_pinned)
     next.log_level = running.log_level;
@@ -386,8 +386,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
-    http::session_context ctx{running,     &w->running,    &w->pool,         &log,           &w->sessions, &w->rng,
-                              &*w->guards, instance_token, &open_connections, task_store.get(), admin_base};
+    http::session_context ctx{running,           &w->running,      &w->pool,    &log,
+                              &w->sessions,      &w->rng,          &*w->guards, instance_token,
+                              &open_connections, task_store.get(), admin_base};
     net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
     if (w->inbound_acceptor) {
       auto inbound_ctx = ctx;

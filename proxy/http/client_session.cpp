@@ -91,8 +91,8 @@ bool vet_inbound_request(vetted& v, const request_parser& parser, const config::
     return false;
   }
   if (req.method() == bhttp::verb::connect) {
-    v.refusal = error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener",
-                            {}, 0};
+    v.refusal =
+        error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener", {}, 0};
     return false;
   }
   auto target = parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
@@ -107,8 +107,8 @@ bool vet_inbound_request(vetted& v, const request_parser& parser, const config::
   t.connect_host = cfg.inbound.app.host;
   t.port = cfg.inbound.app.port;
   if (targets_listener(t.connect_host, t.port, cfg.inbound.listen) || via_names_instance(req.base(), instance_token)) {
-    v.refusal = error_reply{508, error_type::loop_detected, "forwarding loop: inbound.app is rebound's own listener",
-                            {}, 0};
+    v.refusal =
+        error_reply{508, error_type::loop_detected, "forwarding loop: inbound.app is rebound's own listener", {}, 0};
     return false;
   }
   v.dependency = dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};

@@ -46,7 +46,7 @@ std::string principal_of(const bhttp::request<bhttp::buffer_body>& req) {
 
 /// seed 004's error codes in SPEC 6's shape.
 bhttp::response<bhttp::string_body> gate_error(unsigned status, std::string_view type, std::string_view message,
-                                                unsigned version, bool keep_alive) {
+                                               unsigned version, bool keep_alive) {
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), version};
   std::string body = "{\"error\":{\"type\":";
   observe::append_json_string(body, type);
@@ -71,7 +71,7 @@ net::awaitable<bool> send(beast::tcp_stream& client, bhttp::response<bhttp::stri
 
 /// A pinned answer as the client gets it: the app's head and body, marked as `status_word`.
 bhttp::response<bhttp::string_body> from_pinned(const store::pinned_response& p, std::string_view status_word,
-                                                 unsigned version, bool keep_alive, bool is_head) {
+                                                unsigned version, bool keep_alive, bool is_head) {
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(p.status), version};
   for (auto const& [name, value] : p.headers) res.insert(name, value);
   res.set("Idempotency-Status", status_word);
@@ -103,9 +103,9 @@ net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::requ
   store::pinned_response r;
   r.status = ex.response->get().result_int();
   if (!co_await upstream::read_response_body(*ctx.pool, key, ex, r.body, max_answer, deadline))
-    co_return app_answer{std::nullopt,
-                         {502, http::error_type::upstream_protocol_error, "the app's answer could not be read whole",
-                          route.name, 1}};
+    co_return app_answer{
+        std::nullopt,
+        {502, http::error_type::upstream_protocol_error, "the app's answer could not be read whole", route.name, 1}};
   auto& head = ex.response->get();
   http::strip_hop_by_hop(head.base());
   http::add_via(head.base(), head.version());
@@ -154,7 +154,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     guard.answered(status);
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
     auto res = gate_error(status, type, message, version, keep && parser.is_done());
-    if (status == 409) res.set(bhttp::field::retry_after, "1");
+    if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
     co_return co_await send(client, res, idle);
   };
 
@@ -210,7 +210,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     // The hold outlasts the app's attempt: a crash mid-request frees the key this long after.
     auto const lease = now + route.policy->attempt_timeout + std::chrono::seconds(5);
     auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
-    if (e) co_return co_await refuse(503, "store_unavailable", "conflict", "the key store is unavailable: " + e->message);
+    if (e)
+      co_return co_await refuse(503, "store_unavailable", "conflict", "the key store is unavailable: " + e->message);
     switch (claim.state) {
       case store::key_state::claimed:
         log_move(ctx, route, key, hash, "absent", "pending");
@@ -227,9 +228,9 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
         log_move(ctx, route, key, hash, "complete", "replayed");
         guard.idempotent("replayed");
         // A repeated event is acknowledged, not answered again: the app already took it.
-        auto pinned = event ? store::pinned_response{200, {{"Content-Type", "application/json"}},
-                                                     "{\"duplicate\":true}\n"}
-                            : claim.response;
+        auto pinned =
+            event ? store::pinned_response{200, {{"Content-Type", "application/json"}}, "{\"duplicate\":true}\n"}
+                  : claim.response;
         guard.answered(pinned.status);
         auto res = from_pinned(pinned, "replayed", version, keep, is_head);
         co_return co_await send(client, res, idle);

@@ -395,7 +395,8 @@ sqlite_store::sqlite_store(const std::string& path,
   auto s = db_->prepare("SELECT status, count(*) FROM retry_tasks GROUP BY status");
   int rc;
   while ((rc = s.step()) == SQLITE_ROW)
-    if (auto st = parse_task_status(s.text(0))) counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
+    if (auto st = parse_task_status(s.text(0)))
+      counts[static_cast<std::size_t>(*st)] = static_cast<std::uint64_t>(s.integer(1));
   if (rc != SQLITE_DONE) throw std::runtime_error("store.path " + path + ": cannot count the tasks: " + s.error());
   db_->set_counts(counts);
   thread_ = std::thread([this] { run(); });
@@ -495,7 +496,8 @@ void sqlite_store::submit_claim(std::string owner, wall_clock::time_point now, w
       s.bind(4, static_cast<std::int64_t>(limit - out.size()));
       auto const before = out.size();
       if (!read_rows(s, out, read_task)) return failure<std::vector<retry_task>>(done, s.error());
-      if (sql == &due) db.moved(task_status::pending, task_status::in_flight, static_cast<std::int64_t>(out.size() - before));
+      if (sql == &due)
+        db.moved(task_status::pending, task_status::in_flight, static_cast<std::int64_t>(out.size() - before));
     }
     for (auto& t : out) t.status = task_status::in_flight;
     return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
@@ -648,14 +650,14 @@ void sqlite_store::submit_counts(callback<status_counts> done) {
   });
 }
 
-void sqlite_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit,
-                                callback<std::uint64_t> done) {
+void sqlite_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) {
   enqueue([ended_before, limit, done = std::move(done)](database& db) {
     savepoint sp(db);
     if (!sp.ok()) return failure<std::uint64_t>(done, db.error());
     // A finished task's next_attempt_at is when it ended. Its attempts go first: they refer to it.
-    constexpr const char* some = "(SELECT id FROM retry_tasks WHERE status = ?1 AND next_attempt_at < ?2 "
-                                 "ORDER BY next_attempt_at LIMIT ?3)";
+    constexpr const char* some =
+        "(SELECT id FROM retry_tasks WHERE status = ?1 AND next_attempt_at < ?2 "
+        "ORDER BY next_attempt_at LIMIT ?3)";
     std::uint64_t purged = 0;
     for (auto st : {task_status::succeeded, task_status::cancelled, task_status::exhausted}) {
       if (purged >= limit) break;

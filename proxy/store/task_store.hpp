@@ -234,19 +234,17 @@ auto async_purge(task_store& s, wall_clock::time_point ended_before, std::size_t
 template <class Token>
 auto async_claim_key(task_store& s, std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                      wall_clock::time_point lease_until, Token&& token) {
-  return detail::async_call<key_claim>(
-      [&s, k = std::move(scope_key), f = std::move(fingerprint), now, lease_until](auto cb) {
-        s.submit_claim_key(k, f, now, lease_until, cb);
-      },
-      token);
+  return detail::async_call<key_claim>([&s, k = std::move(scope_key), f = std::move(fingerprint), now,
+                                        lease_until](auto cb) { s.submit_claim_key(k, f, now, lease_until, cb); },
+                                       token);
 }
 
 template <class Token>
 auto async_complete_key(task_store& s, std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
                         Token&& token) {
-  return detail::async_call<bool>(
-      [&s, k = std::move(scope_key), r = std::move(r), expires_at](auto cb) { s.submit_complete_key(k, r, expires_at, cb); },
-      token);
+  return detail::async_call<bool>([&s, k = std::move(scope_key), r = std::move(r),
+                                   expires_at](auto cb) { s.submit_complete_key(k, r, expires_at, cb); },
+                                  token);
 }
 
 template <class Token>
@@ -256,8 +254,7 @@ auto async_release_key(task_store& s, std::string scope_key, Token&& token) {
 
 template <class Token>
 auto async_purge_keys(task_store& s, wall_clock::time_point now, std::size_t limit, Token&& token) {
-  return detail::async_call<std::uint64_t>([&s, now, limit](auto cb) { s.submit_purge_keys(now, limit, cb); },
-                                           token);
+  return detail::async_call<std::uint64_t>([&s, now, limit](auto cb) { s.submit_purge_keys(now, limit, cb); }, token);
 }
 
 template <class Token>
