@@ -148,8 +148,10 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   bool const is_head = req.method() == bhttp::verb::head;
   bool const keyed = ir.idempotency.enabled && ir.keeps_keys_for(method);
   auto& guard = *route.guard;
+  // Messages are literals or named strings, never temporaries built in the co_await
+  // expression: GCC 12 destroys those twice.
   auto refuse = [&](unsigned status, std::string_view type, std::string_view outcome,
-                    std::string message) -> net::awaitable<bool> {
+                    std::string_view message) -> net::awaitable<bool> {
     guard.idempotent(outcome);
     guard.answered(status);
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
@@ -165,9 +167,10 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     if (!k)
       co_return co_await refuse(400, "idempotency.key_invalid", "missing",
                                 "Idempotency-Key must be one value of 1 to 64 printable characters, no commas");
-    if (k->empty() && ir.idempotency.require)
-      co_return co_await refuse(400, "idempotency.key_missing", "missing",
-                                "this route requires an Idempotency-Key on " + method + " (R-6)");
+    if (k->empty() && ir.idempotency.require) {
+      std::string const why = "this route requires an Idempotency-Key on " + method + " (R-6)";
+      co_return co_await refuse(400, "idempotency.key_missing", "missing", why);
+    }
     key = std::move(*k);
     if (!key.empty())
       scope = "key\n" + (ir.idempotency.scope_principal ? principal_of(req) : std::string("*")) + "\n" +
@@ -176,9 +179,10 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   bool const event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
   if (event) {
     key = std::string(req[ir.dedupe.header]);
-    if (key.empty() || key.size() > 256)
-      co_return co_await refuse(400, "idempotency.key_invalid", "missing",
-                                ir.dedupe.header + " must be 1 to 256 characters");
+    if (key.empty() || key.size() > 256) {
+      std::string const why = ir.dedupe.header + " must be 1 to 256 characters";
+      co_return co_await refuse(400, "idempotency.key_invalid", "missing", why);
+    }
     scope = "event\n" + ir.match.path_prefix + "\n" + key;
   }
 
@@ -210,8 +214,10 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     // The hold outlasts the app's attempt: a crash mid-request frees the key this long after.
     auto const lease = now + route.policy->attempt_timeout + std::chrono::seconds(5);
     auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
-    if (e)
-      co_return co_await refuse(503, "store_unavailable", "conflict", "the key store is unavailable: " + e->message);
+    if (e) {
+      std::string const why = "the key store is unavailable: " + e->message;
+      co_return co_await refuse(503, "store_unavailable", "conflict", why);
+    }
     switch (claim.state) {
       case store::key_state::claimed:
         log_move(ctx, route, key, hash, "absent", "pending");
@@ -221,7 +227,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
         co_return co_await refuse(409, "idempotency.in_flight", "conflict",
                                   "a request with this key is still being processed; retry later");
       case store::key_state::mismatch:
-        log_move(ctx, route, key, hash, "complete", "complete");
+        log_move(ctx, route, key, hash, "held", "mismatch");
         co_return co_await refuse(ir.idempotency.mismatch_status, "idempotency.payload_mismatch", "mismatch",
                                   "this key was used with another payload; a new request needs a new key");
       case store::key_state::replay: {
