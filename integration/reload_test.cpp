@@ -171,3 +171,21 @@ TEST(Reload, WatchedFileIsReloadedWhenItChanges) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+namespace {
+
+TEST(Reload, R6_AnInboundListenerOrKeyStoreAddedByAReloadNeedsARestartAndSaysSo) {
+  ScriptedUpstream app;
+  ReboundProcess rb;
+  write_file(rb.config_path(), rb.config_text() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() +
+                                   "\n  routes:\n    - idempotency: {require: true}\n");
+  rb.signal(SIGHUP);
+  // Not a silent plain proxy: keys cannot be kept without the store opened at start-up.
+  ASSERT_TRUE(rb.wait_for_log("\"config_restart_needed\""));
+  auto const out = rb.stdout_text();
+  EXPECT_NE(out.find("\"keys\":\"inbound.listen,store (opened at start-up only)\""), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace itest

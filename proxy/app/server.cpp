@@ -196,6 +196,16 @@ void reload(control_state& cs) {
   };
   if (!same_endpoint(next.listen, running.listen)) restart.push_back("listen"), next.listen = running.listen;
   if (!same_endpoint(next.admin, running.admin)) restart.push_back("admin"), next.admin = running.admin;
+  // The inbound listener is bound at start like the others; its routes and app change live.
+  if (next.inbound.configured != running.inbound.configured ||
+      !same_endpoint(next.inbound.listen, running.inbound.listen)) {
+    restart.push_back("inbound.listen");
+    next.inbound.configured = running.inbound.configured;
+    next.inbound.listen = running.inbound.listen;
+  }
+  // Without a store opened at start, new keyed routes and async contexts cannot keep their
+  // promise: the operator must hear it, not find requests forwarded plainly.
+  if (next.needs_store() && !cs.admin.store) restart.push_back("store (opened at start-up only)");
   pin(&config::config::workers, "workers");
   pin(&config::config::store, "store");      // the file is opened (and locked) once, at start
   pin(&config::config::service, "service");  // the label of every metric series already made
