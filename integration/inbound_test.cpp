@@ -232,6 +232,26 @@ TEST(Inbound, IdempotencyOutcomesAreCountedAndLogged) {
   EXPECT_TRUE(rb.wait_for_log("\"payload_hash\":\"")) << rb.stdout_text();
 }
 
+TEST(Inbound, R6_APinnedNoContentIsReplayedWithoutABodyOrLength) {
+  ScriptedUpstream app;
+  Script none = respond(204);
+  none.body = "";
+  app.on("/refunds", none);
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  for (auto const* word : {"stored", "replayed"}) {
+    auto r = raw_exchange(port,
+                          "POST /refunds HTTP/1.1\r\nHost: api\r\nIdempotency-Key: k-204\r\n"
+                          "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+    ASSERT_TRUE(r) << last_exchange_error();
+    EXPECT_EQ(r->status, 204u);
+    EXPECT_EQ(r->header("Idempotency-Status").value_or(""), word);
+    EXPECT_FALSE(r->header("Content-Length")) << "RFC 9110 8.6: no Content-Length on a 204";
+  }
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+}
+
 TEST(Inbound, ARequestOutsideTheRoutesIsForwardedAsItIs) {
   ScriptedUpstream app;
   app.on("/health", respond(204));

@@ -75,9 +75,13 @@ bhttp::response<bhttp::string_body> from_pinned(const store::pinned_response& p,
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(p.status), version};
   for (auto const& [name, value] : p.headers) res.insert(name, value);
   res.set("Idempotency-Status", status_word);
-  res.body() = is_head ? std::string() : p.body;
   res.keep_alive(keep_alive);
-  if (!is_head) res.prepare_payload();
+  // 204 and 304 have no body and no Content-Length (RFC 9110 8.6); Beast's prepare_payload
+  // would write one (or throw, were a body there).
+  bool const bodiless = p.status == 204 || p.status == 304 || p.status < 200;
+  if (is_head || bodiless) return res;
+  res.body() = p.body;
+  res.prepare_payload();
   return res;
 }
 
