@@ -245,6 +245,17 @@ bool ReboundProcess::launch() {
   return wait_ready(15s);
 }
 
+/** Whether the admin port answers for this process: a concurrent test's rebound may hold the
+    port this one failed to bind (taken between free_port() and the bind), and its /readyz says
+    200 too. Its /config names another listen port. This one then exits, and is relaunched. */
+bool ReboundProcess::answers_as_ours() const {
+  auto conn = RawConnection::try_connect(admin_port_);
+  if (!conn || !conn->send("GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")) return false;
+  auto r = conn->read_response(1s);
+  return r && r->status == 200 &&
+         r->body.find("\"listen\":\"127.0.0.1:" + std::to_string(port_) + "\"") != std::string::npos;
+}
+
 bool ReboundProcess::wait_ready(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -252,7 +263,7 @@ bool ReboundProcess::wait_ready(std::chrono::milliseconds timeout) {
       exit_status_ = *st;
       return false;
     }
-    if (admin_get_status(admin_port_, "/readyz", 1s) == 200) return true;
+    if (admin_get_status(admin_port_, "/readyz", 1s) == 200 && answers_as_ours()) return true;
     std::this_thread::sleep_for(20ms);
   }
   return false;

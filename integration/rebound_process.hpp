@@ -63,7 +63,7 @@ struct ReboundOptions {
   std::string max_request_head;
   std::string max_request_body;
   std::string idle_timeout;
-  std::string extra;  // appended verbatim (e.g. a `dependencies:` block)
+  std::string extra;             // appended verbatim (e.g. a `dependencies:` block)
   std::string admin_token_file;  // set: `admin:` is written as {listen, token_file}
 };
 
@@ -98,6 +98,7 @@ class ReboundProcess {
  private:
   bool launch();
   bool wait_ready(std::chrono::milliseconds timeout);
+  bool answers_as_ours() const;
 
   ReboundOptions options_;
   std::string dir_;
