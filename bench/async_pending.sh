@@ -109,27 +109,7 @@ busy_now() {
 # ---------------------------------------------------------------------------------------------
 # nginx: the upstream deliveries go to (200 to everything, one status per line in its log).
 NGINX_PORT=$(free_port)
-mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  log_format bare "\$status";
-  access_log $tmp/nginx/access.log bare buffer=64k flush=1s;
-  client_body_temp_path $tmp/nginx/body;
-  keepalive_requests 10000000;
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / { return 200 "ok\n"; }
-  }
-}
-EOF
-nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx.log" 2>&1 &
-pids[nginx]=$!
-wait_port nginx "$NGINX_PORT"
+start_nginx_app "$NGINX_PORT" "access_log $tmp/nginx/access.log bare buffer=64k flush=1s;" 'return 200 "ok\n";'
 
 # ---------------------------------------------------------------------------------------------
 # rebound, started on a store file; READY_MS is the time from the fork+exec until its admin

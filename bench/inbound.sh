@@ -40,26 +40,7 @@ cleanup() {
 trap cleanup EXIT
 
 APP=$(free_port)
-mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  keepalive_requests 10000000;
-  server {
-    listen 127.0.0.1:$APP;
-    location / { default_type application/json; return 201 '{"id":"rf_1","status":"succeeded"}'; }
-  }
-}
-EOF
-nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx.log" 2>&1 &
-pids[nginx]=$!
-wait_port nginx "$APP"
+start_nginx_app "$APP" "access_log off;" "default_type application/json; return 201 '{\"id\":\"rf_1\",\"status\":\"succeeded\"}';"
 
 PORT=$(free_port)
 ADMIN=$(free_port)

@@ -1,4 +1,5 @@
-# Process bookkeeping shared by bench/run.sh and bench/soak.sh. Sourced, not run: the caller
+# Process bookkeeping shared by the bench scripts (run.sh, soak.sh, async*.sh, inbound.sh).
+# Sourced, not run: the caller
 # defines log() and die() and a `pids` associative array (name -> pid of what it started).
 
 stop_proc() {  # stop_proc NAME [GRACE_SECONDS]: SIGTERM, wait, SIGKILL; sets stop_rc
@@ -39,4 +40,31 @@ cpu_ticks() {  # utime+stime of PID (all its threads), in clock ticks
   s=${s##*) }  # drop "pid (comm) "; comm may contain spaces
   read -r -a f <<<"$s"
   echo $((f[11] + f[12]))  # fields 14 and 15 of stat(5), counted from field 3
+}
+
+start_nginx_app() {  # start_nginx_app PORT ACCESS_LOG LOCATION: a one-worker nginx on 127.0.0.1:PORT as
+  # pids[nginx], its files under $tmp/nginx; ACCESS_LOG is its access_log directive (the format
+  # `bare` logs one status per line), LOCATION the body of `location /`.
+  local port=$1 access=$2 location=$3
+  mkdir -p "$tmp/nginx"
+  cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  log_format bare "\$status";
+  $access
+  client_body_temp_path $tmp/nginx/body;
+  keepalive_requests 10000000;
+  server {
+    listen 127.0.0.1:$port;
+    location / { $location }
+  }
+}
+EOF
+  nginx -p "$tmp/nginx" -e "$tmp/nginx/error.log" -c "$tmp/nginx/nginx.conf" >"$tmp/nginx.log" 2>&1 &
+  pids[nginx]=$!
+  wait_port nginx "$port"
 }
