@@ -1,6 +1,6 @@
 # Process bookkeeping shared by the bench scripts (run.sh, soak.sh, async*.sh, inbound.sh).
-# Sourced, not run: the caller
-# defines log() and die() and a `pids` associative array (name -> pid of what it started).
+# Sourced, not run: the caller defines log() and die() and a `pids` associative array (name ->
+# pid of what it started).
 
 stop_proc() {  # stop_proc NAME [GRACE_SECONDS]: SIGTERM, wait, SIGKILL; sets stop_rc
   local name=$1 grace=${2:-5} pid=${pids[$1]:-} i
