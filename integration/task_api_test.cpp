@@ -262,6 +262,9 @@ TEST(TaskApi, AsyncDeliveryHasItsMetrics) {
   ReboundProcess rb(hooks_to(up, store));
   auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
   ASSERT_EQ(status_of(task_until(rb, id, "SUCCEEDED")), "SUCCEEDED");
+  // The API shows SUCCEEDED once the store committed it; the scheduler observes the age after
+  // that commit completes, and logs task_delivered after observing it.
+  ASSERT_TRUE(rb.wait_for_log("\"task_delivered\""));
   HttpClient admin(rb.admin_port());
   auto const m = admin.get("/metrics").body;
   EXPECT_TRUE(std::regex_search(m, std::regex("retry_task_age_seconds_count\\{[^}]*context=\"webhook\"[^}]*dependency="
