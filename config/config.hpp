@@ -238,7 +238,17 @@ struct config {
   std::vector<dependency> dependencies;
   /// `store:` — where handed-over calls are kept (async delivery, R-8).
   struct store_settings {
+    /// `sqlite`: one file, one process. `postgres`: one database a fleet of sidecars shares.
+    enum class kind { sqlite, postgres } type = kind::sqlite;
     std::string path = "/var/lib/rebound/rebound.db";
+    /// postgres: a libpq connection string without the password, which is read from
+    /// `password_file` at start.
+    std::string dsn;
+    std::string password_file;
+    unsigned pool = 4;  ///< postgres: connections, each on a store thread of its own
+    /** postgres: how long a claimed task is held. Another instance takes it over once this
+        ran out (its holder died mid-attempt), so it must outlast any attempt. */
+    duration lease = std::chrono::seconds(60);
     /// How long a task that ended (delivered, cancelled, an alert exhausted) stays readable on
     /// the admin API before it is deleted; dead letters stay until replayed or deleted.
     duration retention = std::chrono::hours(24);

@@ -210,7 +210,16 @@ std::string effective_config_json(const config& cfg) {
     }
     if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
       object_writer st(w.nested("store"));
-      st.string("path", cfg.store.path);
+      if (cfg.store.type == config::store_settings::kind::postgres) {
+        st.string("type", "postgres");
+        st.string("dsn", cfg.store.dsn);  // holds no password: the loader refuses one
+        if (!cfg.store.password_file.empty()) st.string("password_file", cfg.store.password_file);
+        st.integer("pool", cfg.store.pool);
+        st.string("lease", format_duration(cfg.store.lease));
+      } else {
+        st.string("type", "sqlite");
+        st.string("path", cfg.store.path);
+      }
       st.string("retention", format_duration(cfg.store.retention));
     }
     if (cfg.inbound.configured) {

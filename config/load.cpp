@@ -68,7 +68,8 @@ class reader : public yaml_reader {
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
     if (auto n = root["store"]; n && expect_map(n, "store")) {
-      check_keys(n, "store", {"path", "retention"});
+      check_keys(n, "store", {"type", "path", "dsn", "password_file", "pool", "lease", "retention"});
+      read_store(n, c.store);
       typed(n, "retention", "store", c.store.retention, parse_duration);
       if (n["retention"] &&
           (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))
@@ -102,6 +103,7 @@ class reader : public yaml_reader {
     policy_layer const defaults = has_defaults ? read_policy_layer(defaults_node, "defaults") : empty_layer(root);
     c.defaults = resolve({&defaults});
     if (auto n = root["dependencies"]) read_dependencies(n, "dependencies", c, defaults);
+    if (c.store.type == config::store_settings::kind::postgres) check_lease_outlasts_attempts(root["store"], c);
     // Writes on the admin API exist only where calls are handed over (cancel, replay).
     if (root["admin"] && c.hands_over() && c.admin_token_file.empty() && c.admin.host != "127.0.0.1" &&
         c.admin.host != "::1" && c.admin.host != "localhost")
@@ -109,6 +111,56 @@ class reader : public yaml_reader {
            "the admin API listens beyond loopback without admin.token_file: anyone who reaches it can cancel "
            "and replay handed-over calls",
            "");
+  }
+
+  /** Another instance takes a task over once its lease ran out: a lease shorter than an
+      attempt would let two instances deliver the same task at once. */
+  void check_lease_outlasts_attempts(const YAML::Node& n, const config& c) {
+    duration longest = c.defaults.attempt_timeout;
+    for (auto const& d : c.dependencies) {
+      longest = std::max(longest, d.effective.attempt_timeout);
+      for (auto const& r : d.routes) longest = std::max(longest, r.effective.attempt_timeout);
+    }
+    auto const margin = std::chrono::seconds(5);
+    if (c.store.lease < longest + margin)
+      error(n["lease"] ? n["lease"] : n, "store.lease",
+            "must outlast the longest attempt_timeout (" + format_duration(longest) +
+                ") by 5s: a lease that runs out mid-attempt lets another instance deliver the task too");
+  }
+
+  /// The store's type and, for postgres, where the database is (type-specific keys checked).
+  void read_store(const YAML::Node& n, config::store_settings& st) {
+    using kind = config::store_settings::kind;
+    typed(n, "type", "store", st.type, [](std::string_view s) {
+      if (s == "sqlite") return parsed<kind>::ok(kind::sqlite);
+      if (s == "postgres") return parsed<kind>::ok(kind::postgres);
+      return parsed<kind>::fail("must be sqlite or postgres");
+    });
+    bool const pg = st.type == kind::postgres;
+    for (auto const* key : {"dsn", "password_file", "pool", "lease"})
+      if (n[key] && !pg) error(n[key], join("store", key), "applies to type: postgres only");
+    if (pg && n["path"]) error(n["path"], "store.path", "applies to type: sqlite only");
+    if (!pg) return;
+    if (!n["dsn"]) error(n, "store.dsn", "required for type: postgres (\"host=db.internal dbname=rebound user=rebound\")");
+    if (auto d = n["dsn"])
+      if (auto v = scalar(d, "store.dsn")) {
+        auto const problem = postgres_dsn_problem(*v);
+        if (problem.message.empty())
+          st.dsn = *v;
+        else
+          error(d, "store.dsn", problem.message, problem.rule);
+      }
+    if (auto f = readable_file(n, "password_file", "store")) st.password_file = *f;
+    typed(n, "pool", "store", st.pool, [](std::string_view s) {
+      unsigned v = 0;
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      return ec == std::errc{} && end == s.data() + s.size() && v >= 1 && v <= 64
+                 ? parsed<unsigned>::ok(v)
+                 : parsed<unsigned>::fail("must be a whole number from 1 to 64");
+    });
+    typed(n, "lease", "store", st.lease, parse_duration);
+    if (n["lease"] && (st.lease < std::chrono::seconds(1) || st.lease > std::chrono::hours(24)))
+      error(n["lease"], "store.lease", "must be between 1s and 24h");
   }
 
   void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in) {

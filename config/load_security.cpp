@@ -3,6 +3,7 @@
     every copy of the file. */
 #include "config/yaml_reader.hpp"
 
+#include <libpq-fe.h>
 #include <unistd.h>
 
 namespace rebound::config {
@@ -23,6 +24,23 @@ std::optional<std::string> yaml_reader::readable_file(const YAML::Node& parent, 
   if (::access(s->c_str(), R_OK) != 0)
     warn(n, p, "cannot read \"" + *s + "\" here; rebound refuses to start without it", "");
   return *s;
+}
+
+dsn_problem postgres_dsn_problem(const std::string& dsn) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
+  if (!opts) {
+    std::string why = err ? err : "out of memory";
+    PQfreemem(err);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return {"not a PostgreSQL connection string: " + why, ""};
+  }
+  dsn_problem found;
+  for (auto* o = opts; o->keyword; ++o)
+    if (o->val && std::string_view(o->keyword) == "password")
+      found = {"holds a password; put it in store.password_file, which /config and logs never show", "R-9"};
+  PQconninfoFree(opts);
+  return found;
 }
 
 std::optional<tls_settings> read_tls(yaml_reader& r, const YAML::Node& n, const std::string& path) {

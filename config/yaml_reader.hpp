@@ -115,6 +115,14 @@ class yaml_reader {
   std::vector<diagnostic> warnings_;
 };
 
+/** What is wrong with a libpq connection string (empty message: nothing): it does not
+    parse, or it holds a password, which belongs in store.password_file (R-9). */
+struct dsn_problem {
+  std::string message;
+  std::string rule;
+};
+dsn_problem postgres_dsn_problem(const std::string& dsn);
+
 /// `tls:` of a dependency (SPEC 5): files must be readable; `verify: false` is refused.
 std::optional<tls_settings> read_tls(yaml_reader& r, const YAML::Node& n, const std::string& path);
 

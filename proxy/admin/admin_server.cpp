@@ -1,6 +1,7 @@
 #include "proxy/admin/admin_server.hpp"
 
 #include "proxy/admin/task_api.hpp"
+#include "proxy/store/task_store.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -66,8 +67,11 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     return make(bhttp::status::method_not_allowed, "text/plain", "method not allowed\n");
   if (path == "/healthz") return make(bhttp::status::ok, "text/plain", "ok\n");
   if (path == "/readyz") {
-    return state.ready.load() ? make(bhttp::status::ok, "text/plain", "ready\n")
-                              : make(bhttp::status::service_unavailable, "text/plain", "not ready\n");
+    if (!state.ready.load()) return make(bhttp::status::service_unavailable, "text/plain", "not ready\n");
+    // Handed-over calls would be refused (503 store_unavailable): say so, and why.
+    if (auto why = state.store ? state.store->unavailable() : std::nullopt)
+      return make(bhttp::status::service_unavailable, "text/plain", "not ready: store unavailable: " + *why + "\n");
+    return make(bhttp::status::ok, "text/plain", "ready\n");
   }
   if (path == "/dependencies" && state.guards)
     return make(bhttp::status::ok, "application/json", dependencies_json(state.guards->snapshots()));

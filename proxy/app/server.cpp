@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 #include "proxy/delivery/scheduler.hpp"
+#include "proxy/store/postgres_store.hpp"
 #include "proxy/store/sqlite_store.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/loop_guard.hpp"
@@ -23,6 +24,8 @@
 #include <sys/stat.h>
 
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -342,6 +345,42 @@ net::awaitable<void> handle_signals(net::io_context& control, net::signal_set& s
   control.stop();
 }
 
+/// store.password_file's content, without the line end an editor leaves; a start-up error
+/// when it cannot be read. The password itself is never logged.
+std::string read_password(const std::string& path) {
+  if (path.empty()) return {};
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw std::runtime_error("store.password_file " + path + " cannot be read");
+  auto s = text.str();
+  auto const end = s.find_last_not_of("\r\n");
+  s.erase(end == std::string::npos ? 0 : end + 1);
+  return s;
+}
+
+/** The store the config names. SQLite opens (and migrates) here, refusing start-up when it
+    cannot; PostgreSQL connects in the background, so a database that is down leaves the
+    proxy up and /readyz saying why. */
+std::unique_ptr<store::task_store> open_store(const config::config& cfg, observe::metrics& metrics,
+                                              observe::logger& log) {
+  auto on_commit = [&metrics](std::chrono::nanoseconds took, std::size_t) { metrics.store_commit(took); };
+  if (cfg.store.type != config::config::store_settings::kind::postgres)
+    return std::make_unique<store::sqlite_store>(cfg.store.path, on_commit);
+  store::postgres_store::options o;
+  o.dsn = cfg.store.dsn;
+  o.password = read_password(cfg.store.password_file);
+  o.pool = cfg.store.pool;
+  o.on_commit = on_commit;
+  o.on_state = [&log](const std::string& why) {
+    if (why.empty())
+      log.info("store_connected", {{"type", "postgres"}});
+    else
+      log.error("store_unavailable", {{"type", "postgres"}, {"message", why}});
+  };
+  return std::make_unique<store::postgres_store>(std::move(o));
+}
+
 }  // namespace
 
 int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const run_options& options) {
@@ -356,10 +395,8 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   std::string const instance_token = http::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
-  std::unique_ptr<store::sqlite_store> task_store;
-  if (cfg->needs_store())
-    task_store = std::make_unique<store::sqlite_store>(
-        cfg->store.path, [&metrics](std::chrono::nanoseconds took, std::size_t) { metrics.store_commit(took); });
+  std::unique_ptr<store::task_store> task_store;
+  if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
     throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
   std::string admin_base;
@@ -410,6 +447,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
       delivery::scheduler_options so;
       so.owner = instance_token;
       so.metrics = &metrics;
+      if (cfg->store.type == config::config::store_settings::kind::postgres) {
+        // A fleet shares the queue: a lease is what hands a dead instance's tasks to the
+        // others, and idle instances wait for a NOTIFY rather than poll the database hard.
+        so.lease = std::chrono::duration_cast<std::chrono::seconds>(cfg->store.lease);
+        so.poll = std::chrono::seconds(1);
+      }
       net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), report_failure{&log, "delivery"});
     }
     net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});

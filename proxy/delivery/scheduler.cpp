@@ -75,6 +75,11 @@ struct delivery_state {
   std::size_t in_flight = 0;
   /// Set while the scheduler waits for deliveries to end before it claims more; they wake it.
   net::steady_timer* waiting_for_room = nullptr;
+  /// The scheduler's timer while it waits for anything (its poll); null otherwise.
+  net::steady_timer* waiting = nullptr;
+  /// The soonest retry this process scheduled and has not claimed yet: the scheduler claims
+  /// then, not at its next poll (which, on a fleet's shared store, is long).
+  std::optional<wall::time_point> next_due;
   /// Registered policies by id, read from the store once: they never change under their id.
   std::unordered_map<std::string, std::shared_ptr<const config::policy>> policies;
 };
@@ -197,6 +202,11 @@ net::awaitable<void> record(const http::session_context& ctx, delivery_state& st
     co_return;
   }
   auto const ended = final_status != store::task_status::pending;
+  if (!ended && (!state.next_due || judged.at < *state.next_due)) {
+    state.next_due = judged.at;
+    if (state.waiting && state.waiting->expiry() > steady::now() + (judged.at - wall::now()))
+      state.waiting->cancel();  // the scheduler recomputes its wait with this retry in it
+  }
   if (ended && state.options.metrics)
     state.options.metrics->task_ended(route.name, config::to_string(policy.context), wall::now() - task.created_at);
   if (final_status == store::task_status::succeeded) {
@@ -308,6 +318,12 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
   auto const& opts = state->options;
   auto const executor = co_await net::this_coro::executor;
   net::steady_timer timer(executor);
+  // Tasks another instance made due (a shared store's NOTIFY): claim now, not at the poll.
+  ctx.store->set_due_listener([executor, state] {
+    net::post(executor, [state] {
+      if (state->waiting) state->waiting->cancel();
+    });
+  });
   bool store_down = false;
   auto next_count = steady::now();
   auto next_housekeeping = steady::now();
@@ -354,12 +370,24 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
           }
         });
     }
-    timer.expires_after(opts.poll);
+    auto wait = std::chrono::duration_cast<steady::duration>(opts.poll);
+    if (state->next_due) {
+      auto const until_due = *state->next_due - wall::now();
+      if (until_due <= wall::duration::zero())
+        state->next_due.reset();  // due: the claim above took it, another instance did, or room will
+      else
+        wait = std::clamp(std::chrono::duration_cast<steady::duration>(until_due), steady::duration::zero(), wait);
+    }
+    timer.expires_after(wait);
     // A full claim means a backlog: claim again as soon as half the deliveries have ended.
     if (full || room == 0) state->waiting_for_room = &timer;
+    state->waiting = &timer;
     co_await timer.async_wait(use_tuple);
+    state->waiting = nullptr;
     state->waiting_for_room = nullptr;
   }
+  ctx.store->set_due_listener({});
+  state->waiting = nullptr;
   state->waiting_for_room = nullptr;
 }
 

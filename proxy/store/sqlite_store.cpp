@@ -1,5 +1,7 @@
 #include "proxy/store/sqlite_store.hpp"
 
+#include "proxy/store/store_support.hpp"
+
 #include <sqlite3.h>
 
 #include <fcntl.h>
@@ -14,30 +16,11 @@
 
 namespace rebound::store {
 
-std::string_view to_string(task_status s) {
-  switch (s) {
-    case task_status::pending:
-      return "PENDING";
-    case task_status::in_flight:
-      return "IN_FLIGHT";
-    case task_status::succeeded:
-      return "SUCCEEDED";
-    case task_status::exhausted:
-      return "EXHAUSTED";
-    case task_status::cancelled:
-      return "CANCELLED";
-    case task_status::dead_lettered:
-      return "DEAD_LETTERED";
-  }
-  return "PENDING";
-}
-
-std::optional<task_status> parse_task_status(std::string_view s) {
-  for (auto t : {task_status::pending, task_status::in_flight, task_status::succeeded, task_status::exhausted,
-                 task_status::cancelled, task_status::dead_lettered})
-    if (to_string(t) == s) return t;
-  return std::nullopt;
-}
+using support::decode_headers;
+using support::encode_headers;
+using support::from_ms;
+using support::task_columns;
+using support::to_ms;
 
 namespace {
 
@@ -103,37 +86,6 @@ CREATE INDEX idempotency_keys_expiry ON idempotency_keys (state, expires_at);
 };
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
-std::int64_t to_ms(wall_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-wall_clock::time_point from_ms(std::int64_t ms) {
-  return wall_clock::time_point(std::chrono::duration_cast<wall_clock::duration>(std::chrono::milliseconds(ms)));
-}
-
-std::string encode_headers(const std::vector<std::pair<std::string, std::string>>& headers) {
-  std::string out;
-  for (auto const& [name, value] : headers) {
-    out += name;
-    out += '\0';
-    out += value;
-    out += '\0';
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> decode_headers(std::string_view in) {
-  std::vector<std::pair<std::string, std::string>> out;
-  while (!in.empty()) {
-    auto const n = in.find('\0');
-    if (n == std::string_view::npos) break;
-    auto const v = in.find('\0', n + 1);
-    if (v == std::string_view::npos) break;
-    out.emplace_back(std::string(in.substr(0, n)), std::string(in.substr(n + 1, v - n - 1)));
-    in.remove_prefix(v + 1);
-  }
-  return out;
-}
-
 /// A prepared statement borrowed from the database's cache, reset for the next use when it ends.
 class statement {
  public:
@@ -182,10 +134,6 @@ bool exec(sqlite3* db, const char* sql, std::string* error = nullptr) {
   sqlite3_free(msg);
   return false;
 }
-
-constexpr const char* task_columns =
-    "id, idempotency_key, dependency, method, target, headers, body, policy_id, attempts, next_attempt_at, "
-    "created_at, status, window_start, attempts_before";
 
 retry_task read_task(const statement& s) {
   retry_task t;
@@ -326,21 +274,8 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
 
 template <class T>
 using callback = task_store::callback<T>;
-using reply = std::function<void(const std::optional<store_error>&)>;
-
-/// The reply of a call that found `value` (or failed with `e`), unless its commit fails.
-template <class T>
-reply answer(callback<T> done, std::optional<store_error> e, T value) {
-  return [done = std::move(done), e = std::move(e),
-          value = std::move(value)](const std::optional<store_error>& commit_failed) mutable {
-    if (commit_failed) return done(commit_failed, T{});
-    done(std::move(e), std::move(value));
-  };
-}
-template <class T>
-reply failure(callback<T> done, std::string message) {
-  return answer<T>(std::move(done), store_error{std::move(message)}, T{});
-}
+using support::answer;
+using support::failure;
 
 /// Rows of `s` read with `read` until it is done; false on an error.
 template <class T, class Read>

@@ -127,6 +127,14 @@ class task_store {
   /// Deletes up to `limit` keys that expired before `now`; the number deleted.
   virtual void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) = 0;
   virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
+
+  /// Why the store takes no calls now (its database is unreachable, say); nothing: it does.
+  /// /readyz answers 503 with it. Safe from any thread.
+  virtual std::optional<std::string> unavailable() const { return std::nullopt; }
+  /** `wake` is called, on a store thread, when tasks became due that this process did not
+      write (another instance of a fleet accepted or replayed them), so the scheduler claims
+      at once rather than at its next poll. A store one process owns never calls it. */
+  virtual void set_due_listener(std::function<void()> wake) { (void)wake; }
 };
 
 namespace detail {

@@ -2,6 +2,8 @@
 // commit, leases, attempt records, schema versions, file mode.
 #include "proxy/store/sqlite_store.hpp"
 
+#include "tests/proxy/store/store_calls.hpp"
+
 #include <sqlite3.h>
 
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 using namespace rebound::store;
+using namespace store_calls;
 using namespace std::chrono_literals;
 
 namespace {
@@ -31,68 +34,6 @@ struct temp_db {
   ~temp_db() { std::filesystem::remove_all(dir); }
   std::string path() const { return (dir / "rebound.db").string(); }
 };
-
-/// Waits for a store callback: the test thread is not an Asio executor.
-template <class T, class Submit>
-std::pair<std::optional<store_error>, T> wait_for(Submit submit) {
-  std::promise<std::pair<std::optional<store_error>, T>> p;
-  auto f = p.get_future();
-  submit([&p](std::optional<store_error> e, T v) { p.set_value({std::move(e), std::move(v)}); });
-  return f.get();
-}
-
-const wall_clock::time_point t0 = wall_clock::time_point(std::chrono::seconds(1'800'000'000));
-
-retry_task make_task(std::string id, wall_clock::time_point due = t0) {
-  retry_task t;
-  t.id = std::move(id);
-  t.idempotency_key = "key-" + t.id;
-  t.dependency = "webhooks";
-  t.method = "POST";
-  t.target = "http://hooks.internal:8080/deliver?x=1";
-  t.headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer app-token"}};
-  t.body = std::string("{\"event\":\"paid\"}\0tail", 22);  // a body is bytes, NUL included
-  t.next_attempt_at = due;
-  t.created_at = t0;
-  return t;
-}
-
-bool accept(sqlite_store& s, retry_task t) {
-  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(std::move(t), cb); });
-  return !e && ok;
-}
-
-std::vector<retry_task> claim(sqlite_store& s, const std::string& owner, wall_clock::time_point now,
-                              std::chrono::seconds lease = 30s) {
-  auto [e, tasks] = wait_for<std::vector<retry_task>>(
-      [&](auto cb) { s.submit_claim(owner, now, now + lease, 100, cb); });
-  EXPECT_FALSE(e) << e->message;
-  return tasks;
-}
-
-std::optional<retry_task> get(sqlite_store& s, const std::string& id) {
-  auto [e, t] = wait_for<std::optional<retry_task>>([&](auto cb) { s.submit_get(id, cb); });
-  EXPECT_FALSE(e);
-  return t;
-}
-
-std::uint64_t count(sqlite_store& s, task_status st) {
-  auto [e, counts] = wait_for<status_counts>([&](auto cb) { s.submit_counts(cb); });
-  EXPECT_FALSE(e);
-  return counts[static_cast<std::size_t>(st)];
-}
-
-task_filter dead_letters(std::string dependency) {
-  task_filter f;
-  f.dependency = std::move(dependency);
-  return f;
-}
-
-bool finish(sqlite_store& s, const std::string& owner, attempt_log a, task_status next, wall_clock::time_point at) {
-  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_finish_attempt(owner, std::move(a), next, at, cb); });
-  EXPECT_FALSE(e);
-  return ok;
-}
 
 }  // namespace
 

@@ -1,0 +1,173 @@
+#include "pg_server.hpp"
+
+#include <libpq-fe.h>
+
+#include <arpa/inet.h>
+#include <glob.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace itest {
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// Debian installs each major version under /usr/lib/postgresql/<major>/bin; the newest wins.
+std::string server_bin_dir() {
+  if (char const* env = std::getenv("REBOUND_PG_BIN")) return env;
+  glob_t g{};
+  std::vector<std::string> found;
+  if (::glob("/usr/lib/postgresql/*/bin/initdb", 0, nullptr, &g) == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) found.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  if (found.empty())
+    throw std::runtime_error("no PostgreSQL server found under /usr/lib/postgresql (scripts/install-deps installs it)");
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    return std::stoi(a.substr(20)) < std::stoi(b.substr(20));  // after "/usr/lib/postgresql/"
+  });
+  return std::filesystem::path(found.back()).parent_path().string();
+}
+
+std::uint16_t unused_port() {
+  int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("no free port");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// PostgreSQL refuses to run as root: a root test run hands the server to `nobody`.
+bool running_as_root() { return ::geteuid() == 0; }
+std::string as_server_user(const std::string& command) {
+  return running_as_root() ? "runuser -u nobody -- " + command : command;
+}
+
+}  // namespace
+
+PgServer::PgServer() : bin_(server_bin_dir()) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-pg-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  std::random_device rd;
+  password_ = "pg-" + std::to_string(rd()) + "-" + std::to_string(rd());
+  {
+    std::ofstream pw(password_file());
+    pw << password_ << "\n";  // as an editor leaves it: the store trims the line end
+  }
+  if (running_as_root()) {
+    passwd const* nobody = ::getpwnam("nobody");
+    if (!nobody) throw std::runtime_error("no user nobody to run PostgreSQL as");
+    for (auto const& p : {dir_, password_file()})
+      if (::chown(p.c_str(), nobody->pw_uid, nobody->pw_gid) != 0) throw std::runtime_error("chown " + p + " failed");
+  }
+  std::string const init = as_server_user(quoted(bin_ + "/initdb") + " -D " + quoted(dir_ + "/data") +
+                                          " -U rebound --pwfile=" + quoted(password_file()) +
+                                          " -A scram-sha-256 -N --no-instructions -E UTF8 --locale=C > " +
+                                          quoted(dir_ + "/initdb.log") + " 2>&1");
+  if (std::system(init.c_str()) != 0)
+    throw std::runtime_error("initdb failed: " + read_all(dir_ + "/initdb.log"));
+  // A port taken between the probe and the bind fails the start: try another.
+  for (int tries = 0;; ++tries) {
+    port_ = unused_port();
+    try {
+      start();
+      break;
+    } catch (const std::runtime_error&) {
+      if (tries == 4) throw;
+    }
+  }
+}
+
+PgServer::~PgServer() {
+  if (running_) {
+    try {
+      pg_ctl("stop -m immediate");
+    } catch (...) {
+    }
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string PgServer::dsn() const {
+  return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=postgres user=rebound";
+}
+
+void PgServer::pg_ctl(const std::string& args) const {
+  std::string const cmd = as_server_user(quoted(bin_ + "/pg_ctl") + " -D " + quoted(dir_ + "/data") + " -w -t 30 " +
+                                         args + " >> " + quoted(dir_ + "/pg_ctl.log") + " 2>&1");
+  if (std::system(cmd.c_str()) != 0)
+    throw std::runtime_error("pg_ctl " + args + " failed: " + read_all(dir_ + "/pg_ctl.log") +
+                             read_all(dir_ + "/server.log"));
+}
+
+void PgServer::start() {
+  // fsync off: these servers are thrown away, and a crash() kills processes, not the kernel,
+  // so what they wrote survives in the page cache all the same.
+  pg_ctl("-l " + quoted(dir_ + "/server.log") + " -o " +
+         quoted("-c listen_addresses=127.0.0.1 -p " + std::to_string(port_) + " -c unix_socket_directories=" + dir_ +
+                " -c fsync=off -c max_connections=200") +
+         " start");
+  running_ = true;
+}
+
+void PgServer::stop() {
+  pg_ctl("stop -m fast");
+  running_ = false;
+}
+
+void PgServer::crash() {
+  pg_ctl("stop -m immediate");
+  running_ = false;
+}
+
+std::string PgServer::query(const std::string& sql) const {
+  std::string const conninfo = dsn() + " password=" + password_;
+  PGconn* c = PQconnectdb(conninfo.c_str());
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string why = PQerrorMessage(c);
+    PQfinish(c);
+    throw std::runtime_error("cannot connect to the test database: " + why);
+  }
+  PGresult* r = PQexec(c, sql.c_str());
+  auto const status = PQresultStatus(r);
+  std::string out;
+  bool const ok = status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK;
+  std::string const why = ok ? "" : PQresultErrorMessage(r);
+  if (ok && PQntuples(r) > 0 && PQnfields(r) > 0) out = PQgetvalue(r, 0, 0);
+  PQclear(r);
+  PQfinish(c);
+  if (!ok) throw std::runtime_error(sql + ": " + why);
+  return out;
+}
+
+}  // namespace itest

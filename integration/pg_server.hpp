@@ -1,0 +1,47 @@
+// A throwaway PostgreSQL server for one test: Debian's own binaries (initdb, pg_ctl), a data
+// directory under $TMPDIR, 127.0.0.1 on a free port, password authentication (scram). Run as
+// `nobody` when the tests run as root, since PostgreSQL refuses to run as root. No mock: the
+// stores and the fleet tests talk to a real server, which a test can stop, start and crash.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace itest {
+
+class PgServer {
+ public:
+  /// initdb and start; throws std::runtime_error (with the server's log) when it cannot.
+  PgServer();
+  /// Stops the server at once and removes its directory.
+  ~PgServer();
+  PgServer(const PgServer&) = delete;
+  PgServer& operator=(const PgServer&) = delete;
+
+  /// libpq's connection string, without the password (see password_file()).
+  std::string dsn() const;
+  std::uint16_t port() const { return port_; }
+  const std::string& password() const { return password_; }
+  /// A file holding the password, as store.password_file reads it.
+  std::string password_file() const { return dir_ + "/password"; }
+
+  /// A clean shutdown (pg_ctl stop -m fast); start() brings it back on the same port and data.
+  void stop();
+  void start();
+  /// The server's processes killed (pg_ctl stop -m immediate): a crash, recovered at start().
+  void crash();
+
+  /// The first column of the first row of `sql` (empty when there is none); throws on an
+  /// error. For assertions on what the store wrote.
+  std::string query(const std::string& sql) const;
+
+ private:
+  void pg_ctl(const std::string& args) const;
+  std::string dir_;
+  std::string bin_;
+  std::string password_;
+  std::uint16_t port_ = 0;
+  bool running_ = false;
+};
+
+}  // namespace itest

@@ -1,0 +1,124 @@
+#pragma once
+/** The shared store: one PostgreSQL database a fleet of sidecars uses together (libpq).
+    Tasks are claimed with `FOR UPDATE SKIP LOCKED` and a lease, so no two instances hold the
+    same task, and one that died leaves its tasks to the others once their leases run out.
+
+    `pool` connections, each on a thread of its own, take the queued calls; the calls that
+    queued while a transaction was on its way share the next one (one commit for the group).
+    When the database is unreachable every call fails at once with a store_error (accepts
+    answer 503, never a 202 that is not durable), `unavailable()` says why, and each
+    connection reconnects with a growing, jittered wait. A further connection LISTENs for
+    the NOTIFY each commit that made tasks due sends, to wake idle schedulers across the
+    fleet. The schema is versioned; migrations run under an advisory lock, so a fleet that
+    starts at once migrates once. */
+#include "proxy/store/task_store.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace rebound::store {
+
+namespace detail {
+class pg_connection;
+}
+
+class postgres_store final : public task_store {
+ public:
+  /// The schema this build writes (its own line of versions: the model is the embedded store's v4).
+  static constexpr int schema_version = 1;
+
+  struct options {
+    std::string dsn;       ///< libpq connection string, without the password
+    std::string password;  ///< read from store.password_file; empty: none (or libpq's own sources)
+    unsigned pool = 4;
+    /// Told how long each commit took and how many calls it carried; runs on a store thread.
+    std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit;
+    /// Told when the store becomes unusable (with why) or usable again (empty); a store thread.
+    std::function<void(const std::string& why)> on_state;
+    /// The reconnect waits: from `reconnect_min`, doubling to `reconnect_max`, jittered.
+    std::chrono::milliseconds reconnect_min{100};
+    std::chrono::milliseconds reconnect_max{5000};
+  };
+
+  /// Starts the connection threads; they connect (and migrate) in the background, so a
+  /// database that is down at start makes the store unavailable, not the process fail.
+  explicit postgres_store(options o);
+  /// Finishes the queued calls (or fails them when the database is gone), then disconnects.
+  ~postgres_store() override;
+  postgres_store(const postgres_store&) = delete;
+  postgres_store& operator=(const postgres_store&) = delete;
+
+  void submit_accept(retry_task task, callback<bool> done) override;
+  void submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
+                    std::size_t limit, callback<std::vector<retry_task>> done) override;
+  void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
+                             wall_clock::time_point next_attempt_at, callback<bool> done) override;
+  void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
+  void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
+  void submit_attempts(std::string id, unsigned after, std::size_t limit,
+                       callback<std::vector<attempt_log>> done) override;
+  void submit_list(task_filter filter, callback<std::vector<retry_task>> done) override;
+  void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) override;
+  void submit_replay_matching(task_filter filter, wall_clock::time_point now,
+                              callback<std::vector<std::string>> done) override;
+  void submit_cancel(std::string id, callback<bool> done) override;
+  void submit_delete_dead_letter(std::string id, callback<bool> done) override;
+  void submit_counts(callback<status_counts> done) override;
+  void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) override;
+  void submit_put_policy(stored_policy p, callback<policy_put> done) override;
+  void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) override;
+  void submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+                        wall_clock::time_point lease_until, callback<key_claim> done) override;
+  void submit_complete_key(std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+                           callback<bool> done) override;
+  void submit_release_key(std::string scope_key, callback<bool> done) override;
+  void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
+
+  std::optional<std::string> unavailable() const override;
+  void set_due_listener(std::function<void()> wake) override;
+
+  /// Transactions committed: fewer than the calls when groups formed.
+  std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+
+ private:
+  using reply = std::function<void(const std::optional<store_error>& commit_failed)>;
+  /// A call: its work inside a transaction, and how it is failed without running.
+  struct job {
+    std::function<reply(detail::pg_connection&)> run;
+    std::function<void(const store_error&)> fail;
+  };
+  template <class T, class Work>
+  void enqueue(callback<T> done, Work work);
+  void push(job j);
+  void serve(unsigned index);
+  void listen();
+  void run_group(detail::pg_connection& c, std::vector<job>& jobs);
+  /// Connects `c` (and, with `migrate`, brings the schema up to date); false with c.error.
+  bool connect(detail::pg_connection& c, bool migrate);
+  static bool fail_connect(detail::pg_connection& c);
+  void connection_lost(const std::string& why);
+  void connection_up();
+  /// Waits up to `d` unless the store is stopping; false when it is.
+  bool pause(std::chrono::milliseconds d);
+
+  options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  ///< connections waiting for calls
+  /// Threads waiting out a reconnect pause: a condition of their own, so a call's
+  /// notify_one on wake_ always reaches a connection that can take it.
+  std::condition_variable stop_;
+  std::deque<job> queue_;
+  bool stopping_ = false;
+  unsigned connected_ = 0;  ///< connections up, under mutex_
+  std::string down_reason_ = "connecting to the database";
+  std::function<void()> due_listener_;
+  std::atomic<std::uint64_t> commits_{0};
+  std::vector<std::thread> threads_;  // last: started once everything they use exists
+};
+
+}  // namespace rebound::store

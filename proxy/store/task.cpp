@@ -1,0 +1,59 @@
+#include "proxy/store/task.hpp"
+
+#include "proxy/store/store_support.hpp"
+
+namespace rebound::store {
+
+std::string_view to_string(task_status s) {
+  switch (s) {
+    case task_status::pending:
+      return "PENDING";
+    case task_status::in_flight:
+      return "IN_FLIGHT";
+    case task_status::succeeded:
+      return "SUCCEEDED";
+    case task_status::exhausted:
+      return "EXHAUSTED";
+    case task_status::cancelled:
+      return "CANCELLED";
+    case task_status::dead_lettered:
+      return "DEAD_LETTERED";
+  }
+  return "PENDING";
+}
+
+std::optional<task_status> parse_task_status(std::string_view s) {
+  for (auto t : {task_status::pending, task_status::in_flight, task_status::succeeded, task_status::exhausted,
+                 task_status::cancelled, task_status::dead_lettered})
+    if (to_string(t) == s) return t;
+  return std::nullopt;
+}
+
+namespace support {
+
+std::string encode_headers(const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string out;
+  for (auto const& [name, value] : headers) {
+    out += name;
+    out += '\0';
+    out += value;
+    out += '\0';
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> decode_headers(std::string_view in) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!in.empty()) {
+    auto const n = in.find('\0');
+    if (n == std::string_view::npos) break;
+    auto const v = in.find('\0', n + 1);
+    if (v == std::string_view::npos) break;
+    out.emplace_back(std::string(in.substr(0, n)), std::string(in.substr(n + 1, v - n - 1)));
+    in.remove_prefix(v + 1);
+  }
+  return out;
+}
+
+}  // namespace support
+}  // namespace rebound::store

@@ -1,0 +1,296 @@
+// The shared store on a real PostgreSQL server (a throwaway one per test, integration/
+// pg_server.cpp): the store calls, claims between instances (SKIP LOCKED, leases), migrations
+// under the advisory lock, and what happens while the database is away.
+#include "proxy/store/postgres_store.hpp"
+
+#include "integration/pg_server.hpp"
+#include "tests/proxy/store/store_calls.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <set>
+#include <thread>
+
+using namespace rebound::store;
+using namespace store_calls;
+using namespace std::chrono_literals;
+
+namespace {
+
+postgres_store::options options_for(const itest::PgServer& pg, unsigned pool = 2) {
+  postgres_store::options o;
+  o.dsn = pg.dsn();
+  o.password = pg.password();
+  o.pool = pool;
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 200ms;
+  return o;
+}
+
+/// Until the store has a connection (it connects in the background), at most 10 s.
+bool wait_until_available(const postgres_store& s) {
+  for (int i = 0; i < 1000; ++i) {
+    if (!s.unavailable()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+std::unique_ptr<postgres_store> open(const itest::PgServer& pg, unsigned pool = 2) {
+  auto s = std::make_unique<postgres_store>(options_for(pg, pool));
+  EXPECT_TRUE(wait_until_available(*s)) << s->unavailable().value_or("");
+  return s;
+}
+
+}  // namespace
+
+TEST(PostgresStore, AnAcceptedTaskIsReadBackWholeByAnotherInstance) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  ASSERT_TRUE(accept(*a, make_task("a1")));
+  auto b = open(pg);
+  auto t = get(*b, "a1");
+  ASSERT_TRUE(t);
+  auto const want = make_task("a1");
+  EXPECT_EQ(t->idempotency_key, want.idempotency_key);
+  EXPECT_EQ(t->target, want.target);
+  EXPECT_EQ(t->headers, want.headers);
+  EXPECT_EQ(t->body, want.body) << "a body is bytes, its NUL included";
+  EXPECT_EQ(t->next_attempt_at, t0);
+  EXPECT_EQ(t->status, task_status::pending);
+  EXPECT_FALSE(get(*b, "missing"));
+}
+
+TEST(PostgresStore, AcceptsThatArriveTogetherShareTransactionsAndADuplicateFailsAlone) {
+  itest::PgServer pg;
+  auto s = open(pg, 1);
+  ASSERT_TRUE(accept(*s, make_task("dup")));
+  constexpr int n = 300;
+  std::vector<std::promise<bool>> done(n);
+  for (int i = 0; i < n; ++i)
+    s->submit_accept(make_task(i == 150 ? "dup" : "g" + std::to_string(i)),
+                     [&done, i](std::optional<store_error> e, bool ok) { done[i].set_value(!e && ok); });
+  for (int i = 0; i < n; ++i) EXPECT_EQ(done[i].get_future().get(), i != 150) << i;
+  EXPECT_EQ(count(*s, task_status::pending), static_cast<std::uint64_t>(n));
+  EXPECT_LT(s->commits(), static_cast<std::uint64_t>(n)) << "each accept had a commit of its own";
+}
+
+TEST(PostgresStore, TwoInstancesClaimingAtOnceNeverTakeTheSameTask) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  auto b = open(pg);
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(accept(*a, make_task("c" + std::to_string(i))));
+  std::set<std::string> seen;
+  std::size_t claimed = 0;
+  auto claim_all = [](postgres_store& s, const std::string& owner) {
+    std::vector<std::string> ids;
+    for (;;) {
+      auto [e, got] = wait_for<std::vector<retry_task>>([&](auto cb) { s.submit_claim(owner, t0, t0 + 30s, 7, cb); });
+      if (e || got.empty()) return ids;
+      for (auto& t : got) ids.push_back(t.id);
+    }
+  };
+  auto fa = std::async(std::launch::async, claim_all, std::ref(*a), "a");
+  auto fb = std::async(std::launch::async, claim_all, std::ref(*b), "b");
+  for (auto* f : {&fa, &fb})
+    for (auto& id : f->get()) {
+      ++claimed;
+      EXPECT_TRUE(seen.insert(id).second) << id << " was claimed twice";
+    }
+  EXPECT_EQ(claimed, 400u);
+}
+
+TEST(PostgresStore, ALeaseThatRanOutHandsTheTaskToAnotherInstanceWithItsAttemptsKept) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  auto b = open(pg);
+  ASSERT_TRUE(accept(*a, make_task("leased")));
+  ASSERT_EQ(claim(*a, "a", t0, 30s).size(), 1u);
+  ASSERT_TRUE(finish(*a, "a", attempt_log{"leased", 1, t0, 503, "", 2ms}, task_status::pending, t0 + 1s));
+  ASSERT_EQ(claim(*a, "a", t0 + 1s, 30s).size(), 1u);  // attempt 2 begins; then a dies
+  EXPECT_TRUE(claim(*b, "b", t0 + 20s).empty()) << "a's lease still runs";
+  auto again = claim(*b, "b", t0 + 31s);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempts, 1u);
+  EXPECT_FALSE(finish(*a, "a", attempt_log{"leased", 2, t0 + 32s, 200, "", 1ms}, task_status::succeeded, t0))
+      << "an instance that lost its lease cannot finish the attempt";
+  EXPECT_TRUE(finish(*b, "b", attempt_log{"leased", 2, t0 + 32s, 200, "", 1ms}, task_status::succeeded, t0));
+  EXPECT_EQ(get(*a, "leased")->status, task_status::succeeded);
+  auto [e, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { a->submit_attempts("leased", 0, 10, cb); });
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].status, 200u);
+}
+
+TEST(PostgresStore, TenInstancesStartingTogetherMigrateOnce) {
+  itest::PgServer pg;
+  std::vector<std::unique_ptr<postgres_store>> fleet;
+  for (int i = 0; i < 10; ++i) fleet.push_back(std::make_unique<postgres_store>(options_for(pg, 2)));
+  for (auto& s : fleet) EXPECT_TRUE(wait_until_available(*s)) << s->unavailable().value_or("");
+  EXPECT_EQ(pg.query("SELECT version FROM rebound_schema"), std::to_string(postgres_store::schema_version));
+  EXPECT_EQ(pg.query("SELECT count(*) FROM rebound_schema"), "1");
+  ASSERT_TRUE(accept(*fleet[3], make_task("after")));
+  EXPECT_TRUE(get(*fleet[7], "after"));
+}
+
+TEST(PostgresStore, ADatabaseWithANewerSchemaIsNeverWritten) {
+  itest::PgServer pg;
+  open(pg).reset();
+  pg.query("UPDATE rebound_schema SET version = 99");
+  postgres_store s(options_for(pg));
+  std::this_thread::sleep_for(300ms);
+  auto const why = s.unavailable();
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("newer"), std::string::npos) << *why;
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(make_task("x"), cb); });
+  EXPECT_TRUE(e);
+}
+
+TEST(PostgresStore, WhileTheDatabaseIsDownCallsFailAtOnceAndItComesBackByItself) {
+  itest::PgServer pg;
+  auto s = open(pg);
+  ASSERT_TRUE(accept(*s, make_task("before")));
+  pg.stop();
+  // The first call may be the one that finds the connection gone; from then on, calls fail
+  // at once with why.
+  for (int i = 0; i < 3; ++i) {
+    auto [e, ok] = wait_for<bool>([&](auto cb) { s->submit_accept(make_task("during" + std::to_string(i)), cb); });
+    EXPECT_TRUE(e) << "an accept while the database is down is not durable";
+    EXPECT_FALSE(ok);
+  }
+  ASSERT_TRUE(s->unavailable());
+  EXPECT_EQ(s->unavailable()->find(pg.password()), std::string::npos) << "R-9";
+  pg.start();
+  ASSERT_TRUE(wait_until_available(*s)) << "reconnects with no one asking";
+  ASSERT_TRUE(accept(*s, make_task("after")));
+  EXPECT_TRUE(get(*s, "before"));
+  EXPECT_TRUE(get(*s, "after"));
+  EXPECT_FALSE(get(*s, "during0"));
+}
+
+TEST(PostgresStore, AWrongPasswordLeavesTheStoreUnavailableAndIsNeverShown) {
+  itest::PgServer pg;
+  auto o = options_for(pg);
+  o.password = "not-the-password-" + pg.password();
+  postgres_store s(o);
+  std::this_thread::sleep_for(300ms);
+  auto const why = s.unavailable();
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("password authentication failed"), std::string::npos) << *why;
+  EXPECT_EQ(why->find(o.password), std::string::npos);
+}
+
+TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  auto b = open(pg);
+  std::atomic<int> woken{0};
+  b->set_due_listener([&woken] { ++woken; });
+  std::this_thread::sleep_for(200ms);  // the listener's LISTEN is under way
+  auto const before = woken.load();
+  ASSERT_TRUE(accept(*a, make_task("n1")));
+  for (int i = 0; i < 500 && woken.load() == before; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GT(woken.load(), before) << "no NOTIFY reached the other instance";
+  b->set_due_listener({});
+}
+
+TEST(PostgresStore, DeadLettersAreReplayedListedAndDeleted) {
+  itest::PgServer pg;
+  auto s = open(pg);
+  for (auto const* id : {"d1", "d2", "d3"}) {
+    auto t = make_task(id);
+    if (std::string(id) == "d3") t.dependency = "other";
+    ASSERT_TRUE(accept(*s, t));
+    ASSERT_EQ(claim(*s, "w", t0).size(), 1u);
+    ASSERT_TRUE(finish(*s, "w", attempt_log{id, 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
+  }
+  auto [le, listed] = wait_for<std::vector<retry_task>>([&](auto cb) { s->submit_list(dead_letters("webhooks"), cb); });
+  ASSERT_FALSE(le);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].id, "d1");
+  auto [re, replayed] = wait_for<bool>([&](auto cb) { s->submit_replay("d1", t0 + 1h, cb); });
+  EXPECT_TRUE(replayed);
+  auto const t = get(*s, "d1");
+  EXPECT_EQ(t->status, task_status::pending);
+  EXPECT_EQ(t->window_start, t0 + 1h) << "a replay opens a fresh R-2/R-3 window";
+  EXPECT_EQ(t->attempts_before, 1u);
+  auto [me, ids] = wait_for<std::vector<std::string>>(
+      [&](auto cb) { s->submit_replay_matching(dead_letters("other"), t0 + 1h, cb); });
+  EXPECT_EQ(ids, std::vector<std::string>{"d3"});
+  auto [de, deleted] = wait_for<bool>([&](auto cb) { s->submit_delete_dead_letter("d2", cb); });
+  EXPECT_TRUE(deleted);
+  EXPECT_FALSE(get(*s, "d2"));
+  EXPECT_EQ(pg.query("SELECT count(*) FROM attempt_logs WHERE task_id = 'd2'"), "0") << "its attempts went with it";
+  auto [ce, cancelled] = wait_for<bool>([&](auto cb) { s->submit_cancel("d1", cb); });
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(count(*s, task_status::cancelled), 1u);
+}
+
+TEST(PostgresStore, EndedTasksArePurgedAfterTheirRetentionButDeadLettersStay) {
+  itest::PgServer pg;
+  auto s = open(pg);
+  for (auto const* id : {"ok", "dead"}) {
+    ASSERT_TRUE(accept(*s, make_task(id)));
+    ASSERT_EQ(claim(*s, "w", t0).size(), 1u);
+    auto const end = std::string(id) == "ok" ? task_status::succeeded : task_status::dead_lettered;
+    ASSERT_TRUE(finish(*s, "w", attempt_log{id, 1, t0, 200, "", 1ms}, end, t0));
+  }
+  auto [pe, purged] = wait_for<std::uint64_t>([&](auto cb) { s->submit_purge(t0 + 1s, 100, cb); });
+  EXPECT_EQ(purged, 1u);
+  EXPECT_FALSE(get(*s, "ok"));
+  EXPECT_TRUE(get(*s, "dead"));
+}
+
+TEST(PostgresStore, R6_AKeyIsHeldByOneInstanceAndItsAnswerReplayedByAnother) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  auto b = open(pg);
+  auto claim_key = [](postgres_store& s, const std::string& fp, wall_clock::time_point now) {
+    return wait_for<key_claim>([&](auto cb) { s.submit_claim_key("r|k1", fp, now, now + 30s, cb); }).second.state;
+  };
+  EXPECT_EQ(claim_key(*a, "fp1", t0), key_state::claimed);
+  EXPECT_EQ(claim_key(*b, "fp1", t0), key_state::in_flight);
+  EXPECT_EQ(claim_key(*b, "fp2", t0), key_state::mismatch);
+  auto [ce, completed] = wait_for<bool>(
+      [&](auto cb) { a->submit_complete_key("r|k1", pinned_response{201, {{"Location", "/r/1"}}, "{}"}, t0 + 24h, cb); });
+  EXPECT_TRUE(completed);
+  auto [re, replay] = wait_for<key_claim>([&](auto cb) { b->submit_claim_key("r|k1", "fp1", t0, t0 + 30s, cb); });
+  EXPECT_EQ(replay.state, key_state::replay);
+  EXPECT_EQ(replay.response.status, 201u);
+  EXPECT_EQ(replay.response.body, "{}");
+  EXPECT_EQ(claim_key(*b, "fp1", t0 + 25h), key_state::claimed) << "an expired answer frees the key";
+  auto [pe, purged] = wait_for<std::uint64_t>([&](auto cb) { a->submit_purge_keys(t0 + 100h, 10, cb); });
+  EXPECT_EQ(purged, 1u);
+}
+
+TEST(PostgresStore, R6_TwoInstancesClaimingANewKeyAtOnceGiveItToOne) {
+  itest::PgServer pg;
+  auto a = open(pg, 4);
+  auto b = open(pg, 4);
+  for (int round = 0; round < 50; ++round) {
+    auto const key = "race|" + std::to_string(round);
+    std::promise<key_state> pa, pb;
+    a->submit_claim_key(key, "fp", t0, t0 + 30s, [&](std::optional<store_error>, key_claim k) { pa.set_value(k.state); });
+    b->submit_claim_key(key, "fp", t0, t0 + 30s, [&](std::optional<store_error>, key_claim k) { pb.set_value(k.state); });
+    auto const x = pa.get_future().get(), y = pb.get_future().get();
+    EXPECT_EQ((x == key_state::claimed) + (y == key_state::claimed), 1) << "round " << round;
+  }
+}
+
+TEST(PostgresStore, APolicyIsRegisteredOnceAcrossTheFleet) {
+  itest::PgServer pg;
+  auto a = open(pg);
+  auto b = open(pg);
+  auto put = [](postgres_store& s, std::string spec) {
+    return wait_for<policy_put>([&](auto cb) { s.submit_put_policy(stored_policy{"p1", std::move(spec), t0}, cb); })
+        .second;
+  };
+  EXPECT_EQ(put(*a, "max_retries: 3"), policy_put::created);
+  EXPECT_EQ(put(*b, "max_retries: 3"), policy_put::unchanged);
+  EXPECT_EQ(put(*b, "max_retries: 4"), policy_put::conflict);
+  auto [ge, got] = wait_for<std::optional<stored_policy>>([&](auto cb) { b->submit_get_policy("p1", cb); });
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->spec, "max_retries: 3");
+}
