@@ -225,3 +225,46 @@ inbound:
   EXPECT_EQ(refused("    - match: {path_prefix: /x}\n"), " inbound.routes[0]");
   EXPECT_EQ(refused("    - dedupe: {ttl: 168h}\n"), " inbound.routes[0].dedupe.header");
 }
+
+TEST(Load, APostgresStoreReadsItsKeys) {
+  auto c = load_config_text(R"(
+store: {type: postgres, dsn: "host=db.internal dbname=rebound user=rebound", password_file: /dev/null, pool: 8, lease: 90s}
+)",
+                            "t.yaml");
+  EXPECT_EQ(c.store.type, config::store_settings::kind::postgres);
+  EXPECT_EQ(c.store.dsn, "host=db.internal dbname=rebound user=rebound");
+  EXPECT_EQ(c.store.password_file, "/dev/null");
+  EXPECT_EQ(c.store.pool, 8u);
+  EXPECT_EQ(c.store.lease, 90s);
+  EXPECT_TRUE(c.needs_store());
+}
+
+TEST(Load, R9_APasswordInTheDsnIsRefused) {
+  auto const d = errors_of("store: {type: postgres, dsn: \"host=db user=r password=hunter2\"}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].path, "store.dsn");
+  EXPECT_EQ(d[0].rule, "R-9");
+  EXPECT_EQ(d[0].message.find("hunter2"), std::string::npos) << "the refusal does not repeat the secret";
+}
+
+TEST(Load, APostgresStoreIsRefusedWithoutADsnOrWithOneThatDoesNotParse) {
+  EXPECT_EQ(errors_of("store: {type: postgres}\n").at(0).path, "store.dsn");
+  EXPECT_EQ(errors_of("store: {type: postgres, dsn: \"host='unterminated\"}\n").at(0).path, "store.dsn");
+  EXPECT_EQ(errors_of("store: {type: mysql}\n").at(0).path, "store.type");
+  EXPECT_EQ(errors_of("store: {type: sqlite, dsn: \"host=db\"}\n").at(0).path, "store.dsn")
+      << "a key of the other type is a mistake, not ignored";
+  EXPECT_EQ(errors_of("store: {type: postgres, dsn: \"host=db\", pool: 0}\n").at(0).path, "store.pool");
+}
+
+TEST(Load, ALeaseThatAnAttemptCanOutlastIsRefused) {
+  auto const d = errors_of(R"(
+store: {type: postgres, dsn: "host=db", lease: 20s}
+dependencies:
+  slow: {hosts: [slow.internal], attempt_timeout: 30s}
+)");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].path, "store.lease");
+  EXPECT_NE(d[0].message.find("30s"), std::string::npos) << d[0].message;
+  EXPECT_TRUE(errors_of("store: {type: postgres, dsn: \"host=db\", lease: 15s}\n").empty())
+      << "10s (the default attempt_timeout) + 5s";
+}

@@ -1,0 +1,171 @@
+// A fleet of real rebound processes sharing one real PostgreSQL server (pg_server.hpp): each
+// task delivered once across the fleet, a SIGKILLed instance's tasks finished by the others
+// once its leases ran out, and a database that goes away mid-run losing nothing.
+#include "async_helpers.hpp"
+#include "pg_server.hpp"
+
+#include <csignal>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace itest {
+namespace {
+
+/// The YAML of one instance of the fleet: the shared store, a webhook dependency on `up`.
+ReboundOptions fleet_member(const PgServer& pg, const ScriptedUpstream& up, const std::string& attempt_timeout = "2s",
+                            const std::string& lease = "7s") {
+  ReboundOptions o;
+  o.extra = "store: {type: postgres, dsn: \"" + pg.dsn() + "\", password_file: " + pg.password_file() +
+            ", lease: " + lease + "}\n" +
+            // The lease must outlast every attempt_timeout, the defaults' included.
+            "defaults: {attempt_timeout: " + attempt_timeout + "}\ndependencies:\n  hooks:\n    hosts: [\"" +
+            up.authority() +
+            "\"]\n    context: webhook\n    backoff: {base: 10ms, cap: 50ms}\n    circuit_breaker: {mode: signal}\n"
+            "    budget: {min_retries: 1000}\n";
+  return o;
+}
+
+/// Accepts one call through `proxy` (a keep-alive client on a member's listen port) with
+/// the app's own Idempotency-Key; the status rebound answered.
+unsigned hand_over(HttpClient& proxy, const ScriptedUpstream& up, const std::string& key) {
+  auto const r = proxy.request("POST", "http://" + up.authority() + "/hook",
+                               {{"Host", up.authority()}, {"Content-Type", "application/json"}, {"Idempotency-Key", key}},
+                               "{\"k\":\"" + key + "\"}");
+  return r.status;
+}
+
+/// Until `sql` answers `want` (at most `limit`); the last answer.
+std::string query_until(const PgServer& pg, const std::string& sql, const std::string& want,
+                        std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::string last;
+  for (auto until = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < until;) {
+    last = pg.query(sql);
+    if (last == want) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  return last;
+}
+
+/// How many times upstream saw each Idempotency-Key.
+std::map<std::string, int> keys_seen(const ScriptedUpstream& up) {
+  std::map<std::string, int> seen;
+  for (auto const& q : up.requests()) ++seen[q.header("Idempotency-Key").value_or("<none>")];
+  return seen;
+}
+
+std::size_t lines_with(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(Fleet, ThreeInstancesDeliverEveryTaskOnceBetweenThem) {
+  PgServer pg;
+  ScriptedUpstream up;
+  Script slowish = respond(200);
+  slowish.delay = 2ms;
+  up.on("/hook", slowish);
+  std::vector<std::unique_ptr<ReboundProcess>> fleet;
+  for (int i = 0; i < 3; ++i) fleet.push_back(std::make_unique<ReboundProcess>(fleet_member(pg, up)));
+  constexpr int tasks = 3000;
+  {
+    std::vector<std::unique_ptr<HttpClient>> proxies;
+    for (auto& rb : fleet) proxies.push_back(std::make_unique<HttpClient>(rb->port()));
+    for (int i = 0; i < tasks; ++i)
+      ASSERT_EQ(hand_over(*proxies[i % 3], up, "fleet-" + std::to_string(i)), 202u) << i;
+  }
+  EXPECT_EQ(query_until(pg, "SELECT count(*) FROM retry_tasks WHERE status = 'SUCCEEDED'", std::to_string(tasks)),
+            std::to_string(tasks));
+  auto const seen = keys_seen(up);
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(tasks));
+  for (auto const& [key, n] : seen) EXPECT_EQ(n, 1) << key << " was delivered " << n << " times";
+  // Delivery spreads over the fleet: the NOTIFY of each commit wakes every instance.
+  int delivering = 0;
+  for (auto& rb : fleet) {
+    ASSERT_TRUE(rb->wait_for_log("\"task_delivered\""));
+    delivering += lines_with(rb->stdout_text(), "\"task_delivered\"") > 0;
+  }
+  EXPECT_GE(delivering, 2) << "one instance delivered everything";
+}
+
+TEST(Fleet, AnInstanceKilledMidDeliveryHasItsTasksFinishedByTheOthersAfterItsLease) {
+  PgServer pg;
+  ScriptedUpstream up;
+  Script slow = respond(200);
+  slow.delay = 1500ms;  // the first attempts are still under way when their instance dies
+  up.on("/hook", slow);
+  constexpr int tasks = 20;
+  auto victim = std::make_unique<ReboundProcess>(fleet_member(pg, up));
+  {
+    HttpClient proxy(victim->port());
+    for (int i = 0; i < tasks; ++i) ASSERT_EQ(hand_over(proxy, up, "killed-" + std::to_string(i)), 202u);
+  }
+  ASSERT_TRUE(up.wait_for_requests(tasks)) << "the victim claimed and began every task";
+  auto const killed_at = std::chrono::steady_clock::now();
+  victim->signal(SIGKILL);
+  ASSERT_TRUE(victim->wait_exit(5s));
+  EXPECT_EQ(pg.query("SELECT count(*) FROM retry_tasks WHERE status = 'IN_FLIGHT'"), std::to_string(tasks));
+  ReboundProcess b(fleet_member(pg, up)), c(fleet_member(pg, up));
+  EXPECT_EQ(query_until(pg, "SELECT count(*) FROM retry_tasks WHERE status = 'SUCCEEDED'", std::to_string(tasks)),
+            std::to_string(tasks))
+      << b.stdout_text();
+  auto const requests = up.requests();
+  ASSERT_EQ(requests.size(), static_cast<std::size_t>(2 * tasks)) << "each task once by the victim, once after it";
+  for (std::size_t i = tasks; i < requests.size(); ++i)
+    EXPECT_GE(requests[i].at - killed_at, 5s) << "taken over before the victim's 7s lease ran out";
+  for (auto const& [key, n] : keys_seen(up)) EXPECT_EQ(n, 2) << key << ": the same key on the attempt again (R-6)";
+}
+
+TEST(Fleet, TheDatabaseStoppedAndStartedMidRunLosesNothing) {
+  PgServer pg;
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  ReboundProcess a(fleet_member(pg, up)), b(fleet_member(pg, up));
+  std::set<std::string> accepted;
+  int refused = 0;
+  auto send = [&](int from, int to) {
+    HttpClient proxy(from % 2 ? b.port() : a.port());
+    for (int i = from; i < to; ++i) {
+      auto const key = "db-" + std::to_string(i);
+      auto const r = proxy.request("POST", "http://" + up.authority() + "/hook",
+                                   {{"Host", up.authority()}, {"Idempotency-Key", key}}, "{}");
+      if (r.status == 202) {
+        accepted.insert(key);
+      } else {
+        ++refused;
+        EXPECT_EQ(r.status, 503u) << "never a 202 that is not durable, never anything else";
+        EXPECT_EQ(r.header("Rebound-Error").value_or(""), "store_unavailable");
+      }
+    }
+  };
+  send(0, 150);
+  pg.stop();
+  send(150, 200);
+  HttpClient admin(a.admin_port());
+  auto const not_ready = admin.get("/readyz");
+  EXPECT_EQ(not_ready.status, 503u);
+  EXPECT_NE(not_ready.body.find("store unavailable"), std::string::npos) << not_ready.body;
+  EXPECT_EQ(not_ready.body.find(pg.password()), std::string::npos) << "R-9";
+  ASSERT_TRUE(a.wait_for_log("\"store_unavailable\""));
+  pg.start();
+  for (auto* rb : {&a, &b}) {
+    bool ready = false;
+    for (int i = 0; i < 200 && !ready; ++i) {
+      ready = HttpClient(rb->admin_port()).get("/readyz").status == 200;
+      if (!ready) std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_TRUE(ready) << "the store reconnects by itself";
+  }
+  send(200, 300);
+  EXPECT_GE(refused, 40) << "accepts while the database was down were refused";
+  EXPECT_EQ(accepted.size() + static_cast<std::size_t>(refused), 300u);
+  // Every accepted task is delivered; a refused one may have committed (its answer was lost
+  // with the connection) and is then delivered too: at least once, never lost.
+  EXPECT_EQ(query_until(pg, "SELECT count(*) FROM retry_tasks WHERE status <> 'SUCCEEDED'", "0"), "0");
+  auto const seen = keys_seen(up);
+  for (auto const& key : accepted) EXPECT_TRUE(seen.count(key)) << key << " was accepted and never delivered";
+}
+
+}  // namespace
+}  // namespace itest
