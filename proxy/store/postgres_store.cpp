@@ -326,6 +326,15 @@ void postgres_store::enqueue(callback<T> done, Work work) {
            [done](const store_error& e) { done(e, T{}); }});
 }
 
+void postgres_store::requeue(std::vector<job>& jobs) {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) queue_.push_front(std::move(*it));
+  }
+  jobs.clear();
+  wake_.notify_one();
+}
+
 bool postgres_store::pause(std::chrono::milliseconds d) {
   std::unique_lock lock(mutex_);
   return !stop_.wait_for(lock, d, [this] { return stopping_; });
@@ -435,6 +444,9 @@ void postgres_store::serve(unsigned index) {
   for (;;) {
     if (!c.up()) {
       if (c.counted) {
+        // Once at once, still counted: after a server restart every idle connection is
+        // stale, and one reconnect is all each needs.
+        if (connect(c, true)) continue;
         c.counted = false;
         connection_lost(c.error);
       }
@@ -482,11 +494,20 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
   std::vector<reply> replies;
   c.failed = false;
   c.notify = false;
-  if (c.command("BEGIN"))
-    for (auto& j : jobs) {
-      replies.push_back(j.run(c));
-      if (c.failed) break;
+  if (!c.command("BEGIN")) {
+    if (c.lost) {
+      // Nothing of theirs reached the server: an idle connection the server dropped (it
+      // restarted) is found out here, and its calls go to one that works, or to this one
+      // once reconnected, rather than fail.
+      requeue(jobs);
+      return;
     }
+    return fail_all(0, "store unavailable: " + c.error);
+  }
+  for (auto& j : jobs) {
+    replies.push_back(j.run(c));
+    if (c.failed) break;
+  }
   if (!c.failed) {
     if (c.notify) c.command((std::string("NOTIFY ") + due_channel).c_str());
     auto const started = std::chrono::steady_clock::now();

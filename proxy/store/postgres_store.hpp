@@ -95,6 +95,8 @@ class postgres_store final : public task_store {
   template <class T, class Work>
   void enqueue(callback<T> done, Work work);
   void push(job j);
+  /// Calls a lost connection never sent, back to the front of the queue.
+  void requeue(std::vector<job>& jobs);
   void serve(unsigned index);
   void listen();
   void run_group(detail::pg_connection& c, std::vector<job>& jobs);

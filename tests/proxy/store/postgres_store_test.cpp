@@ -170,6 +170,18 @@ TEST(PostgresStore, WhileTheDatabaseIsDownCallsFailAtOnceAndItComesBackByItself)
   EXPECT_FALSE(get(*s, "during0"));
 }
 
+TEST(PostgresStore, ADatabaseRestartWhileIdleFailsNoLaterCall) {
+  itest::PgServer pg;
+  auto s = open(pg, 2);
+  ASSERT_TRUE(accept(*s, make_task("before")));
+  pg.stop();
+  pg.start();
+  // Every pooled connection is stale now; the first call finds that out and is carried by a
+  // fresh one instead of failing.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(accept(*s, make_task("after" + std::to_string(i)))) << i;
+  EXPECT_EQ(count(*s, task_status::pending), 5u);
+}
+
 TEST(PostgresStore, AWrongPasswordLeavesTheStoreUnavailableAndIsNeverShown) {
   itest::PgServer pg;
   auto o = options_for(pg);
