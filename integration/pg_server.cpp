@@ -74,7 +74,10 @@ std::string as_server_user(const std::string& command) {
 }  // namespace
 
 PgServer::PgServer() : bin_(server_bin_dir()) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-pg-XXXXXX").string();
+  // As root the server runs as nobody, who must reach the directory: /tmp, not a $TMPDIR
+  // that may sit under root's home.
+  auto const base = running_as_root() ? std::filesystem::path("/tmp") : std::filesystem::temp_directory_path();
+  std::string tmpl = (base / "rebound-pg-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   std::random_device rd;
