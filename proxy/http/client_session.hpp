@@ -19,6 +19,8 @@ class task_store;
 
 namespace rebound::http {
 
+class relay_buffers;
+
 /** A config and what was built from it (the TLS clients and credential sources of its
     dependencies): a reload swaps both as one value, so a request never pairs the config of
     one generation with the TLS origins of another. */
@@ -48,6 +50,8 @@ struct session_context {
   /// A session of the inbound listener: every request goes to `inbound.app`, through the
   /// idempotency gate where a route asks for it (inbound/).
   bool inbound = false;
+  /// The worker's spare body buffers (relay.hpp); null: each relay takes its own.
+  relay_buffers* buffers = nullptr;
 
   const config::config& cfg() const { return *running->cfg; }
   const upstream::secure_origins* origins() const { return running->origins.get(); }

@@ -6,6 +6,7 @@
 #include "proxy/http/hand_over.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/loop.hpp"
@@ -66,8 +67,9 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
   bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts);
-  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
-  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, rsr, idle);
+  std::string head;
+  append_head(head, res.base());
+  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, head, idle, ctx.buffers);
   if (!rr.ok()) {
     if (rr.read_error)
       log_upstream_error(ctx, facts, "upstream_protocol_error", 0, attempts,

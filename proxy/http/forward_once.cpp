@@ -4,6 +4,7 @@
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/wire_head.hpp"
 #include "proxy/retry/classify.hpp"
 #include "proxy/upstream/connect.hpp"
 
@@ -86,10 +87,12 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
           clock::time_point& deadline) -> net::awaitable<std::optional<upstream::attempt_failure>> {
     sending = true;
     auto const client_gone = upstream::attempt_failure{error_type::bad_request, "the client ended the exchange"};
-    bhttp::request_serializer<bhttp::buffer_body> sr{req};
+    std::string head;
+    append_head(head, req.base());
     if (want_continue) {
       up.expires_at(deadline);
-      auto [ec, n] = co_await bhttp::async_write_header(up, sr, use_tuple);
+      auto [ec, n] = co_await net::async_write(up, net::buffer(head), use_tuple);
+      head.clear();
       if (ec)
         co_return upstream::attempt_failure{upstream::classify_connect_error(ec),
                                             "sending the request failed: " + ec.message()};
@@ -132,7 +135,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
       }
     }
     auto const upload_start = clock::now();
-    auto rr = co_await relay_request_body(client, buffer, parser, up, sr, idle, prefix, pace_of(ctx.cfg(), body_start));
+    auto rr = co_await relay_request_body(client, buffer, parser, up, head, idle, prefix,
+                                          pace_of(ctx.cfg(), body_start), ctx.buffers);
     deadline += clock::now() - upload_start;
     if (rr.read_error) {
       client_failed = true;
@@ -186,8 +190,9 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   bool const upstream_keep_alive = rp->keep_alive();
   bool const client_keep_alive = prepare_client_response(
       res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
-  bhttp::response_serializer<bhttp::buffer_body> rsr{res};
-  auto rr = co_await relay_response_body(*up, ubuf, *rp, client, rsr, idle);
+  std::string head;
+  append_head(head, res.base());
+  auto rr = co_await relay_response_body(*up, ubuf, *rp, client, head, idle, ctx.buffers);
   if (!rr.ok()) {
     if (rr.read_error)
       log_upstream_error(ctx, facts, "upstream_protocol_error", 0, 1,

@@ -1,6 +1,7 @@
 #include "proxy/http/relay.hpp"
 
 #include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire_head.hpp"
 
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
@@ -13,58 +14,79 @@
 namespace rebound::http {
 namespace {
 
-constexpr std::size_t chunk_size = 16 * 1024;
+constexpr std::size_t chunk_size = relay_buffers::size;
 
-/** The last chunk with the trailer fields that may travel on (RFC 9112 section 7.1.2).
-    Fields that frame, route, authenticate or control the message are dropped: RFC 9110
-    section 6.5.1 forbids them in trailers, and a next hop that merged them would trust
-    them as headers. */
-std::string last_chunk_with(const bhttp::fields& trailers) {
-  std::string out = "0\r\n";
-  for (auto const& f : trailers) {
-    if (!forwardable_trailer(f.name(), f.name_string())) continue;
-    out.append(f.name_string().data(), f.name_string().size());
-    out += ": ";
-    out.append(f.value().data(), f.value().size());
-    out += "\r\n";
+/** One write of what is ready to go: the head if it has not gone yet, then body bytes in the
+    outgoing framing (a chunk, or as they are), then the end of a chunked body when `last`.
+    A single gather write, so a small message leaves in one sendmsg. */
+struct outgoing_piece {
+  std::array<char, 20> size_line{};
+  std::string trailer_chunk;
+  std::array<net::const_buffer, 5> buffers{};
+
+  template <class Trailers>
+  void frame(std::string_view head, std::string_view data, bool chunked, bool last, const Trailers& trailers) {
+    std::size_t n = 0;
+    buffers = {};
+    if (!head.empty()) buffers[n++] = net::buffer(head);
+    if (chunked) {
+      if (!data.empty()) {
+        buffers[n++] = net::buffer(chunk_size_line(size_line, data.size()));
+        buffers[n++] = net::buffer(data);
+        buffers[n++] = net::buffer("\r\n", 2);
+      }
+      if (last) {
+        // Trailers can travel only in a chunked message.
+        if (trailers.begin() != trailers.end()) {
+          trailer_chunk = last_chunk_with(trailers);
+          buffers[n++] = net::buffer(trailer_chunk);
+        } else {
+          buffers[n++] = net::buffer(last_chunk);
+        }
+      }
+    } else if (!data.empty()) {
+      buffers[n++] = net::buffer(data);
+    }
   }
-  out += "\r\n";
-  return out;
-}
+};
 
 template <bool isRequest, class From, class To>
 net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
-                                   bounded_parser<isRequest, bhttp::buffer_body>& p, To& to,
-                                   bhttp::serializer<isRequest, bhttp::buffer_body>& sr, std::chrono::milliseconds idle,
-                                   std::string_view prefix, const body_pace* pace) {
+                                   bounded_parser<isRequest, bhttp::buffer_body>& p, To& to, std::string_view head,
+                                   std::chrono::milliseconds idle, std::string_view prefix, const body_pace* pace,
+                                   relay_buffers* buffers) {
   std::uint64_t received = prefix.size();
-  std::array<char, chunk_size> chunk;
+  auto chunk = relay_buffers::take_from(buffers);
   auto& body = p.get().body();
   // Reads as large as the chunk: a fresh buffer would otherwise read 512 bytes at a time
   // (Beast sizes a read by the buffer's free capacity).
   if (buffer.capacity() < chunk_size) buffer.reserve(chunk_size);
-  // Trailers can travel only in a chunked message: the outgoing one is when its fields say so.
+  // The outgoing framing is what the fields the caller set say.
   bool const chunked_out = p.get().chunked();
-  if (!prefix.empty()) {
-    body.data = const_cast<char*>(prefix.data());
-    body.size = prefix.size();
-    body.more = !p.is_done();
+  outgoing_piece out;
+  auto send = [&](std::string_view data, bool last) {
+    out.frame(head, data, chunked_out, last, p.trailers());
+    head = {};
     to.expires_after(idle);
-    auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
-    if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
+    return net::async_write(to, out.buffers, use_tuple);
+  };
+  if (!prefix.empty()) {
+    auto [ec, n] = co_await send(prefix, p.is_done());
+    if (ec) co_return relay_result{{}, ec};
+    if (p.is_done()) co_return relay_result{};
   }
   // The head goes out at once when no body bytes wait to go with it: a client should see
   // the status before a slow body. Otherwise head and first bytes share one write (one
   // syscall fewer per exchange, the common case for small messages).
-  if (!sr.is_header_done() && !p.is_done() && buffer.size() == 0) {
-    to.expires_after(idle);
-    auto [ec, n] = co_await bhttp::async_write_header(to, sr, use_tuple);
+  if (!head.empty() && !p.is_done() && buffer.size() == 0) {
+    auto [ec, n] = co_await send({}, false);
     if (ec) co_return relay_result{{}, ec};
   }
-  while (!sr.is_done()) {
+  for (;;) {
+    std::string_view data;
     if (!p.is_done()) {
       body.data = chunk.data();
-      body.size = chunk.size();
+      body.size = chunk_size;
       if (pace)
         from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
       else
@@ -80,39 +102,34 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
         ec = eof_ec ? error_code(bhttp::error::partial_message) : error_code{};
       }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
-      auto const got = chunk.size() - body.size;
+      auto const got = chunk_size - body.size;
       received += got;
       if (got == 0 && !p.is_done()) continue;  // only framing was parsed
-      body.data = got ? chunk.data() : nullptr;
-      body.size = got;
-      body.more = !p.is_done();
-    } else {
-      body.data = nullptr;
-      body.size = 0;
-      body.more = false;
+      data = std::string_view(chunk.data(), got);
     }
-    if (!body.more && chunked_out && p.trailers().begin() != p.trailers().end()) {
-      // Beast's serializer ends a chunked body with an empty last chunk; with trailers
-      // the last chunk is written here instead.
-      if (body.size > 0) {
-        body.more = true;
-        to.expires_after(idle);
-        auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
-        if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
-      }
-      auto const last = last_chunk_with(p.trailers());
-      to.expires_after(idle);
-      auto [ec, n] = co_await net::async_write(to, net::buffer(last), use_tuple);
-      co_return relay_result{{}, ec};
-    }
-    to.expires_after(idle);
-    auto [ec, n] = co_await bhttp::async_write(to, sr, use_tuple);
-    if (ec && ec != bhttp::error::need_buffer) co_return relay_result{{}, ec};
+    bool const last = p.is_done();
+    auto [ec, n] = co_await send(data, last);
+    if (ec) co_return relay_result{{}, ec};
+    if (last) co_return relay_result{};
   }
-  co_return relay_result{};
 }
 
 }  // namespace
+
+relay_buffers::lease relay_buffers::take() {
+  if (spare_.empty()) return lease(this, std::make_unique<buffer>());
+  auto b = std::move(spare_.back());
+  spare_.pop_back();
+  return lease(this, std::move(b));
+}
+
+relay_buffers::lease relay_buffers::take_from(relay_buffers* pool) {
+  return pool ? pool->take() : lease(nullptr, std::make_unique<buffer>());
+}
+
+void relay_buffers::give_back(std::unique_ptr<buffer> b) {
+  if (spare_.size() < max_spare) spare_.push_back(std::move(b));
+}
 
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp::response_header<>& head,
                                          std::chrono::milliseconds idle) {
@@ -127,18 +144,16 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
 }
 
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
-                                                upstream::connection& to,
-                                                bhttp::request_serializer<bhttp::buffer_body>& sr,
+                                                upstream::connection& to, std::string_view head,
                                                 std::chrono::milliseconds idle, std::string_view prefix,
-                                                const body_pace& pace) {
-  return relay<true>(from, buffer, p, to, sr, idle, prefix, &pace);
+                                                const body_pace& pace, relay_buffers* buffers) {
+  return relay<true>(from, buffer, p, to, head, idle, prefix, &pace, buffers);
 }
 
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 response_parser& p, beast::tcp_stream& to,
-                                                 bhttp::response_serializer<bhttp::buffer_body>& sr,
-                                                 std::chrono::milliseconds idle) {
-  return relay<false>(from, buffer, p, to, sr, idle, {}, nullptr);
+                                                 response_parser& p, beast::tcp_stream& to, std::string_view head,
+                                                 std::chrono::milliseconds idle, relay_buffers* buffers) {
+  return relay<false>(from, buffer, p, to, head, idle, {}, nullptr, buffers);
 }
 
 }  // namespace rebound::http

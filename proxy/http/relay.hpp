@@ -1,18 +1,20 @@
 #pragma once
 /** Streams a message body from one connection to another through a fixed buffer, never
     holding the whole body (Beast's relay pattern, made asynchronous). Chunked input is
-    re-framed by the serializer per the header fields the caller set. */
+    re-framed per the header fields the caller set. */
 #include "proxy/net.hpp"
 #include "proxy/upstream/connection.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include "proxy/http/bounded_parser.hpp"
-#include <boost/beast/http/serializer.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <vector>
 
 namespace rebound::http {
 
@@ -32,6 +34,42 @@ struct body_pace {
   }
 };
 
+/** A worker's spare relay buffers. A body streams through a 16 KiB buffer; kept in the
+    relay's coroutine frame it made every forwarded response a 16 KiB malloc and free (Asio
+    recycles only frames under ~1 KiB). A worker's sessions share its one thread: no lock. */
+class relay_buffers {
+ public:
+  static constexpr std::size_t size = 16 * 1024;
+  using buffer = std::array<char, size>;
+
+  /// A buffer taken from `owner` (null: from the heap), given back when the lease ends.
+  class lease {
+   public:
+    lease(relay_buffers* owner, std::unique_ptr<buffer> b) : owner_(owner), b_(std::move(b)) {}
+    lease(lease&&) noexcept = default;
+    lease& operator=(lease&&) = delete;
+    ~lease() {
+      if (owner_ && b_) owner_->give_back(std::move(b_));
+    }
+    char* data() { return b_->data(); }
+
+   private:
+    relay_buffers* owner_;
+    std::unique_ptr<buffer> b_;
+  };
+
+  /// A spare buffer, or a new one when none is spare.
+  lease take();
+  /// Takes from `pool` when there is one, else from the heap.
+  static lease take_from(relay_buffers* pool);
+
+ private:
+  /// More spares than this are freed: a burst of large responses does not stay resident.
+  static constexpr std::size_t max_spare = 32;
+  void give_back(std::unique_ptr<buffer> b);
+  std::vector<std::unique_ptr<buffer>> spare_;
+};
+
 /// Which side failed, so the caller can answer the right party.
 struct relay_result {
   error_code read_error;   ///< from the side being read
@@ -39,14 +77,14 @@ struct relay_result {
   bool ok() const { return !read_error && !write_error; }
 };
 
-/** Reads the rest of `p`'s message from `from` and writes it, header first if not yet sent,
-    through `sr` to `to`. Each read and each write must progress within `idle`. `prefix` is
-    body already read from `from`; it goes out first. */
+/** Reads the rest of `p`'s message from `from` and writes it to `to`, after `head` (the
+    serialized head, wire_head.hpp; empty when it went out already), framed as the fields of
+    `p`'s message say (chunked or not). Each read and each write must progress within `idle`.
+    `prefix` is body already read from `from`; it goes out first. */
 net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
-                                                upstream::connection& to,
-                                                bhttp::request_serializer<bhttp::buffer_body>& sr,
+                                                upstream::connection& to, std::string_view head,
                                                 std::chrono::milliseconds idle, std::string_view prefix,
-                                                const body_pace& pace);
+                                                const body_pace& pace, relay_buffers* buffers);
 
 /** Forwards an interim (1xx) response head to an HTTP/1.1 client, hop-by-hop fields
     removed: RFC 9110 section 15.2 has a proxy forward 1xx answers (103 Early Hints, 102)
@@ -55,8 +93,7 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
                                          std::chrono::milliseconds idle);
 
 net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 response_parser& p, beast::tcp_stream& to,
-                                                 bhttp::response_serializer<bhttp::buffer_body>& sr,
-                                                 std::chrono::milliseconds idle);
+                                                 response_parser& p, beast::tcp_stream& to, std::string_view head,
+                                                 std::chrono::milliseconds idle, relay_buffers* buffers);
 
 }  // namespace rebound::http

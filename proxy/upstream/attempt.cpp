@@ -2,11 +2,12 @@
 
 #include "proxy/auth/credential_source.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/wire_head.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/throw_exception.hpp>
 
 #include <array>
@@ -125,6 +126,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
   }
   bool const may_reuse = to.may_reuse && !send;
   auto out = std::make_unique<exchange>();
+  std::string head;  // serialized once, after the credential: a resend sends the same bytes
   for (int round = 0; round < 2; ++round) {
     out->stream.reset();
     out->response.reset();
@@ -149,13 +151,24 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
       if (failed) co_return std::move(*failed);
       if (out->response) co_return std::move(out);  // answered before it took the body
     } else {
-      // The body is sent from memory: a retry sends the same bytes again.
-      req.body().data = body.empty() ? nullptr : const_cast<char*>(body.data());
-      req.body().size = body.size();
-      req.body().more = false;
-      bhttp::request_serializer<bhttp::buffer_body> sr{req};
+      // The body is sent from memory: a retry sends the same bytes again, head and body in
+      // one gather write.
+      if (head.empty()) http::append_head(head, req.base());
+      std::array<char, 20> size_line{};
+      std::array<net::const_buffer, 4> wire{net::buffer(head)};
+      if (req.chunked()) {
+        if (!body.empty()) {
+          wire[1] = net::buffer(http::chunk_size_line(size_line, body.size()));
+          wire[2] = net::buffer(body.data(), body.size());
+          wire[3] = net::buffer("\r\n0\r\n\r\n", 7);
+        } else {
+          wire[1] = net::buffer(http::last_chunk);
+        }
+      } else {
+        wire[1] = net::buffer(body.data(), body.size());
+      }
       up.expires_at(deadline);
-      auto [wec, wn] = co_await bhttp::async_write(up, sr, use_tuple);
+      auto [wec, wn] = co_await net::async_write(up, wire, use_tuple);
       if (wec) {
         if (reused && round == 0 && wec != beast::error::timeout) continue;
         if (wec == beast::error::timeout)

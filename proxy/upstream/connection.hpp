@@ -14,6 +14,8 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
@@ -37,7 +39,8 @@ class connection {
   /** A read's or write's completion, type-erased (Asio 1.81's any_completion_handler): the
       TCP and TLS operations are compiled once, in connection.cpp, instead of once for every
       Beast composed operation that reads or writes a connection (relay.cpp took ~47 s of CPU
-      to compile before). The price is one small allocation per read or write. */
+      to compile before). The price is one small allocation per read or write, taken from
+      Asio's per-thread recycling cache rather than malloc. */
   using io_handler = net::any_completion_handler<void(error_code, std::size_t)>;
   /// A write takes at most this many buffers of a sequence at once; write_some may be partial.
   static constexpr std::size_t max_gather = 16;
@@ -69,7 +72,7 @@ class connection {
               first = m;
               break;
             }
-          start_read(first, io_handler(std::move(handler)));
+          start_read(first, io_handler(net::bind_allocator(net::recycling_allocator<void>(), std::move(handler))));
         },
         token, buffers);
   }
@@ -82,7 +85,7 @@ class connection {
           std::size_t n = 0;
           for (auto it = net::buffer_sequence_begin(b); it != net::buffer_sequence_end(b) && n < max_gather; ++it)
             if (net::const_buffer c(*it); c.size() > 0) gathered[n++] = c;
-          start_write(gathered, io_handler(std::move(handler)));
+          start_write(gathered, io_handler(net::bind_allocator(net::recycling_allocator<void>(), std::move(handler))));
         },
         token, buffers);
   }

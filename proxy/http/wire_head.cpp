@@ -1,0 +1,89 @@
+#include "proxy/http/wire_head.hpp"
+
+#include "proxy/http/hop_by_hop.hpp"
+
+#include <charconv>
+
+namespace rebound::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+void append_version(std::string& out, unsigned version) {
+  out += "HTTP/";
+  out += static_cast<char>('0' + version / 10);
+  out += '.';
+  out += static_cast<char>('0' + version % 10);
+}
+
+void append_fields(std::string& out, const bhttp::fields& f) {
+  for (auto const& field : f) {
+    auto const name = field.name_string();
+    auto const value = field.value();
+    out.append(name.data(), name.size());
+    out += ": ";
+    out.append(value.data(), value.size());
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
+/// Room for the start line and typical fields, so a head is built in one allocation.
+std::size_t head_estimate(const bhttp::fields& f) {
+  std::size_t n = 64;
+  for (auto const& field : f) n += field.name_string().size() + field.value().size() + 4;
+  return n;
+}
+
+}  // namespace
+
+void append_head(std::string& out, const bhttp::request_header<>& h) {
+  auto const method = h.method_string();
+  auto const target = h.target();
+  out.reserve(out.size() + head_estimate(h) + method.size() + target.size());
+  out.append(method.data(), method.size());
+  out += ' ';
+  out.append(target.data(), target.size());
+  out += ' ';
+  append_version(out, h.version());
+  out += "\r\n";
+  append_fields(out, h);
+}
+
+void append_head(std::string& out, const bhttp::response_header<>& h) {
+  out.reserve(out.size() + head_estimate(h) + 32);
+  append_version(out, h.version());
+  out += ' ';
+  std::array<char, 8> code{};
+  auto const status = h.result_int();
+  auto const [end, ec] = std::to_chars(code.data(), code.data() + code.size(), status);
+  out.append(code.data(), end);
+  out += ' ';
+  auto reason = h.reason();
+  if (reason.empty()) reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  out.append(reason.data(), reason.size());
+  out += "\r\n";
+  append_fields(out, h);
+}
+
+std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n) {
+  auto const [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size() - 2, n, 16);
+  end[0] = '\r';
+  end[1] = '\n';
+  return {buf.data(), static_cast<std::size_t>(end + 2 - buf.data())};
+}
+
+std::string last_chunk_with(const bhttp::fields& trailers) {
+  std::string out = "0\r\n";
+  for (auto const& f : trailers) {
+    if (!forwardable_trailer(f.name(), f.name_string())) continue;
+    out.append(f.name_string().data(), f.name_string().size());
+    out += ": ";
+    out.append(f.value().data(), f.value().size());
+    out += "\r\n";
+  }
+  out += "\r\n";
+  return out;
+}
+
+}  // namespace rebound::http
