@@ -4,6 +4,7 @@
 -- HTTP_PROXY does: "GET http://127.0.0.1:NGINXPORT/ HTTP/1.1" + "Host: 127.0.0.1:NGINXPORT",
 -- to the proxy address given to wrk on its command line.
 -- BENCH_TARGET_URL unset (direct run): plain origin-form requests to the URL given to wrk.
+-- BENCH_POST_FILE set: every request is a POST with that file's bytes as its body.
 --
 -- done() prints one machine-readable line (latencies in microseconds, from the same
 -- histogram `wrk --latency` prints) that run.sh parses, so no unit parsing of "1.23ms".
@@ -11,6 +12,14 @@ local target = os.getenv("BENCH_TARGET_URL")
 if target and target ~= "" then
   wrk.path = target
   wrk.headers["Host"] = target:match("^%a+://([^/]+)")
+end
+local post = os.getenv("BENCH_POST_FILE")
+if post and post ~= "" then
+  local f = assert(io.open(post, "rb"))
+  wrk.method = "POST"
+  wrk.body = f:read("*a")
+  f:close()
+  wrk.headers["Content-Type"] = "application/octet-stream"
 end
 
 function done(summary, latency, requests)
