@@ -173,8 +173,9 @@ http {
   client_body_buffer_size 128k;
   client_max_body_size 1m;
   server {
-    listen 127.0.0.1:$NGINX_PORT;
-    listen 127.0.0.1:$NGINX_TLS_PORT ssl;
+    # backlog: 1,000 connections at once overflow nginx's default 511 (SYN drops, 1 s retries).
+    listen 127.0.0.1:$NGINX_PORT backlog=4096;
+    listen 127.0.0.1:$NGINX_TLS_PORT ssl backlog=4096;
     ssl_certificate $tmp/tls/cert.pem;
     ssl_certificate_key $tmp/tls/key.pem;
     ssl_session_cache shared:tls:1m;

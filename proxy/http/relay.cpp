@@ -10,11 +10,13 @@
 #include <boost/beast/http/write.hpp>
 
 #include <array>
+#include <optional>
 
 namespace rebound::http {
 namespace {
 
-constexpr std::size_t chunk_size = relay_buffers::size;
+/// A body that has streamed this much moves to a large buffer.
+constexpr std::uint64_t large_after = 2 * relay_buffers::small_size;
 
 /** One write of what is ready to go: the head if it has not gone yet, then body bytes in the
     outgoing framing (a chunk, or as they are), then the end of a chunked body when `last`.
@@ -56,11 +58,17 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
                                    std::chrono::milliseconds idle, std::string_view prefix, const body_pace* pace,
                                    relay_buffers* buffers) {
   std::uint64_t received = prefix.size();
-  auto chunk = relay_buffers::take_from(buffers);
+  std::optional<relay_buffers::lease> chunk;
+  chunk.emplace(relay_buffers::take_from(buffers, relay_buffers::small_size));
   auto& body = p.get().body();
   // Reads as large as the chunk: a fresh buffer would otherwise read 512 bytes at a time
-  // (Beast sizes a read by the buffer's free capacity).
-  if (buffer.capacity() < chunk_size) buffer.reserve(chunk_size);
+  // (Beast sizes a read by the buffer's free capacity). Not when the whole body is already
+  // buffered, as a small response's is once its head was read: growing the buffer would be
+  // an allocation and a copy per request for nothing.
+  auto const left = p.content_length_remaining();
+  if (buffer.capacity() < relay_buffers::small_size && buffer.max_size() >= relay_buffers::small_size &&
+      !(left && *left <= buffer.size()))
+    buffer.reserve(relay_buffers::small_size);
   // The outgoing framing is what the fields the caller set say.
   bool const chunked_out = p.get().chunked();
   outgoing_piece out;
@@ -85,8 +93,13 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
   for (;;) {
     std::string_view data;
     if (!p.is_done()) {
-      body.data = chunk.data();
-      body.size = chunk_size;
+      if (received > large_after && chunk->size() < relay_buffers::large_size) {
+        chunk.reset();
+        chunk.emplace(relay_buffers::take_from(buffers, relay_buffers::large_size));
+        if (buffer.max_size() >= relay_buffers::large_size) buffer.reserve(relay_buffers::large_size);
+      }
+      body.data = chunk->data();
+      body.size = chunk->size();
       if (pace)
         from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
       else
@@ -102,10 +115,10 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
         ec = eof_ec ? error_code(bhttp::error::partial_message) : error_code{};
       }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
-      auto const got = chunk_size - body.size;
+      auto const got = chunk->size() - body.size;
       received += got;
       if (got == 0 && !p.is_done()) continue;  // only framing was parsed
-      data = std::string_view(chunk.data(), got);
+      data = std::string_view(chunk->data(), got);
     }
     bool const last = p.is_done();
     auto [ec, n] = co_await send(data, last);
@@ -116,19 +129,21 @@ net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
 
 }  // namespace
 
-relay_buffers::lease relay_buffers::take() {
-  if (spare_.empty()) return lease(this, std::make_unique<buffer>());
-  auto b = std::move(spare_.back());
-  spare_.pop_back();
-  return lease(this, std::move(b));
+relay_buffers::lease relay_buffers::take(std::size_t size) {
+  auto& spare = spares(size);
+  if (spare.empty()) return lease(this, std::make_unique_for_overwrite<char[]>(size), size);
+  auto b = std::move(spare.back());
+  spare.pop_back();
+  return lease(this, std::move(b), size);
 }
 
-relay_buffers::lease relay_buffers::take_from(relay_buffers* pool) {
-  return pool ? pool->take() : lease(nullptr, std::make_unique<buffer>());
+relay_buffers::lease relay_buffers::take_from(relay_buffers* pool, std::size_t size) {
+  return pool ? pool->take(size) : lease(nullptr, std::make_unique_for_overwrite<char[]>(size), size);
 }
 
-void relay_buffers::give_back(std::unique_ptr<buffer> b) {
-  if (spare_.size() < max_spare) spare_.push_back(std::move(b));
+void relay_buffers::give_back(std::unique_ptr<char[]> b, std::size_t size) {
+  auto& spare = spares(size);
+  if (spare.size() < max_spare) spare.push_back(std::move(b));
 }
 
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp::response_header<>& head,
