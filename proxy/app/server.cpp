@@ -22,8 +22,10 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <sstream>
@@ -109,6 +111,19 @@ void start_session(worker& w, const http::session_context& ctx, tcp::socket sock
 /// Connections taken at once, without waiting, after each accept that waited.
 constexpr int accept_batch = 64;
 
+/** How many more connections to take at once after the one on descriptor `fd` (descriptors
+    are numbered lowest free first, so `fd` is about how many are in use). Each client may
+    need an upstream connection too: while descriptors are short, a batch would take the
+    ones its own requests need and answer them 503 `overloaded`, so it takes at most an
+    eighth of what is left, and none near the limit. */
+int accept_room(int fd) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return accept_batch - 1;
+  auto const used = static_cast<rlim_t>(fd < 0 ? 0 : fd);
+  auto const left = lim.rlim_cur > used ? lim.rlim_cur - used : 0;
+  return static_cast<int>(std::min<rlim_t>(accept_batch - 1, left / 8));
+}
+
 net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx) {
   // The batch below must not block: a queue found empty answers would_block.
   error_code nb_ec;
@@ -123,12 +138,13 @@ net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::sessi
       co_await pause.async_wait(use_tuple);
       continue;
     }
+    int const room = nb_ec ? 0 : accept_room(socket.native_handle());
     start_session(w, ctx, std::move(socket));
     // One accept per turn of the scheduler let a burst of 1,000 connects wait behind every
     // other ready handler for each one: clients connected at once waited seconds for their
     // first byte (bench/run.sh c1000: wrk timeouts, p99 ~1 s). Whatever else is queued is
     // taken now, as HAProxy's maxaccept does.
-    for (int i = 1; i < accept_batch && !nb_ec; ++i) {
+    for (int i = 0; i < room; ++i) {
       error_code aec;
       tcp::socket more(w.ioc);
       acceptor.accept(more, aec);
