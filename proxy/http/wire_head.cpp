@@ -16,31 +16,29 @@ void append_version(std::string& out, unsigned version) {
   out += static_cast<char>('0' + version % 10);
 }
 
-void append_fields(std::string& out, const bhttp::fields& f) {
-  for (auto const& field : f) {
-    auto const name = field.name_string();
-    auto const value = field.value();
-    out.append(name.data(), name.size());
-    out += ": ";
-    out.append(value.data(), value.size());
-    out += "\r\n";
-  }
+void append_field(std::string& out, const bhttp::fields::value_type& field) {
+  auto const name = field.name_string();
+  auto const value = field.value();
+  out.append(name.data(), name.size());
+  out += ": ";
+  out.append(value.data(), value.size());
   out += "\r\n";
 }
 
-/// Room for the start line and typical fields, so a head is built in one allocation.
-std::size_t head_estimate(const bhttp::fields& f) {
-  std::size_t n = 64;
-  for (auto const& field : f) n += field.name_string().size() + field.value().size() + 4;
-  return n;
+void append_fields(std::string& out, const bhttp::fields& f) {
+  for (auto const& field : f) append_field(out, field);
+  out += "\r\n";
 }
+
+/// Most heads fit at once; a larger one grows the string once or twice.
+constexpr std::size_t typical_head = 512;
 
 }  // namespace
 
 void append_head(std::string& out, const bhttp::request_header<>& h) {
   auto const method = h.method_string();
   auto const target = h.target();
-  out.reserve(out.size() + head_estimate(h) + method.size() + target.size());
+  out.reserve(out.size() + typical_head + target.size());
   out.append(method.data(), method.size());
   out += ' ';
   out.append(target.data(), target.size());
@@ -51,7 +49,7 @@ void append_head(std::string& out, const bhttp::request_header<>& h) {
 }
 
 void append_head(std::string& out, const bhttp::response_header<>& h) {
-  out.reserve(out.size() + head_estimate(h) + 32);
+  out.reserve(out.size() + typical_head);
   append_version(out, h.version());
   out += ' ';
   std::array<char, 8> code{};
@@ -75,13 +73,8 @@ std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n) {
 
 std::string last_chunk_with(const bhttp::fields& trailers) {
   std::string out = "0\r\n";
-  for (auto const& f : trailers) {
-    if (!forwardable_trailer(f.name(), f.name_string())) continue;
-    out.append(f.name_string().data(), f.name_string().size());
-    out += ": ";
-    out.append(f.value().data(), f.value().size());
-    out += "\r\n";
-  }
+  for (auto const& f : trailers)
+    if (forwardable_trailer(f.name(), f.name_string())) append_field(out, f);
   out += "\r\n";
   return out;
 }
