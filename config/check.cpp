@@ -24,7 +24,7 @@ std::vector<policy_finding> check_policy(const policy& p) {
                    "R-6", true});
   if (p.total_timeout > max_total_timeout(p.context))
     out.push_back({"total_timeout",
-                   p.context == context_kind::sync ? "a sync total_timeout may not exceed 30s"
+                   !hands_over_calls(p.context) ? "a sync or grpc total_timeout may not exceed 30s"
                                                    : "total_timeout may not exceed 24h",
                    "R-3", false});
   if (p.total_timeout.count() == 0)
@@ -42,7 +42,7 @@ std::vector<policy_finding> check_policy(const policy& p) {
       break;
     }
   }
-  if (!p.dead_letter && p.context != context_kind::sync)
+  if (!p.dead_letter && hands_over_calls(p.context))
     out.push_back({"dead_letter",
                    "an async, webhook or batch call that cannot be dead-lettered is lost when its retries run out",
                    "R-8", false});

@@ -90,7 +90,12 @@ struct request_limits {
   std::size_t max_unknown_hosts = 100;
 };
 
-enum class context_kind { sync, async, webhook, batch };
+/// R-2's contexts. `grpc` is a gRPC unary call: R-2's own row, R-3's synchronous cap.
+enum class context_kind { sync, async, webhook, batch, grpc };
+/// Whether a call of this context is handed over (stored, answered 202, delivered later).
+inline bool hands_over_calls(context_kind c) {
+  return c == context_kind::async || c == context_kind::webhook || c == context_kind::batch;
+}
 enum class jitter_kind { full, decorrelated };
 
 struct backoff_policy {

@@ -74,6 +74,8 @@ std::string_view to_string(context_kind c) {
       return "webhook";
     case context_kind::batch:
       return "batch";
+    case context_kind::grpc:
+      return "grpc";
   }
   return "sync";
 }

@@ -680,8 +680,9 @@ class reader : public yaml_reader {
     if (s == "async") return parsed<context_kind>::ok(context_kind::async);
     if (s == "webhook") return parsed<context_kind>::ok(context_kind::webhook);
     if (s == "batch") return parsed<context_kind>::ok(context_kind::batch);
+    if (s == "grpc") return parsed<context_kind>::ok(context_kind::grpc);
     return parsed<context_kind>::fail("invalid context \"" + std::string(s) +
-                                      "\" (expected sync, async, webhook or batch)");
+                                      "\" (expected sync, async, webhook, batch or grpc)");
   }
 
   static parsed<jitter_kind> parse_jitter(std::string_view s) {
@@ -861,11 +862,11 @@ bool inbound_settings::needs_store() const {
 }
 
 bool config::hands_over() const {
-  if (store.configured || defaults.context != context_kind::sync) return true;
+  if (store.configured || hands_over_calls(defaults.context)) return true;
   for (auto const& d : dependencies) {
-    if (d.effective.context != context_kind::sync) return true;
+    if (hands_over_calls(d.effective.context)) return true;
     for (auto const& r : d.routes)
-      if (r.effective.context != context_kind::sync) return true;
+      if (hands_over_calls(r.effective.context)) return true;
   }
   return false;
 }

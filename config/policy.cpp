@@ -15,7 +15,8 @@ unsigned builtin_max_retries(context_kind c) {
 }
 
 duration builtin_total_timeout(context_kind c) {
-  return c == context_kind::sync || c == context_kind::batch ? duration(std::chrono::seconds(30))
+  return c == context_kind::sync || c == context_kind::batch || c == context_kind::grpc
+             ? duration(std::chrono::seconds(30))
                                                              : duration(std::chrono::hours(24));
 }
 
@@ -37,7 +38,8 @@ retry_range allowed_retries(context_kind c) {
 }
 
 duration max_total_timeout(context_kind c) {
-  return c == context_kind::sync ? duration(std::chrono::seconds(30)) : duration(std::chrono::hours(24));
+  return c == context_kind::sync || c == context_kind::grpc ? duration(std::chrono::seconds(30))
+                                                            : duration(std::chrono::hours(24));
 }
 
 }  // namespace rebound::config

@@ -39,11 +39,6 @@ struct next_state {
   std::string reason;  ///< why it was dead-lettered
 };
 
-std::string outcome_name(const retry::attempt_outcome& o) {
-  if (o.status) return "http_" + std::to_string(*o.status);
-  return std::string(http::to_string(*o.error));
-}
-
 /** R-1..R-5 through the one decision: the attempt number is the task's, the deadline is R-3's
     total time counted from when the task was accepted. */
 next_state judge(const config::policy& policy, const store::retry_task& task, const retry::attempt_outcome& outcome,
@@ -65,7 +60,7 @@ next_state judge(const config::policy& policy, const store::retry_task& task, co
   auto const& s = std::get<retry::stop>(d);
   if (s.reason == retry::stop_reason::final && outcome.status && *outcome.status < 400)
     return {store::task_status::succeeded, wall_now, {}};
-  std::string reason = s.reason == retry::stop_reason::final ? outcome_name(outcome) : std::string(to_string(s.reason));
+  std::string reason = s.reason == retry::stop_reason::final ? retry::outcome_name(outcome) : std::string(to_string(s.reason));
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 

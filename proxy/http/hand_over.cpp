@@ -79,7 +79,7 @@ bool wants_hand_over(const session_context& ctx, const request_parser& parser, c
   // A route that may not dead-letter never hands over: what its delivery gave up on would be
   // lost. RFC 7240 lets it answer a respond-async preference synchronously.
   if (!ctx.store || !policy.dead_letter) return false;
-  return policy.context != config::context_kind::sync || prefers_async(parser.get());
+  return config::hands_over_calls(policy.context) || prefers_async(parser.get());
 }
 
 net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,

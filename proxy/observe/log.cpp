@@ -145,6 +145,7 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
   line += ",\"event\":";
   append_json_string(line, name);
   for (auto const& f : fields) {
+    if (std::holds_alternative<std::monostate>(f.value)) continue;
     line += ',';
     append_json_string(line, f.key);
     line += ':';
@@ -155,6 +156,8 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
             append_json_string(line, v);
           else if constexpr (std::is_same_v<T, bool>)
             line += v ? "true" : "false";
+          else if constexpr (std::is_same_v<T, std::monostate>)
+            return;
           else
             line += std::to_string(v);
         },

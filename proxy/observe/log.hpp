@@ -13,6 +13,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -21,7 +22,8 @@ namespace rebound::observe {
 
 struct field {
   std::string_view key;
-  std::variant<std::string_view, long long, double, bool> value;
+  /// monostate: the field is left out of the line (a gRPC field on an HTTP/1.1 request).
+  std::variant<std::string_view, long long, double, bool, std::monostate> value;
   field(std::string_view k, std::string_view v) : key(k), value(v) {}
   field(std::string_view k, const char* v) : key(k), value(std::string_view(v)) {}
   field(std::string_view k, const std::string& v) : key(k), value(std::string_view(v)) {}
@@ -29,6 +31,10 @@ struct field {
   field(std::string_view k, I v) : key(k), value(static_cast<long long>(v)) {}
   field(std::string_view k, double v) : key(k), value(v) {}
   field(std::string_view k, bool v) : key(k), value(v) {}
+  field(std::string_view k, std::optional<std::string_view> v)
+      : key(k), value(v ? decltype(value)(*v) : decltype(value)(std::monostate{})) {}
+  field(std::string_view k, std::optional<unsigned> v)
+      : key(k), value(v ? decltype(value)(static_cast<long long>(*v)) : decltype(value)(std::monostate{})) {}
 };
 
 class batch_sink;

@@ -10,7 +10,7 @@ struct name_of {
   std::string_view name;
   retry_on::cls c;
 };
-constexpr std::array<name_of, 11> retryable_names{{
+constexpr std::array<name_of, 15> retryable_names{{
     {"408", retry_on::cls::s408},
     {"429", retry_on::cls::s429},
     {"500", retry_on::cls::s500},
@@ -22,11 +22,17 @@ constexpr std::array<name_of, 11> retryable_names{{
     {"timeout", retry_on::cls::timeout},
     {"dns_failure", retry_on::cls::dns_failure},
     {"tls_handshake_timeout", retry_on::cls::tls_handshake_timeout},
+    {"grpc_unavailable", retry_on::cls::grpc_unavailable},
+    {"grpc_deadline_exceeded", retry_on::cls::grpc_deadline_exceeded},
+    {"grpc_resource_exhausted", retry_on::cls::grpc_resource_exhausted},
+    {"grpc_aborted", retry_on::cls::grpc_aborted},
 }};
 
 /// R-4's non-retryable column, spelled as a config entry would name it.
-constexpr std::array<std::string_view, 8> final_names{
-    "400", "401", "403", "404", "409", "422", "tls_certificate", "auth_refresh_failed"};
+constexpr std::array<std::string_view, 13> final_names{
+    "400", "401", "403", "404", "409", "422", "tls_certificate", "auth_refresh_failed",
+    "grpc_invalid_argument", "grpc_not_found", "grpc_permission_denied", "grpc_unauthenticated",
+    "grpc_unimplemented"};
 
 }  // namespace
 
@@ -53,11 +59,26 @@ retry_on::parse_result retry_on::parse(std::string_view entry) {
   return {std::nullopt,
           "unknown retry class \"" + std::string(entry) +
               "\" (expected one of 408, 429, 500, 502, 503, 504, connect_refused, connect_reset, timeout, "
-              "dns_failure, tls_handshake_timeout)"};
+              "dns_failure, tls_handshake_timeout, grpc_unavailable, grpc_deadline_exceeded, grpc_resource_exhausted, "
+              "grpc_aborted)"};
 }
 
 std::optional<retry_on::cls> retryable_class(const attempt_outcome& o) {
   using c = retry_on::cls;
+  if (o.grpc_status) {
+    switch (*o.grpc_status) {
+      case 14:
+        return c::grpc_unavailable;
+      case 4:
+        return c::grpc_deadline_exceeded;
+      case 8:
+        return c::grpc_resource_exhausted;
+      case 10:
+        return c::grpc_aborted;
+      default:
+        return std::nullopt;  // OK, and R-4's final column: INVALID_ARGUMENT, NOT_FOUND, ...
+    }
+  }
   if (o.status) {
     switch (*o.status) {
       case 408:
@@ -94,8 +115,16 @@ std::optional<retry_on::cls> retryable_class(const attempt_outcome& o) {
   }
 }
 
+std::string outcome_name(const attempt_outcome& o) {
+  if (o.grpc_status) return "grpc_" + std::to_string(*o.grpc_status);
+  if (o.status) return "http_" + std::to_string(*o.status);
+  return o.error ? std::string(to_string(*o.error)) : std::string("none");
+}
+
 verdict classify(const attempt_outcome& o, const retry_on& allowed) {
   if (auto c = retryable_class(o)) return allowed.contains(*c) ? verdict::retryable : verdict::final;
+  // A gRPC call fails with HTTP 200: only its grpc-status says how it went.
+  if (o.grpc_status) return *o.grpc_status == 0 ? verdict::success : verdict::final;
   if (o.status && *o.status < 400) return verdict::success;
   if (o.status) return verdict::final;  // 4xx/5xx outside the table: the upstream's answer stands
   return verdict::final;

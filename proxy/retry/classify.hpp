@@ -5,6 +5,7 @@
 
 #include <bitset>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -12,8 +13,13 @@ namespace rebound::retry {
 
 /// What one attempt produced: an upstream status, or rebound's own error type.
 struct attempt_outcome {
+  attempt_outcome(std::optional<unsigned> s = std::nullopt, std::optional<error_type> e = std::nullopt,
+                  std::optional<unsigned> g = std::nullopt)
+      : status(s), error(e), grpc_status(g) {}
   std::optional<unsigned> status;   ///< set when a response head arrived
   std::optional<error_type> error;  ///< set when no response arrived
+  /// A gRPC call's `grpc-status` (trailers, or a trailers-only head); it decides, not `status`.
+  std::optional<unsigned> grpc_status;
 };
 
 enum class verdict {
@@ -25,7 +31,8 @@ enum class verdict {
 /** The retryable classes of R-4, as a set a route's `retry_on` may narrow. Named by the
     config spelling: `408`, `429`, `500`, `502`, `503`, `504`, `connect_refused`,
     `connect_reset`, `timeout` (socket, connect or attempt timeout), `dns_failure`,
-    `tls_handshake_timeout`. */
+    `tls_handshake_timeout`, and R-4's gRPC column: `grpc_unavailable` (14),
+    `grpc_deadline_exceeded` (4), `grpc_resource_exhausted` (8), `grpc_aborted` (10). */
 class retry_on {
  public:
   enum class cls {
@@ -40,6 +47,10 @@ class retry_on {
     timeout,
     dns_failure,
     tls_handshake_timeout,
+    grpc_unavailable,
+    grpc_deadline_exceeded,
+    grpc_resource_exhausted,
+    grpc_aborted,
     count
   };
 
@@ -69,6 +80,10 @@ class retry_on {
 
 /// The class an outcome belongs to, if it is one of R-4's retryable ones.
 std::optional<retry_on::cls> retryable_class(const attempt_outcome& o);
+
+/** How logs and dead letters name an outcome: `http_503`, `grpc_14`, or the error type
+    (`connect_refused`). */
+std::string outcome_name(const attempt_outcome& o);
 
 /// R-4 applied through the route's `retry_on`.
 verdict classify(const attempt_outcome& o, const retry_on& allowed);

@@ -19,7 +19,12 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
           : decorrelated_jitter(f.previous_wait.count() > 0 ? f.previous_wait : policy.backoff.base,
                                 policy.backoff.base, policy.backoff.cap, f.u);
   std::optional<duration> retry_after;
-  if (f.retry_after) retry_after = parse_retry_after(*f.retry_after, f.wall_now);
+  if (f.grpc_pushback) {
+    retry_after = parse_grpc_pushback(*f.grpc_pushback);
+    if (!retry_after) return stop{stop_reason::pushback_refused, {}, {}};
+  } else if (f.retry_after) {
+    retry_after = parse_retry_after(*f.retry_after, f.wall_now);
+  }
   auto const remaining = std::chrono::duration_cast<duration>(f.deadline - f.now);
   auto const plan = plan_wait(backoff, retry_after, remaining, std::min(policy.attempt_timeout, min_attempt_time));
   if (!plan.retry) {
@@ -47,6 +52,8 @@ std::string_view to_string(stop_reason r) {
       return "deadline_exceeded";
     case stop_reason::credential_expired:
       return "credential_expired";
+    case stop_reason::pushback_refused:
+      return "pushback_refused";
   }
   return "final";
 }

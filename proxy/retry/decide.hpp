@@ -22,6 +22,8 @@ namespace rebound::retry {
 struct attempt_facts {
   attempt_outcome outcome;                      ///< the status, or rebound's error type
   std::optional<std::string_view> retry_after;  ///< the response's Retry-After value, if it had one
+  /// A gRPC answer's grpc-retry-pushback-ms, if it had one: R-5 for gRPC.
+  std::optional<std::string_view> grpc_pushback;
   unsigned attempts = 1;                        ///< attempts made so far, this one included
   bool may_repeat = true;                       ///< R-6 (and a kept body) allow sending it again
   duration previous_wait{0};                    ///< the last wait (decorrelated jitter); 0 before the first retry
@@ -46,6 +48,7 @@ enum class stop_reason {
   retry_after_beyond_deadline,  ///< R-5
   deadline,                     ///< R-3: no time left for another attempt
   credential_expired,           ///< R-9: the request's own credential would be expired at the retry
+  pushback_refused,             ///< a gRPC server's pushback said not to retry (negative or malformed)
 };
 
 struct stop {

@@ -14,11 +14,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-std::string outcome_name(const attempt_outcome& o) {
-  if (o.status) return "http_" + std::to_string(*o.status);
-  return std::string(http::to_string(*o.error));
-}
-
 /** What the loop carries from attempt to attempt. The coroutine keeps only this and a few
     locals in its frame; everything between two attempts runs in plain functions, so their
     temporaries (log fields, strings) live on the stack and not in every waiting request's
@@ -33,7 +28,7 @@ struct loop_state {
   clock::time_point total_deadline;
   unsigned max_attempts;
   duration previous_wait;
-  loop_result result;
+  attempts_result result;
 };
 
 /// Whether another attempt follows, and after how long.
@@ -46,8 +41,8 @@ struct next_step {
 /** Everything between an attempt and the next one, but the wait: `decide` (R-1 to R-6,
     R-9's expiry), then the effects it leaves to the loop: the breaker's record, a drain,
     R-7's budget (asked last, so only a retry that would really go spends it), the logs. */
-next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failure> failure,
-                           const upstream::exchange* ex, clock::time_point attempt_start, bool draining) {
+next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time_point attempt_start, bool draining) {
+  auto& failure = summary.failure;
   auto& result = st.result;
   auto const& facts = st.facts;
   auto const& policy = st.policy;
@@ -56,8 +51,7 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
   if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
     failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
-  attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type}
-                                          : attempt_outcome{ex->response->get().result_int(), std::nullopt};
+  attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
   result.failure = failure;
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start);
   st.observer.attempt_done({result.attempts, outcome, took});
@@ -66,10 +60,9 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
 
   attempt_facts af;
   af.outcome = outcome;
-  if (ex) {
-    auto const& h = ex->response->get();
-    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
-      af.retry_after = std::string_view(it->value().data(), it->value().size());
+  if (!failure) {
+    af.retry_after = summary.retry_after;
+    af.grpc_pushback = summary.grpc_pushback;
   }
   af.attempts = result.attempts;
   af.may_repeat = facts.may_retry;
@@ -144,6 +137,8 @@ next_step between_attempts(loop_state& st, std::optional<upstream::attempt_failu
                                 {"method", facts.method},
                                 {"path", facts.path},
                                 {"status", outcome.status.value_or(0)},
+                                {"grpc_status", outcome.grpc_status},
+                                {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
                                 {"duration_ms", static_cast<long long>(took.count() / 1000)}});
   return {true, go.wait, failure ? std::string() : outcome_name(outcome)};
 }
@@ -205,11 +200,9 @@ attempt_observer& silent_observer() {
   return o;
 }
 
-net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
-                                           upstream::pool& pool, upstream::destination to,
-                                           upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, loop_hooks hooks) {
+net::awaitable<attempts_result> run_attempts(const config::policy& policy, const request_facts& facts,
+                                             attempt_runner& attempt, std::mt19937_64& rng, const observe::logger& log,
+                                             loop_hooks hooks) {
   loop_state st{policy,
                 facts,
                 log,
@@ -220,25 +213,20 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                 1 + (facts.may_retry ? policy.max_retries : 0),
                 duration{0},
                 {}};
+  if (facts.deadline) st.total_deadline = std::min(st.total_deadline, *facts.deadline);
 
   for (;;) {
     ++st.result.attempts;
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
-    auto attempt = co_await upstream::run_attempt(pool, to, req, body, is_head, attempt_deadline);
-    std::optional<upstream::attempt_failure> failure;
-    if (attempt)
-      st.result.response = std::move(*attempt);
-    else
-      failure = std::move(attempt.error());
-    auto const step = between_attempts(st, std::move(failure), st.result.response.get(), attempt_start,
-                                       hooks.draining && *hooks.draining);
+    auto summary = co_await attempt.run(attempt_deadline);
+    auto const step = between_attempts(st, summary, attempt_start, hooks.draining && *hooks.draining);
     if (!step.retry) co_return std::move(st.result);
 
     // The failed attempt's response is dropped with its connection and its buffers: reading
     // its body only to throw it away would spend the time the loop has left, and a request
     // waiting for its retry holds no I/O memory.
-    st.result.response.reset();
+    attempt.drop();
     net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_after(step.wait);
     std::shared_ptr<client_watch> watch;
@@ -246,18 +234,24 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       watch = std::make_shared<client_watch>(client_watch{&timer});
       client_watch::start(watch, *hooks.client);
     }
-    auto [ec] = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
-    // Asio leaves the wait's cancellation handler in the slot, pointing at this timer: a drain
-    // emitting after the timer is gone would reach freed memory.
-    if (hooks.drain.is_connected()) hooks.drain.clear();
+    error_code ec;
+    if (hooks.drain.is_connected()) {
+      std::tie(ec) = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
+      // Asio leaves the wait's cancellation handler in the slot, pointing at this timer: a
+      // drain emitting after the timer is gone would reach freed memory.
+      if (hooks.drain.is_connected()) hooks.drain.clear();
+    } else {
+      std::tie(ec) = co_await timer.async_wait(use_tuple);
+    }
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
       log_client_gone(st);
       co_return std::move(st.result);
     }
     if (ended == wait_end::cancelled) {
-      // A drain cut the wait short. The failed attempt's response went with its
-      // connection, so the client learns what it was from the message.
+      // A drain (or, for a gRPC stream, the client's reset) cut the wait short. The failed
+      // attempt's response went with its connection, so the client learns what it was from
+      // the message.
       if (!st.result.failure)
         st.result.failure =
             upstream::attempt_failure{error_type::deadline_exceeded,
@@ -265,6 +259,58 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
       co_return std::move(st.result);
     }
   }
+}
+
+namespace {
+
+/// An HTTP/1.1 attempt: upstream::run_attempt, keeping the response head it returns.
+class http1_attempt final : public attempt_runner {
+ public:
+  http1_attempt(upstream::pool& pool, upstream::destination to,
+                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head)
+      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head) {}
+
+  net::awaitable<attempt_summary> run(clock::time_point deadline) override {
+    auto attempt = co_await upstream::run_attempt(pool_, to_, req_, body_, is_head_, deadline);
+    attempt_summary s;
+    if (!attempt) {
+      s.failure = std::move(attempt.error());
+      co_return s;
+    }
+    response = std::move(*attempt);
+    auto const& h = response->response->get();
+    s.outcome.status = h.result_int();
+    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
+      s.retry_after = std::string_view(it->value().data(), it->value().size());
+    co_return s;
+  }
+  void drop() override { response.reset(); }
+
+  std::unique_ptr<upstream::exchange> response;
+
+ private:
+  upstream::pool& pool_;
+  upstream::destination to_;
+  upstream::bhttp::request<upstream::bhttp::buffer_body>& req_;
+  std::string_view body_;
+  bool is_head_;
+};
+
+}  // namespace
+
+net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
+                                           upstream::pool& pool, upstream::destination to,
+                                           upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
+                                           std::string_view body, bool is_head, std::mt19937_64& rng,
+                                           const observe::logger& log, loop_hooks hooks) {
+  http1_attempt attempt(pool, to, req, body, is_head);
+  auto r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
+  loop_result out;
+  out.attempts = r.attempts;
+  out.failure = std::move(r.failure);
+  out.client_gone = r.client_gone;
+  if (!out.failure && !out.client_gone) out.response = std::move(attempt.response);
+  co_return out;
 }
 
 }  // namespace rebound::retry

@@ -19,11 +19,14 @@ struct request_facts {
   std::string_view why_not;  ///< for the log, when !may_retry
   std::string_view dependency;
   std::string_view method;
-  std::string_view path;  ///< without the query (R-9)
+  std::string_view path;  ///< without the query (R-9); a gRPC call's is its method
+  bool grpc = false;      ///< a gRPC call: its logs name grpc_method and grpc_status
   std::string_view correlation_id;
   std::string_view idempotency_key;
   /// The `exp` of the request's own bearer JWT: no retry is sent once it has passed.
   std::optional<std::chrono::system_clock::time_point> credential_expires;
+  /// A deadline the caller gave (gRPC's grpc-timeout), when it comes before total_timeout's.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 /// What the loop shares with the session and the dependency. Null members are not used.
@@ -41,6 +44,40 @@ struct loop_result {
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
 };
+
+/// One attempt as the decision reads it: what came back, and the waits the upstream asked for.
+struct attempt_summary {
+  std::optional<upstream::attempt_failure> failure;  ///< set when no response came back
+  attempt_outcome outcome;                           ///< the response's status (and grpc-status)
+  std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
+  std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
+};
+
+/** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over
+    HTTP/2 (grpc/) each implement it; the loop around it, and with it every rule of the
+    standard, is written once. The views of a summary stay valid until `drop` or the next run. */
+class attempt_runner {
+ public:
+  virtual ~attempt_runner() = default;
+  /// One attempt, bounded by `deadline` (the attempt timeout or the loop's deadline).
+  virtual net::awaitable<attempt_summary> run(std::chrono::steady_clock::time_point deadline) = 0;
+  /// Lets go of the last attempt's response: it will not be returned, and a request waiting
+  /// for its retry holds no connection or buffers.
+  virtual void drop() = 0;
+};
+
+struct attempts_result {
+  unsigned attempts = 0;
+  std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
+  bool client_gone = false;                          ///< the client hung up during a backoff
+};
+
+/** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,
+    R-9's expiry). Without `hooks.drain`, the backoff wait is cancelled through the calling
+    coroutine's own cancellation slot. */
+net::awaitable<attempts_result> run_attempts(const config::policy& policy, const request_facts& facts,
+                                             attempt_runner& attempt, std::mt19937_64& rng, const observe::logger& log,
+                                             loop_hooks hooks);
 
 /** Runs attempts until one is final, retries are exhausted, or time is up; returns the last
     response head, or why there is none. */

@@ -128,3 +128,18 @@ wait_plan plan_wait(duration backoff, std::optional<duration> retry_after, durat
 }
 
 }  // namespace rebound::retry
+
+namespace rebound::retry {
+
+std::optional<duration> parse_grpc_pushback(std::string_view value) {
+  value = trim(value);
+  if (value.empty() || !std::isdigit(static_cast<unsigned char>(value.front()))) return std::nullopt;
+  std::uint64_t ms = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+  if (end != value.data() + value.size()) return std::nullopt;
+  // As for Retry-After: an absurd wait is one past any deadline, not a reason to retry now.
+  if (ec == std::errc::result_out_of_range || ms > ten_years * 1000) ms = ten_years * 1000;
+  return duration(static_cast<duration::rep>(ms));
+}
+
+}  // namespace rebound::retry

@@ -16,6 +16,10 @@ using duration = std::chrono::milliseconds;
     nullopt when the value is neither. */
 std::optional<duration> parse_retry_after(std::string_view value, std::chrono::system_clock::time_point now);
 
+/** A gRPC server's `grpc-retry-pushback-ms` (gRPC A6): a non-negative decimal count of
+    milliseconds to wait. nullopt for anything else, which A6 reads as "do not retry". */
+std::optional<duration> parse_grpc_pushback(std::string_view value);
+
 struct wait_plan {
   bool retry = false;                 ///< false: stop now and return the last outcome
   duration wait{0};                   ///< how long to wait before the retry

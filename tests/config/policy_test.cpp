@@ -225,3 +225,15 @@ TEST(Policy, AScheduleMustBeAListOfDurations) {
   EXPECT_FALSE(errors_of("defaults: {schedule: []}\n").empty());
   EXPECT_FALSE(errors_of("defaults: {schedule: [0s, 1s]}\n").empty());
 }
+
+// R-2's gRPC row (3, 1-5) and R-3's synchronous cap.
+TEST(Policy, R2_GrpcContextHasItsOwnRow) {
+  auto c = load_config_text("defaults: {context: grpc}\n", "t.yaml");
+  EXPECT_EQ(c.defaults.context, context_kind::grpc);
+  EXPECT_EQ(c.defaults.max_retries, 3u);
+  EXPECT_EQ(c.defaults.total_timeout, 30s);
+  EXPECT_EQ(allowed_retries(context_kind::grpc).low, 1u);
+  EXPECT_EQ(allowed_retries(context_kind::grpc).high, 5u);
+  EXPECT_EQ(max_total_timeout(context_kind::grpc), 30s);
+  EXPECT_FALSE(c.hands_over()) << "a gRPC call is answered, never handed over";
+}

@@ -62,3 +62,39 @@ TEST(Classify, R4_RetryOnCannotWidenToAFinalClass) {
   EXPECT_EQ(retry_on::parse("503").value, retry_on::cls::s503);
   EXPECT_EQ(retry_on::parse("timeout").value, retry_on::cls::timeout);
 }
+
+namespace {
+attempt_outcome grpc(unsigned code) { return {200u, std::nullopt, code}; }
+}  // namespace
+
+// R-4's gRPC column: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and ABORTED are retried.
+TEST(Classify, R4_RetryableGrpcStatusesAreRetried) {
+  for (unsigned code : {14u, 4u, 8u, 10u})
+    EXPECT_EQ(classify(grpc(code), retry_on::r4_default()), verdict::retryable) << code;
+}
+
+// INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED, UNIMPLEMENTED: never, and
+// a status outside the table (INTERNAL, UNKNOWN) is the upstream's answer too.
+TEST(Classify, R4_NonRetryableGrpcStatusesAreFinal) {
+  for (unsigned code : {3u, 5u, 7u, 16u, 12u, 13u, 2u})
+    EXPECT_EQ(classify(grpc(code), retry_on::r4_default()), verdict::final) << code;
+}
+
+// A gRPC failure arrives with HTTP 200: grpc-status decides, and OK is a success.
+TEST(Classify, R4_GrpcStatusDecidesOverTheHttpStatus) {
+  EXPECT_EQ(classify(grpc(0), retry_on::r4_default()), verdict::success);
+  EXPECT_EQ(classify(grpc(14), retry_on::none()), verdict::final);
+  EXPECT_EQ(outcome_name(grpc(14)), "grpc_14");
+}
+
+TEST(Classify, R4_RetryOnNamesTheGrpcClasses) {
+  EXPECT_EQ(retry_on::parse("grpc_unavailable").value, retry_on::cls::grpc_unavailable);
+  EXPECT_EQ(retry_on::parse("grpc_aborted").value, retry_on::cls::grpc_aborted);
+  auto r = retry_on::parse("grpc_invalid_argument");
+  EXPECT_FALSE(r.value);
+  EXPECT_NE(r.error.find("never widen"), std::string::npos) << r.error;
+  auto only = retry_on::none();
+  only.add(retry_on::cls::grpc_unavailable);
+  EXPECT_EQ(classify(grpc(14), only), verdict::retryable);
+  EXPECT_EQ(classify(grpc(8), only), verdict::final);
+}

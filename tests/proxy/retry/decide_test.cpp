@@ -176,3 +176,33 @@ TEST(Decide, R3_AScheduleReplacesTheBackoffAndTheDeadlineStillBoundsIt) {
   f.deadline = t0 + 10s;  // the table's step would outlive R-3's deadline
   EXPECT_EQ(stopped(decide(p, f)), stop_reason::deadline);
 }
+
+namespace {
+attempt_facts grpc_after(unsigned code, std::optional<std::string_view> pushback) {
+  auto f = after(attempt_outcome{200u, std::nullopt, code});
+  f.grpc_pushback = pushback;
+  return f;
+}
+}  // namespace
+
+// gRPC's pushback is R-5's Retry-After: the wait is at least what the server asked.
+TEST(Decide, R5_GrpcPushbackIsWaitedAtLeast) {
+  auto const d = decide(policy(), grpc_after(14, "2500"));
+  ASSERT_TRUE(std::holds_alternative<retry_in>(d));
+  EXPECT_EQ(waited(d), 2500ms);
+}
+
+// gRPC A6: a negative or malformed pushback means the server asks not to be retried.
+TEST(Decide, R5_NegativeOrMalformedGrpcPushbackStopsRetries) {
+  for (std::string_view bad : {"-1", "soon", "", "1.5"})
+    EXPECT_EQ(stopped(decide(policy(), grpc_after(14, bad))), stop_reason::pushback_refused) << bad;
+}
+
+TEST(Decide, R5_GrpcPushbackBeyondDeadlineFailsAtOnce) {
+  EXPECT_EQ(stopped(decide(policy(), grpc_after(14, "31000"))), stop_reason::retry_after_beyond_deadline);
+}
+
+// A pushback on a final status changes nothing: R-4 is asked first.
+TEST(Decide, R4_GrpcFinalStatusIsNotRetriedWhateverThePushback) {
+  EXPECT_EQ(stopped(decide(policy(), grpc_after(3, "10"))), stop_reason::final);
+}
