@@ -1,6 +1,6 @@
 # rebound container image: compiled on Debian 12, run on Debian 12 slim with only the shared
 # libraries the binary links (libssl3, libyaml-cpp0.7, libspdlog1.10 -> libfmt9, libsqlite3-0,
-# libpq5, libprometheus-cpp-core1.0; libstdc++6 and libgcc-s1 are already in the base) and the CA
+# libpq5, libnghttp2-14, libprometheus-cpp-core1.0; libstdc++6 and libgcc-s1 are already in the base) and the CA
 # bundle, as uid 10001. The HEALTHCHECK is `rebound health`: no curl in the image.
 #
 #   docker build -t rebound .                  (podman: podman build --format docker -t rebound .)
@@ -17,7 +17,7 @@ FROM ${BUILD_IMAGE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build libboost1.81-dev libssl-dev libyaml-cpp-dev libspdlog-dev libsqlite3-dev \
-      libpq-dev prometheus-cpp-dev \
+      libpq-dev prometheus-cpp-dev pkg-config libnghttp2-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # Release (-O3) by default; `--build-arg CMAKE_BUILD_TYPE=RelWithDebInfo` builds what
 # scripts/build builds (-O2; the debug info is stripped below).
@@ -33,7 +33,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsqlite3-0 libpq5 ca-certificates \
+      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsqlite3-0 libpq5 libnghttp2-14 ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 rebound \

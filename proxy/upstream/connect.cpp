@@ -96,7 +96,7 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
 }
 
 net::awaitable<open_result> open_connection(const std::string& host, std::uint16_t port, tls_client* tls,
-                                            std::chrono::steady_clock::time_point deadline) {
+                                            std::chrono::steady_clock::time_point deadline, std::string_view alpn) {
   open_result out;
   auto c = co_await connect_to(host, port, deadline);
   if (!c.stream) {
@@ -108,7 +108,7 @@ net::awaitable<open_result> open_connection(const std::string& host, std::uint16
     out.conn.emplace(std::move(*c.stream));
     co_return out;
   }
-  auto h = co_await tls->handshake(*c.stream, deadline);
+  auto h = co_await tls->handshake(*c.stream, deadline, alpn);
   if (!h.conn) {
     out.error = h.error;
     out.message = std::move(h.message);

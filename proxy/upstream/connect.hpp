@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace rebound::upstream {
 
@@ -32,9 +33,10 @@ struct open_result {
 };
 
 /// A connection for a request: TCP, then the TLS handshake when `tls` is given (an https
-/// origin). One deadline covers both.
+/// origin). One deadline covers both. `alpn`: the protocol TLS must negotiate (HTTP/2's "h2").
 net::awaitable<open_result> open_connection(const std::string& host, std::uint16_t port, tls_client* tls,
-                                            std::chrono::steady_clock::time_point deadline);
+                                            std::chrono::steady_clock::time_point deadline,
+                                            std::string_view alpn = {});
 
 /// The error type for a failed connect (ECONNREFUSED, ECONNRESET, beast timeout, ...).
 http::error_type classify_connect_error(const error_code& ec);

@@ -81,7 +81,8 @@ int tls_client::on_new_session(SSL* ssl, SSL_SESSION* session) {
 }
 
 net::awaitable<handshake_result> tls_client::handshake(beast::tcp_stream& tcp,
-                                                       std::chrono::steady_clock::time_point deadline) {
+                                                       std::chrono::steady_clock::time_point deadline,
+                                                       std::string_view alpn) {
   handshake_result out;
   auto stream = std::make_unique<tls_stream>(std::move(tcp), ctx_);
   SSL* ssl = stream->native_handle();
@@ -95,8 +96,25 @@ net::awaitable<handshake_result> tls_client::handshake(beast::tcp_stream& tcp,
     std::lock_guard lock(session_mutex_);
     if (session_) SSL_set_session(ssl, session_);
   }
+  if (!alpn.empty()) {
+    // ALPN's wire format: each protocol name behind its one-byte length.
+    std::string protos(1, static_cast<char>(alpn.size()));
+    protos.append(alpn);
+    SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(protos.data()),
+                        static_cast<unsigned>(protos.size()));
+  }
   stream->next_layer().expires_at(deadline);
   auto [ec] = co_await stream->async_handshake(net::ssl::stream_base::client, use_tuple);
+  if (!ec && !alpn.empty()) {
+    const unsigned char* selected = nullptr;
+    unsigned selected_len = 0;
+    SSL_get0_alpn_selected(ssl, &selected, &selected_len);
+    if (std::string_view(reinterpret_cast<const char*>(selected), selected ? selected_len : 0) != alpn) {
+      out.error = http::error_type::upstream_protocol_error;
+      out.message = "upstream did not negotiate " + std::string(alpn);
+      co_return out;
+    }
+  }
   if (!ec) {
     stream->next_layer().expires_never();
     out.conn.emplace(std::move(stream));

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace rebound::upstream {
 
@@ -37,8 +38,11 @@ class tls_client {
   /** Runs the client handshake over `tcp` (moved from) by `deadline`. A verification failure is
       `tls_certificate` (final); running out of time is `tls_handshake_timeout` (retryable,
       R-4); a connection the server drops is `connect_reset`; any other handshake failure
-      (no shared protocol version, an alert) is `upstream_protocol_error`, final. */
-  net::awaitable<handshake_result> handshake(beast::tcp_stream& tcp, std::chrono::steady_clock::time_point deadline);
+      (no shared protocol version, an alert) is `upstream_protocol_error`, final. With `alpn`
+      (one protocol name, e.g. "h2"), ALPN offers it and a server that does not select it is
+      `upstream_protocol_error` too. */
+  net::awaitable<handshake_result> handshake(beast::tcp_stream& tcp, std::chrono::steady_clock::time_point deadline,
+                                             std::string_view alpn = {});
 
   const std::string& server_name() const { return name_; }
 

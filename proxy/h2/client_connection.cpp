@@ -1,0 +1,299 @@
+#include "proxy/h2/client_connection.hpp"
+
+#include "proxy/h2/nghttp2_session.hpp"
+#include "proxy/upstream/connect.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <array>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+namespace rebound::h2 {
+
+using namespace boost::asio::experimental::awaitable_operators;
+
+void throw_exception_from_error(const failure& f, const boost::source_location&) {
+  throw std::runtime_error(f.message);
+}
+
+namespace {
+
+/// Per-stream receive window: a unary response arrives without waiting for WINDOW_UPDATEs.
+constexpr std::int32_t stream_window = 1 << 20;
+constexpr std::int32_t connection_window = 16 << 20;
+
+struct client_stream {
+  explicit client_stream(const net::any_io_executor& ex) : done(ex) {}
+  net::steady_timer done;  ///< a waitable event: cancelled when the stream ends
+  detail::body_source source;
+  message response;
+  fields block;  ///< the header block being received
+  std::size_t max_body = 0;
+  bool have_head = false;
+  bool finished = false;
+  std::optional<failure> fail;
+};
+
+failure make_failure(failure_kind kind, std::string message) { return failure{kind, std::move(message)}; }
+
+}  // namespace
+
+struct client_connection::impl {
+  explicit impl(upstream::connection c) : conn(std::move(c)), pump(conn.get_executor()) {}
+
+  upstream::connection conn;
+  detail::session_ptr session;
+  detail::pump pump;
+  std::unordered_map<std::int32_t, std::shared_ptr<client_stream>> streams;
+  bool closed = false;
+  bool goaway = false;
+  bool shutting_down = false;
+  bool protocol_failed = false;
+
+  std::shared_ptr<client_stream> find(std::int32_t id) {
+    auto it = streams.find(id);
+    return it == streams.end() ? nullptr : it->second;
+  }
+
+  static impl& self(void* user) { return *static_cast<impl*>(user); }
+
+  static void finish(client_stream& st, std::optional<failure> f) {
+    if (st.finished) return;
+    st.finished = true;
+    if (!st.fail) st.fail = std::move(f);
+    st.source.body = nullptr;
+    st.done.cancel();
+  }
+
+  bool start() {
+    auto cbs = detail::new_callbacks();
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs.get(), &on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs.get(), &on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
+    nghttp2_session* s = nullptr;
+    if (nghttp2_session_client_new(&s, cbs.get(), this) != 0) return false;
+    session.reset(s);
+    pump.session = s;
+    std::array<nghttp2_settings_entry, 2> settings{{
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(stream_window)},
+    }};
+    if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;
+    nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, connection_window);
+    return true;
+  }
+
+  net::awaitable<void> read_loop() {
+    std::array<std::uint8_t, 16 * 1024> buf{};
+    while (!pump.read_done) {
+      auto [ec, n] = co_await conn.async_read_some(net::buffer(buf), use_tuple);
+      if (ec) break;
+      auto const rv = nghttp2_session_mem_recv(session.get(), buf.data(), n);
+      pump.notify();
+      if (rv < 0) {
+        protocol_failed = true;  // what nghttp2 queued (a GOAWAY) still goes out
+        break;
+      }
+    }
+    pump.read_done = true;
+    pump.notify();
+  }
+
+  /// Runs the connection until it ends, then fails the streams still open.
+  static net::awaitable<void> run(std::shared_ptr<client_connection> owner) {
+    impl& i = *owner->impl_;
+    {
+      auto reader = i.read_loop();
+      auto writer = detail::write_loop(i.pump, i.conn);
+      co_await (std::move(reader) && std::move(writer));
+    }
+    i.closed = true;
+    auto const kind = i.protocol_failed ? failure_kind::protocol_error : failure_kind::connection_lost;
+    auto streams = std::move(i.streams);
+    i.streams.clear();
+    for (auto& [id, st] : streams)
+      finish(*st, make_failure(kind, kind == failure_kind::protocol_error
+                                         ? "the upstream broke HTTP/2"
+                                         : "the upstream connection ended before the stream did"));
+  }
+
+  static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+    if (auto st = self(user).find(frame->hd.stream_id)) st->block.clear();
+    return 0;
+  }
+
+  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
+                       const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+    if (auto st = self(user).find(frame->hd.stream_id)) st->block.push_back(detail::make_field(name, namelen, value, valuelen));
+    return 0;
+  }
+
+  static int on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
+                           std::size_t len, void* user) {
+    auto st = self(user).find(stream_id);
+    if (!st || st->fail) return 0;
+    if (st->response.body.size() + len > st->max_body) {
+      st->fail = make_failure(failure_kind::too_large, "the upstream's response body is larger than " +
+                                                           std::to_string(st->max_body) + " bytes");
+      st->response.body = std::string();
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
+      return 0;
+    }
+    st->response.body.append(reinterpret_cast<const char*>(data), len);
+    return 0;
+  }
+
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto& i = self(user);
+    if (frame->hd.type == NGHTTP2_GOAWAY) {
+      // nghttp2 itself closes the streams above last_stream_id with REFUSED_STREAM.
+      i.goaway = true;
+      return 0;
+    }
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+    auto st = i.find(frame->hd.stream_id);
+    if (!st) return 0;
+    if (frame->headers.cat == NGHTTP2_HCAT_RESPONSE) {
+      auto const* status = message::find_in(st->block, ":status");
+      // 1xx heads are informational (RFC 9110 section 15.2): the final head comes later.
+      if (status && !status->empty() && (*status)[0] == '1') return 0;
+      st->response.head = std::move(st->block);
+      st->have_head = true;
+    } else if (frame->headers.cat == NGHTTP2_HCAT_HEADERS && st->have_head) {
+      st->response.trailers = std::move(st->block);
+    }
+    st->block.clear();
+    return 0;
+  }
+
+  static int on_stream_close(nghttp2_session*, std::int32_t stream_id, std::uint32_t error_code, void* user) {
+    auto& i = self(user);
+    auto it = i.streams.find(stream_id);
+    if (it == i.streams.end()) return 0;
+    auto st = std::move(it->second);
+    i.streams.erase(it);
+    std::optional<failure> f;
+    if (error_code == NGHTTP2_REFUSED_STREAM)
+      f = make_failure(failure_kind::refused, "the upstream refused the stream; it was not processed");
+    else if (error_code == NGHTTP2_PROTOCOL_ERROR)
+      f = make_failure(failure_kind::protocol_error, "the stream broke HTTP/2 (PROTOCOL_ERROR)");
+    else if (error_code != NGHTTP2_NO_ERROR)
+      f = make_failure(failure_kind::reset,
+                       std::string("the upstream reset the stream: ") + nghttp2_http2_strerror(error_code));
+    else if (!st->have_head)
+      f = make_failure(failure_kind::protocol_error, "the stream ended without a response head");
+    finish(*st, std::move(f));
+    return 0;
+  }
+};
+
+client_connection::client_connection(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+client_connection::~client_connection() = default;
+
+namespace {
+struct swallow {
+  void operator()(std::exception_ptr) const noexcept {}
+};
+}  // namespace
+
+std::shared_ptr<client_connection> client_connection::start(upstream::connection conn) {
+  auto i = std::make_unique<impl>(std::move(conn));
+  bool const ok = i->start();
+  std::shared_ptr<client_connection> c(new client_connection(std::move(i)));
+  if (!ok) {
+    c->impl_->closed = true;
+    return c;
+  }
+  auto ex = c->impl_->conn.get_executor();
+  net::co_spawn(ex, impl::run(c), swallow{});
+  return c;
+}
+
+bool client_connection::can_take_stream() const {
+  auto const& i = *impl_;
+  if (i.closed || i.goaway || i.shutting_down || !i.session) return false;
+  auto* s = i.session.get();
+  if (!nghttp2_session_check_request_allowed(s)) return false;
+  if (nghttp2_session_get_next_stream_id(s) > static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max()))
+    return false;
+  return i.streams.size() < nghttp2_session_get_remote_settings(s, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+}
+
+std::size_t client_connection::active_streams() const { return impl_->streams.size(); }
+
+void client_connection::shut_down() {
+  auto& i = *impl_;
+  if (i.closed || i.shutting_down || !i.session) return;
+  i.shutting_down = true;
+  // A client processes no streams of the server's (push is off): last stream id 0.
+  nghttp2_submit_goaway(i.session.get(), NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, nullptr, 0);
+  i.pump.notify();
+}
+
+net::awaitable<exchange_result> client_connection::exchange(const message& request, std::size_t max_response_body,
+                                                            clock::time_point deadline) {
+  auto keep = shared_from_this();  // the read loop may end while this waits
+  auto& i = *impl_;
+  if (i.closed || i.goaway || i.shutting_down || !i.session)
+    co_return make_failure(failure_kind::refused, "the connection takes no new streams");
+  auto st = std::make_shared<client_stream>(i.conn.get_executor());
+  st->max_body = max_response_body;
+  st->source = {&request.body, &request.trailers, 0};
+  auto nv = detail::to_nv(request.head);
+  auto provider = detail::make_provider(st->source);
+  bool const with_data = detail::needs_data(request.body, request.trailers);
+  auto const id = nghttp2_submit_request(i.session.get(), nullptr, nv.data(), nv.size(),
+                                         with_data ? &provider : nullptr, nullptr);
+  if (id < 0)
+    co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
+                                                                        : failure_kind::protocol_error,
+                           std::string("the request could not be sent: ") + nghttp2_strerror(id));
+  i.streams.emplace(id, st);
+  i.pump.notify();
+
+  while (!st->finished) {
+    auto cs = co_await net::this_coro::cancellation_state;
+    if (cs.cancelled() != net::cancellation_type::none || clock::now() >= deadline) break;
+    st->done.expires_at(deadline);
+    co_await st->done.async_wait(use_tuple);
+  }
+  if (!st->finished) {
+    // Cancelled or out of time: the stream is reset and its request body no longer read
+    // (`request` belongs to the caller, who may free it once this returns).
+    st->source.body = nullptr;
+    if (!i.closed) {
+      nghttp2_submit_rst_stream(i.session.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      i.pump.notify();
+    }
+    co_return make_failure(failure_kind::timeout, "no whole response by the deadline");
+  }
+  if (st->fail) co_return std::move(*st->fail);
+  co_return std::move(st->response);
+}
+
+net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> client_pool::get(
+    const upstream::destination& to, clock::time_point deadline) {
+  if (auto it = conns_.find(to.pool_key); it != conns_.end() && it->second->can_take_stream()) co_return it->second;
+  std::string_view const alpn = to.tls ? std::string_view("h2") : std::string_view();
+  auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn);
+  if (!opened.conn) co_return upstream::attempt_failure{opened.error, std::move(opened.message)};
+  // A connection replaced here lives on by its read loop until its streams end.
+  auto c = client_connection::start(std::move(*opened.conn));
+  conns_[to.pool_key] = c;
+  co_return c;
+}
+
+void client_pool::shut_down() {
+  for (auto& [key, c] : conns_) c->shut_down();
+  conns_.clear();
+}
+
+}  // namespace rebound::h2

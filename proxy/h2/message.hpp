@@ -1,0 +1,36 @@
+#pragma once
+/** An HTTP/2 message as rebound's gRPC path handles it: a head, a body held whole, and
+    trailers. Unary gRPC calls are small and must be held whole anyway: R-4 classifies a call
+    by the `grpc-status` of its trailers, which come after the body, and a retry sends the
+    request again. */
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rebound::h2 {
+
+/// One header field; names are lower-case, as HTTP/2 requires (RFC 9113 section 8.2.1).
+struct field {
+  std::string name;
+  std::string value;
+};
+using fields = std::vector<field>;
+
+struct message {
+  fields head;  ///< pseudo-header fields first (:method :scheme :authority :path, or :status)
+  std::string body;
+  fields trailers;  ///< empty: none (a trailers-only gRPC answer carries grpc-status in `head`)
+
+  /// The value of the first field named `name` in `head`, or null.
+  const std::string* find(std::string_view name) const { return find_in(head, name); }
+  /// The same in `trailers`.
+  const std::string* find_trailer(std::string_view name) const { return find_in(trailers, name); }
+
+  static const std::string* find_in(const fields& fs, std::string_view name) {
+    for (auto const& f : fs)
+      if (f.name == name) return &f.value;
+    return nullptr;
+  }
+};
+
+}  // namespace rebound::h2

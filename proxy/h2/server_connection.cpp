@@ -1,0 +1,345 @@
+#include "proxy/h2/server_connection.hpp"
+
+#include "proxy/h2/nghttp2_session.hpp"
+#include "proxy/http/session_registry.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <array>
+#include <exception>
+#include <memory>
+#include <unordered_map>
+
+namespace rebound::h2 {
+
+using namespace boost::asio::experimental::awaitable_operators;
+
+preface_match match_preface(std::string_view bytes) {
+  auto const n = std::min(bytes.size(), client_preface.size());
+  if (bytes.substr(0, n) != client_preface.substr(0, n)) return preface_match::no;
+  return n == client_preface.size() ? preface_match::yes : preface_match::maybe;
+}
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+/// How often drain and idleness are looked at when nothing is read.
+constexpr std::chrono::milliseconds tick{250};
+/// Per-stream receive window: a unary gRPC request arrives without waiting for WINDOW_UPDATEs.
+constexpr std::int32_t stream_window = 1 << 20;
+constexpr std::int32_t connection_window = 16 << 20;
+
+struct server_stream {
+  explicit server_stream(std::int32_t i) : id(i) {}
+  std::int32_t id;
+  message request;
+  std::size_t header_bytes = 0;
+  bool head_too_large = false;
+  bool body_too_large = false;
+  bool request_complete = false;
+  bool answered = false;
+  bool closed = false;
+  net::cancellation_signal cancel;
+  message response;
+  detail::body_source source;
+};
+
+message status_only(const char* status) {
+  message m;
+  m.head.push_back({":status", status});
+  return m;
+}
+
+class server_state {
+ public:
+  server_state(beast::tcp_stream& stream, const server_limits& limits, request_handler handler,
+               const bool* draining, http::session_guard* guard)
+      : stream_(stream),
+        limits_(limits),
+        handler_(std::move(handler)),
+        draining_(draining),
+        guard_(guard),
+        pump_(stream.get_executor()),
+        ticker_(stream.get_executor()),
+        handlers_done_(stream.get_executor()) {}
+
+  net::awaitable<void> run(beast::flat_buffer& preread) {
+    if (!start()) co_return;
+    stream_.expires_never();
+    if (guard_) guard_->set_idle(true);
+    {
+      auto reader = read_loop(preread);
+      auto writer = write_then_close();
+      auto ticks = tick_loop();
+      co_await (std::move(reader) && std::move(writer) && std::move(ticks));
+    }
+    // The connection is over: handlers still running answer nobody.
+    for (auto& [id, ss] : streams_) {
+      ss->closed = true;
+      ss->cancel.emit(net::cancellation_type::terminal);
+    }
+    while (running_handlers_ > 0) {
+      handlers_done_.expires_at(clock::time_point::max());
+      co_await handlers_done_.async_wait(use_tuple);
+    }
+    streams_.clear();
+  }
+
+  static net::awaitable<void> run_handler(server_state& st, std::shared_ptr<server_stream> ss) {
+    message response;
+    bool failed = false;
+    if (ss->closed) co_return;
+    try {
+      message request = std::move(ss->request);
+      auto call = st.handler_(std::move(request));
+      response = co_await std::move(call);
+    } catch (...) {
+      failed = true;  // a handler's exception must not end the connection
+    }
+    if (ss->closed) co_return;  // reset by the client meanwhile: the answer is dropped
+    ss->response = failed ? status_only("502") : std::move(response);
+    st.answer(*ss);
+  }
+
+  void handler_finished() {
+    --running_handlers_;
+    handlers_done_.cancel();
+  }
+
+ private:
+  struct handler_done {
+    server_state* st;
+    std::shared_ptr<server_stream> ss;  // the cancellation slot lives in it
+    void operator()(std::exception_ptr) const noexcept { st->handler_finished(); }
+  };
+
+  bool start() {
+    auto cbs = detail::new_callbacks();
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs.get(), &on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs.get(), &on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs.get(), &on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
+    nghttp2_session* s = nullptr;
+    if (nghttp2_session_server_new(&s, cbs.get(), this) != 0) return false;
+    session_.reset(s);
+    pump_.session = s;
+    std::array<nghttp2_settings_entry, 3> settings{{
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(stream_window)},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(limits_.max_header_list)},
+    }};
+    if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;
+    nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, connection_window);
+    last_activity_ = clock::now();
+    return true;
+  }
+
+  net::awaitable<void> read_loop(beast::flat_buffer& preread) {
+    bool ok = true;
+    if (preread.size() > 0) {
+      auto const d = preread.data();
+      ok = feed(static_cast<const std::uint8_t*>(d.data()), d.size());
+      preread.consume(preread.size());
+    }
+    std::array<std::uint8_t, 16 * 1024> buf{};
+    while (ok && !closed_) {
+      auto [ec, n] = co_await stream_.async_read_some(net::buffer(buf), use_tuple);
+      if (ec) break;
+      ok = feed(buf.data(), n);
+    }
+    pump_.read_done = true;
+    pump_.notify();
+  }
+
+  bool feed(const std::uint8_t* data, std::size_t n) {
+    last_activity_ = clock::now();
+    auto const rv = nghttp2_session_mem_recv(session_.get(), data, n);
+    check_drain(false);
+    pump_.notify();
+    // A fatal error: what nghttp2 queued (a GOAWAY) still goes out before the close.
+    return rv >= 0;
+  }
+
+  net::awaitable<void> write_then_close() {
+    co_await detail::write_loop(pump_, stream_);
+    closed_ = true;
+    ticker_.cancel();
+  }
+
+  net::awaitable<void> tick_loop() {
+    while (!closed_) {
+      ticker_.expires_after(tick);
+      co_await ticker_.async_wait(use_tuple);
+      if (closed_) break;
+      check_drain(true);
+      auto const now = clock::now();
+      if (streams_.empty() && !idle_closing_ && now - last_activity_ >= limits_.idle_timeout) {
+        idle_closing_ = true;  // a GOAWAY, then nghttp2 wants no more I/O and the writer closes
+        nghttp2_session_terminate_session(session_.get(), NGHTTP2_NO_ERROR);
+      }
+      if (pump_.writing && now - pump_.write_started >= limits_.idle_timeout) {
+        error_code ignored;  // a client that reads nothing for that long is gone
+        stream_.socket().close(ignored);
+      }
+      pump_.notify();
+    }
+  }
+
+  /// A drain: first a shutdown notice, then (a tick later, so requests in flight arrive)
+  /// the GOAWAY naming the last stream that will be processed.
+  void check_drain(bool from_tick) {
+    if (!draining_ || !*draining_) return;
+    if (drain_stage_ == 0) {
+      nghttp2_submit_shutdown_notice(session_.get());
+      drain_stage_ = 1;
+    } else if (drain_stage_ == 1 && from_tick) {
+      nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
+                            nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR, nullptr, 0);
+      drain_stage_ = 2;
+    }
+  }
+
+  std::shared_ptr<server_stream> find(std::int32_t id) {
+    auto it = streams_.find(id);
+    return it == streams_.end() ? nullptr : it->second;
+  }
+
+  void answer(server_stream& ss) {
+    if (ss.closed || ss.answered) return;
+    ss.answered = true;
+    auto& m = ss.response;
+    if (!m.find(":status")) m.head.insert(m.head.begin(), {":status", "502"});
+    auto nv = detail::to_nv(m.head);
+    ss.source = {&m.body, &m.trailers, 0};
+    auto provider = detail::make_provider(ss.source);
+    bool const with_data = detail::needs_data(m.body, m.trailers);
+    if (nghttp2_submit_response(session_.get(), ss.id, nv.data(), nv.size(), with_data ? &provider : nullptr) != 0)
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, ss.id, NGHTTP2_INTERNAL_ERROR);
+    pump_.notify();
+  }
+
+  void request_ended(server_stream& ss) {
+    ss.request_complete = true;
+    if (ss.answered) return;  // a 413 went out already
+    if (ss.head_too_large) {
+      ss.response = status_only("431");
+      answer(ss);
+      return;
+    }
+    ++running_handlers_;
+    auto self = find(ss.id);
+    auto slot = ss.cancel.slot();
+    net::co_spawn(stream_.get_executor(), run_handler(*this, self),
+                  net::bind_cancellation_slot(slot, handler_done{this, self}));
+  }
+
+  void set_idle() {
+    if (guard_) guard_->set_idle(streams_.empty());
+  }
+
+  static server_state& self(void* user) { return *static_cast<server_state*>(user); }
+
+  static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    auto& st = self(user);
+    st.streams_.emplace(frame->hd.stream_id, std::make_shared<server_stream>(frame->hd.stream_id));
+    st.set_idle();
+    return 0;
+  }
+
+  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
+                       const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
+    auto& st = self(user);
+    auto ss = st.find(frame->hd.stream_id);
+    if (!ss || frame->hd.type != NGHTTP2_HEADERS) return 0;
+    // RFC 9113 section 6.5.2 counts 32 bytes of overhead per field.
+    ss->header_bytes += namelen + valuelen + 32;
+    if (ss->header_bytes > st.limits_.max_header_list) {
+      ss->head_too_large = true;
+      ss->request = {};
+      return 0;
+    }
+    if (ss->head_too_large) return 0;
+    auto& to = frame->headers.cat == NGHTTP2_HCAT_REQUEST ? ss->request.head : ss->request.trailers;
+    to.push_back(detail::make_field(name, namelen, value, valuelen));
+    return 0;
+  }
+
+  static int on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
+                           std::size_t len, void* user) {
+    auto& st = self(user);
+    auto ss = st.find(stream_id);
+    if (!ss || ss->body_too_large || ss->answered) return 0;
+    if (ss->request.body.size() + len > st.limits_.max_request_body) {
+      ss->body_too_large = true;
+      ss->request.body = std::string();
+      ss->response = status_only("413");
+      st.answer(*ss);
+      return 0;
+    }
+    ss->request.body.append(reinterpret_cast<const char*>(data), len);
+    return 0;
+  }
+
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+    auto& st = self(user);
+    if (auto ss = st.find(frame->hd.stream_id)) st.request_ended(*ss);
+    return 0;
+  }
+
+  static int on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+    auto ss = self(user).find(frame->hd.stream_id);
+    // A 413 answered before the request's end: the rest of its body is not wanted
+    // (RFC 9113 section 8.1 allows RST_STREAM NO_ERROR after a complete response).
+    if (ss && ss->body_too_large && !ss->request_complete)
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, ss->id, NGHTTP2_NO_ERROR);
+    return 0;
+  }
+
+  static int on_stream_close(nghttp2_session*, std::int32_t stream_id, std::uint32_t, void* user) {
+    auto& st = self(user);
+    auto it = st.streams_.find(stream_id);
+    if (it == st.streams_.end()) return 0;
+    auto ss = std::move(it->second);
+    st.streams_.erase(it);
+    ss->closed = true;
+    ss->source.body = nullptr;
+    ss->cancel.emit(net::cancellation_type::terminal);
+    st.last_activity_ = clock::now();
+    st.set_idle();
+    return 0;
+  }
+
+  beast::tcp_stream& stream_;
+  const server_limits& limits_;
+  request_handler handler_;
+  const bool* draining_;
+  http::session_guard* guard_;
+  detail::session_ptr session_;
+  detail::pump pump_;
+  net::steady_timer ticker_;
+  net::steady_timer handlers_done_;
+  std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
+  std::size_t running_handlers_ = 0;
+  clock::time_point last_activity_;
+  int drain_stage_ = 0;
+  bool idle_closing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
+                           request_handler handler, const bool* draining, http::session_guard* guard) {
+  server_state state(stream, limits, std::move(handler), draining, guard);
+  co_await state.run(preread);
+}
+
+}  // namespace rebound::h2

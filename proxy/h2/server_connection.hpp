@@ -1,0 +1,53 @@
+#pragma once
+/** rebound as an HTTP/2 server over cleartext TCP with prior knowledge (h2c, RFC 9113
+    section 3.3): the side a gRPC channel that targets rebound directly talks to. nghttp2's
+    C API does the framing, HPACK, flow control and SETTINGS; this file drives it from Asio.
+
+    Each stream whose request has ended (END_STREAM) is handed to `request_handler` as a
+    coroutine of its own on the connection's executor; many run at once on one connection.
+    Its answer goes back as HEADERS, DATA and, when it has trailers, a trailing HEADERS. */
+#include "proxy/h2/message.hpp"
+#include "proxy/net.hpp"
+
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+namespace rebound::http {
+class session_guard;
+}
+
+namespace rebound::h2 {
+
+/// The client connection preface every h2c-with-prior-knowledge connection opens with.
+inline constexpr std::string_view client_preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/** Whether `bytes` (the first bytes a client sent) begin the preface: `yes` once all 24
+    bytes match, `maybe` while what arrived is a strict prefix of it, `no` otherwise. */
+enum class preface_match { no, maybe, yes };
+preface_match match_preface(std::string_view bytes);
+
+struct server_limits {
+  std::size_t max_request_body = 1 << 20;  ///< larger: the stream is answered 413
+  std::uint32_t max_concurrent_streams = 100;
+  std::size_t max_header_list = 64 * 1024;
+  /// With no stream open and nothing read for this long the connection closes, after a GOAWAY.
+  std::chrono::milliseconds idle_timeout{60'000};
+};
+
+/** Answers one request. The handler runs with a cancellation slot bound: a client that
+    resets the stream, or a connection that ends, cancels it with the terminal type. */
+using request_handler = std::function<net::awaitable<message>(message request)>;
+
+/** Serves `stream` as HTTP/2 until the client closes, the connection fails, it sits idle for
+    `limits.idle_timeout`, or a drain (`*draining`) has let the open streams finish (new
+    streams are refused with a GOAWAY as soon as a drain is seen). `preread` holds the bytes
+    already read from the socket (the preface at least). Returns once every handler it
+    started has finished. `guard` is told when the connection is idle (no stream open). */
+net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
+                           request_handler handler, const bool* draining, http::session_guard* guard);
+
+}  // namespace rebound::h2
