@@ -165,6 +165,20 @@ std::string tail(const std::string& s, std::size_t n = 4000) { return s.size() >
 
 }  // namespace
 
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) : dir_(make_temp_dir()) {
+  pid_ = spawn(argv, make_env({}), dir_ + "/out", dir_ + "/err");
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    poll_exit(pid_, 10s);
+  }
+  remove_tree(dir_);
+}
+
+std::string ChildProcess::stderr_text() const { return read_file(dir_ + "/err"); }
+
 ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
                           std::chrono::milliseconds timeout) {
   std::string dir = make_temp_dir();

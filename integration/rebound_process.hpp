@@ -55,6 +55,22 @@ struct ProcessResult {
 ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
                           std::chrono::milliseconds timeout);
 
+// A helper process (a scripted gRPC server) that runs until this object goes: SIGKILL, reaped.
+class ChildProcess {
+ public:
+  // Starts argv with stdout and stderr to files in a fresh temp dir.
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  const std::string& dir() const { return dir_; }
+  std::string stderr_text() const;
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
 struct ReboundOptions {
   int workers = 2;
   std::string drain_timeout = "2s";

@@ -7,6 +7,7 @@
 #include "proxy/delivery/scheduler.hpp"
 #include "proxy/store/postgres_store.hpp"
 #include "proxy/store/sqlite_store.hpp"
+#include "proxy/h2/client_connection.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/session_registry.hpp"
@@ -55,6 +56,7 @@ struct worker {
   http::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
   net::io_context ioc{1};
   upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
+  h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
   std::mt19937_64 rng{std::random_device{}()};    // jitter only; keys come from OpenSSL's CSPRNG
@@ -480,6 +482,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
                               &w->sessions,      &w->rng,          &*w->guards, instance_token,
                               &open_connections, task_store.get(), admin_base};
     ctx.buffers = &w->buffers;
+    ctx.h2_pool = &w->h2_pool;
     net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
     if (w->inbound_acceptor) {
       auto inbound_ctx = ctx;

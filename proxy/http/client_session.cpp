@@ -3,6 +3,8 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/grpc/unary_call.hpp"
+#include "proxy/h2/server_connection.hpp"
 #include "proxy/http/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
@@ -170,6 +172,38 @@ net::awaitable<void> lingering_close(beast::tcp_stream& client) {
   client.close();
 }
 
+/** Whether the client opened with HTTP/2's preface (h2c with prior knowledge: a gRPC channel
+    that targets rebound). A first read shorter than the preface that still matches it is
+    read on until it decides, bounded by the idle timeout like any first read. */
+net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& buffer, std::chrono::milliseconds idle) {
+  for (;;) {
+    auto const data = buffer.cdata();
+    auto const m = h2::match_preface(std::string_view(static_cast<const char*>(data.data()), data.size()));
+    if (m != h2::preface_match::maybe) co_return m == h2::preface_match::yes;
+    client.expires_after(idle);
+    auto [ec, n] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
+    buffer.commit(n);
+    if (ec) co_return false;  // what was read is parsed as HTTP/1.1, and fails there
+  }
+}
+
+/// Serves an HTTP/2 connection: each call goes through grpc::answer_call.
+net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                 session_guard& guard) {
+  auto const& limits = ctx.cfg().limits;
+  h2::server_limits l;
+  // A call is held whole (its trailers decide R-4): without a configured bound, gRPC's own
+  // default message limit plus room for framing.
+  l.max_request_body = limits.max_request_body > 0 ? limits.max_request_body : (4u << 20) + 64 * 1024;
+  l.max_header_list = limits.max_request_head;
+  l.idle_timeout = limits.idle_timeout;
+  h2::request_handler handler = [ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); };
+  // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
+  // twice by GCC 12.
+  auto serving = h2::serve(client, buffer, l, std::move(handler), ctx.sessions->draining_flag(), &guard);
+  co_await std::move(serving);
+}
+
 }  // namespace
 
 net::awaitable<void> refuse_connection(tcp::socket socket) {
@@ -188,6 +222,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
   client.socket().set_option(tcp::no_delay(true), ignored);
   session_guard guard(*ctx.sessions, client);
   beast::flat_buffer buffer;
+  bool first = !ctx.inbound && ctx.h2_pool;
 
   for (;;) {
     // A drain ends a connection between requests, unless the next request has already
@@ -216,6 +251,13 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       buffer.commit(rn);
       guard.set_idle(false);  // a request has begun: a drain lets it finish
       if (rec) break;         // idle timeout, the client closed, or a drain: no request started
+    }
+    if (first) {
+      first = false;
+      if (co_await opens_http2(client, buffer, idle)) {
+        co_await serve_http2(ctx, client, buffer, guard);
+        co_return;
+      }
     }
     client.expires_after(idle);
     std::optional<cancel_at> head_due;

@@ -16,6 +16,9 @@
 namespace rebound::store {
 class task_store;
 }
+namespace rebound::h2 {
+class client_pool;
+}
 
 namespace rebound::http {
 
@@ -52,6 +55,8 @@ struct session_context {
   bool inbound = false;
   /// The worker's spare body buffers (relay.hpp); null: each relay takes its own.
   relay_buffers* buffers = nullptr;
+  /// The worker's HTTP/2 upstream connections, for calls that arrive over HTTP/2 (gRPC).
+  h2::client_pool* h2_pool = nullptr;
 
   const config::config& cfg() const { return *running->cfg; }
   const upstream::secure_origins* origins() const { return running->origins.get(); }

@@ -1,0 +1,237 @@
+// gRPC unary calls through rebound (issue 21): real gRPC peers from Debian's python3-grpcio
+// (integration/grpc_peer.py), a channel that targets rebound's listener directly over h2c,
+// and the upstream reached over HTTP/2. gRPC's own retries are off in the client, so every
+// retry the server sees is rebound's.
+#include "client.hpp"
+#include "rebound_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+using namespace itest;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string python = "/usr/bin/python3";
+const std::string peer_script = std::string(REBOUND_SOURCE_DIR) + "/integration/grpc_peer.py";
+
+/// A real gRPC server on 127.0.0.1 (grpc_peer.py server).
+class GrpcServer {
+ public:
+  GrpcServer() : dir_(make_temp_dir()), proc_({python, peer_script, "server", dir_ + "/port"}) {}
+  ~GrpcServer() { remove_tree(dir_); }
+  std::uint16_t port() {
+    if (port_ == 0) {
+      auto const file = dir_ + "/port";
+      for (int i = 0; i < 500 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(20ms);
+      port_ = static_cast<std::uint16_t>(std::stoi(read_file(file)));
+    }
+    return port_;
+  }
+
+ private:
+  std::string dir_;
+  ChildProcess proc_;
+  std::uint16_t port_ = 0;
+};
+
+struct CallResult {
+  int code = -1;
+  std::string body, details;
+  std::map<std::string, std::string> trailing, initial;
+  std::string raw;
+};
+
+CallResult call(std::uint16_t rebound_port, const std::string& method, std::vector<std::string> args = {}) {
+  std::vector<std::string> argv{python, peer_script, "call", "127.0.0.1:" + std::to_string(rebound_port), method};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_process(argv, {}, 30s);
+  CallResult out;
+  out.raw = r.out + r.err;
+  auto j = parse_json(r.out);
+  if (!j) return out;
+  if (auto const* c = j->get("code")) out.code = static_cast<int>(c->n);
+  if (auto const* b = j->get("body")) out.body = b->s;
+  if (auto const* d = j->get("details")) out.details = d->s;
+  for (auto [name, into] : {std::pair{"trailing", &out.trailing}, std::pair{"initial", &out.initial}})
+    if (auto const* t = j->get(name))
+      for (auto const& [k, v] : t->o) (*into)[k] = v.s;
+  return out;
+}
+
+/// A dependency `peer` whose calls go to the gRPC server: the channel names it by authority.
+std::string dependency(std::uint16_t upstream_port, const std::string& more = "") {
+  return "dependencies:\n"
+         "  peer:\n"
+         "    hosts: [peer.test]\n"
+         "    origin: http://127.0.0.1:" +
+         std::to_string(upstream_port) +
+         "\n"
+         "    context: grpc\n"
+         "    backoff: {base: 10ms, cap: 50ms}\n" +
+         more;
+}
+
+ReboundOptions with(const std::string& extra) {
+  ReboundOptions o;
+  o.extra = extra;
+  return o;
+}
+
+}  // namespace
+
+TEST(Grpc, UnaryCallThroughReboundReachesTheServerAndBack) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test", "--payload", "ping-123"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  EXPECT_EQ(r.body, "ping-123");
+  EXPECT_EQ(r.trailing["x-attempt"], "1");
+}
+
+// UNAVAILABLE is retried; the call succeeds on the third attempt, one key throughout.
+TEST(Grpc, R4_UnavailableIsRetriedWithOneIdempotencyKey) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Fail",
+                {"--meta", "x-authority=peer.test", "--meta", "x-call-id=u1", "--meta", "x-fail-times=2", "--meta",
+                 "x-fail-code=14"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  EXPECT_EQ(r.trailing["x-attempt"], "3");
+  EXPECT_EQ(r.trailing["x-idempotency-key"].size(), 36u) << "rebound injects a UUIDv4 key as metadata";
+  EXPECT_EQ(r.trailing["x-previous-attempts"], "2") << "gRPC A6: each retry says how many went before";
+}
+
+// R-4's other retryable rows: DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED.
+TEST(Grpc, R4_EveryRetryableGrpcStatusIsRetried) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  for (int code : {4, 8, 10}) {
+    auto const id = "r" + std::to_string(code);
+    auto r = call(rebound.port(), "/test.Peer/Fail",
+                  {"--meta", "x-authority=peer.test", "--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
+                   "x-fail-code=" + std::to_string(code)});
+    ASSERT_EQ(r.code, 0) << code << ": " << r.raw;
+    EXPECT_EQ(r.trailing["x-attempt"], "2") << code;
+  }
+}
+
+// R-4's final column reaches the client after one attempt, with the server's own message.
+TEST(Grpc, R4_NonRetryableGrpcStatusIsReturnedAtOnce) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  for (int code : {3, 5, 7, 16, 12}) {
+    auto const id = "f" + std::to_string(code);
+    auto r = call(rebound.port(), "/test.Peer/Fail",
+                  {"--meta", "x-authority=peer.test", "--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
+                   "x-fail-code=" + std::to_string(code)});
+    EXPECT_EQ(r.code, code) << r.raw;
+    EXPECT_EQ(r.details, "scripted failure 1") << code;
+    EXPECT_EQ(r.trailing["x-attempt"], "1") << code;
+  }
+}
+
+// max_retries 2 means three attempts, then the last answer goes to the client.
+TEST(Grpc, R2_RetriesStopAtMaxRetries) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port(), "    max_retries: 2\n")));
+  auto r = call(rebound.port(), "/test.Peer/Fail",
+                {"--meta", "x-authority=peer.test", "--meta", "x-call-id=x1", "--meta", "x-fail-code=14"});
+  EXPECT_EQ(r.code, 14) << r.raw;
+  EXPECT_EQ(r.trailing["x-attempt"], "3");
+  EXPECT_TRUE(rebound.wait_for_log("\"grpc_status\":14")) << "attempt logs name the gRPC status";
+  EXPECT_TRUE(rebound.wait_for_log("\"grpc_method\":\"/test.Peer/Fail\""));
+}
+
+// the caller's grpc-timeout is the call's deadline, and the server is told what is left.
+TEST(Grpc, R3_GrpcTimeoutIsTheDeadlineAndTravelsOn) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test", "--timeout", "5"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  auto const left = std::stoi(r.trailing["x-time-left-ms"]);
+  EXPECT_GT(left, 3000);
+  EXPECT_LE(left, 5000);
+  auto slow = call(rebound.port(), "/test.Peer/Slow",
+                   {"--meta", "x-authority=peer.test", "--meta", "x-sleep-ms=2000", "--timeout", "0.5"});
+  EXPECT_EQ(slow.code, 4) << slow.raw;  // DEADLINE_EXCEEDED
+}
+
+// rebound's own failure (nothing listens) is a gRPC status the client acts on, not an HTTP error.
+TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
+  RefusingPort dead;
+  ReboundProcess rebound(with(dependency(dead.port(), "    max_retries: 1\n")));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  EXPECT_EQ(r.code, 14) << r.raw;
+  // A trailers-only answer: gRPC clients read its head as the trailers.
+  EXPECT_EQ(r.trailing["rebound-error"], "connect_refused") << r.raw;
+}
+
+// HTTP/1.1 clients on the same listener are unaffected by the HTTP/2 preface check.
+TEST(Grpc, Http1RequestsOnTheSameListenerStillWork) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  // "P" alone could begin the preface: rebound waits for the next byte before it decides.
+  auto conn = RawConnection::try_connect(rebound.port());
+  ASSERT_TRUE(conn);
+  auto const self = "127.0.0.1:" + std::to_string(rebound.port());
+  ASSERT_TRUE(conn->send("P"));
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(conn->send("UT http://" + self + "/ HTTP/1.1\r\nHost: " + self + "\r\nContent-Length: 0\r\n\r\n"));
+  auto resp = conn->read_response(5s);
+  ASSERT_TRUE(resp);
+  EXPECT_EQ(resp->status, 508u) << "parsed as HTTP/1.1: a request for rebound itself is a loop";
+}
+
+namespace {
+
+/// The frame types in `bytes`, read as a sequence of HTTP/2 frames (9-byte header each).
+std::vector<int> frame_types(std::string_view bytes) {
+  std::vector<int> out;
+  while (bytes.size() >= 9) {
+    auto const len = (std::size_t(std::uint8_t(bytes[0])) << 16) | (std::size_t(std::uint8_t(bytes[1])) << 8) |
+                     std::size_t(std::uint8_t(bytes[2]));
+    out.push_back(std::uint8_t(bytes[3]));
+    if (bytes.size() < 9 + len) break;
+    bytes.remove_prefix(9 + len);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Hostile input on the HTTP/2 side: a preface followed by bytes that are no HTTP/2 frame gets
+// a GOAWAY and a close, and the process goes on serving calls.
+TEST(Grpc, GarbageAfterThePrefaceGetsGoawayAndClose) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto conn = RawConnection::try_connect(rebound.port());
+  ASSERT_TRUE(conn);
+  ASSERT_TRUE(conn->send(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string(64, '\xff')));
+  bool closed = false;
+  auto const bytes = conn->read_until_eof(5s, &closed);
+  EXPECT_TRUE(closed) << "the connection is closed, not left hanging";
+  auto const types = frame_types(bytes);
+  EXPECT_NE(std::find(types.begin(), types.end(), 7), types.end()) << "a GOAWAY (type 7) says why";
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  EXPECT_EQ(r.code, 0) << r.raw;
+}
+
+// A client that sends the preface and then nothing is closed after limits.idle_timeout.
+TEST(Grpc, SilentHttp2ConnectionIsClosedWhenIdle) {
+  ReboundOptions o;
+  o.idle_timeout = "1s";
+  ReboundProcess rebound(o);
+  auto conn = RawConnection::try_connect(rebound.port());
+  ASSERT_TRUE(conn);
+  ASSERT_TRUE(conn->send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+  EXPECT_TRUE(conn->wait_closed(5s));
+}

@@ -1,0 +1,44 @@
+#pragma once
+/** rebound's own answers to a gRPC call, as gRPC clients understand them: a trailers-only
+    response (HTTP 200, `content-type: application/grpc`, `grpc-status`, `grpc-message`)
+    instead of the HTTP error answers of SPEC section 6, which a gRPC client would only see
+    as "unknown". The SPEC error type travels as `rebound-error`. */
+#include "proxy/h2/message.hpp"
+#include "proxy/retry/error_type.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace rebound::grpc {
+
+/// The gRPC status codes rebound names (grpc/doc/statuscodes.md).
+enum class code : unsigned {
+  ok = 0,
+  cancelled = 1,
+  unknown = 2,
+  invalid_argument = 3,
+  deadline_exceeded = 4,
+  not_found = 5,
+  permission_denied = 7,
+  resource_exhausted = 8,
+  aborted = 10,
+  unimplemented = 12,
+  internal = 13,
+  unavailable = 14,
+  unauthenticated = 16,
+};
+
+/** The status a client gets for one of rebound's failures: UNAVAILABLE for what a caller may
+    try again later (connect failures, an open breaker, a spent budget, overload),
+    DEADLINE_EXCEEDED for time that ran out, UNAUTHENTICATED when rebound's credential could
+    not be refreshed, INTERNAL for an upstream that broke the protocol, INVALID_ARGUMENT for
+    a malformed call. */
+code code_for(retry::error_type t);
+
+/// A grpc-message value: percent-encoded as the protocol asks (bytes outside 0x20-0x7E, and %).
+std::string encode_message(std::string_view text);
+
+/// A trailers-only answer with `status` and `message`, naming `error` in `rebound-error`.
+h2::message trailers_only(code status, std::string_view message, std::string_view error);
+
+}  // namespace rebound::grpc

@@ -1,0 +1,41 @@
+#include "proxy/grpc/timeout.hpp"
+
+#include <charconv>
+
+namespace rebound::grpc {
+
+std::optional<std::chrono::microseconds> parse_timeout(std::string_view value) {
+  if (value.size() < 2 || value.size() > 9) return std::nullopt;
+  auto const digits = value.substr(0, value.size() - 1);
+  for (char c : digits)
+    if (c < '0' || c > '9') return std::nullopt;
+  std::uint64_t n = 0;
+  std::from_chars(digits.data(), digits.data() + digits.size(), n);  // at most 8 digits: no overflow
+  using namespace std::chrono;
+  switch (value.back()) {
+    case 'H':
+      return duration_cast<microseconds>(hours(n));
+    case 'M':
+      return duration_cast<microseconds>(minutes(n));
+    case 'S':
+      return duration_cast<microseconds>(seconds(n));
+    case 'm':
+      return duration_cast<microseconds>(milliseconds(n));
+    case 'u':
+      return microseconds(n);
+    case 'n':
+      return duration_cast<microseconds>(nanoseconds(n));
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string format_timeout(std::chrono::microseconds left) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
+  if (ms < 1) ms = 1;
+  if (ms <= 99'999'999) return std::to_string(ms) + "m";
+  auto const s = std::min<long long>(ms / 1000, 99'999'999);
+  return std::to_string(s) + "S";
+}
+
+}  // namespace rebound::grpc

@@ -1,0 +1,30 @@
+#include "proxy/grpc/timeout.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace rebound::grpc;
+using namespace std::chrono_literals;
+
+TEST(GrpcTimeout, EveryUnitOfTheProtocolIsRead) {
+  EXPECT_EQ(parse_timeout("2H"), std::chrono::microseconds(2h));
+  EXPECT_EQ(parse_timeout("3M"), std::chrono::microseconds(3min));
+  EXPECT_EQ(parse_timeout("10S"), std::chrono::microseconds(10s));
+  EXPECT_EQ(parse_timeout("250m"), std::chrono::microseconds(250ms));
+  EXPECT_EQ(parse_timeout("1500u"), 1500us);
+  EXPECT_EQ(parse_timeout("99999999n"), 99999us);
+  EXPECT_EQ(parse_timeout("0m"), 0us);
+}
+
+TEST(GrpcTimeout, MalformedValuesAreIgnored) {
+  for (std::string_view bad : {"", "m", "10", "10x", "-1S", "123456789S", "1.5S", " 1S", "1 S"})
+    EXPECT_FALSE(parse_timeout(bad)) << bad;
+}
+
+// Each attempt tells the server the time the call has left, never nothing at all.
+TEST(GrpcTimeout, RemainingTimeIsSentInMilliseconds) {
+  EXPECT_EQ(format_timeout(1234567us), "1234m");
+  EXPECT_EQ(format_timeout(10us), "1m");
+  EXPECT_EQ(format_timeout(-5ms), "1m");
+  EXPECT_EQ(format_timeout(std::chrono::microseconds(200h)), "720000S");
+  EXPECT_EQ(parse_timeout(format_timeout(250ms)), std::chrono::microseconds(250ms));
+}
