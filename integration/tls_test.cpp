@@ -133,6 +133,28 @@ void expect_certificate_refused(const IssuedCert& cert, const std::string& tls_b
   EXPECT_NE(line.find(reason), std::string::npos) << line;
 }
 
+// Two dependencies on one https origin that trust different CAs: a connection verified for
+// the first is never handed to the second, which must check the certificate itself (found by
+// the gRPC wire tests: the pool was keyed by scheme, host and port alone).
+TEST(Tls, R9_PooledConnectionIsNotSharedAcrossDifferentTrust) {
+  TestPki trusted, other;
+  auto const cert = trusted.issue("server", {"localhost"});
+  ScriptedUpstream up;
+  up.use_tls(cert.cert_file, cert.key_file);
+  up.on("/x", respond(200));
+  ReboundOptions o;
+  o.workers = 1;  // one pool: the second request would find the first one's connection
+  o.extra = pay_dependency(up.port(), trust(trusted)) + "  wrong:\n    hosts: [wrong.internal]\n    origin: https://127.0.0.1:" +
+            std::to_string(up.port()) + "\n    tls:\n" + trust(other) + "    max_retries: 1\n";
+  ReboundProcess rb(o);
+  auto good = raw_exchange(rb.port(), absolute_request("GET", "pay.internal", "/x"));
+  ASSERT_TRUE(good) << last_exchange_error();
+  EXPECT_EQ(good->status, 200u);
+  auto bad = raw_exchange(rb.port(), absolute_request("GET", "wrong.internal", "/x"));
+  EXPECT_TRUE(IsReboundError(bad, 502, {"tls_certificate"}));
+  EXPECT_EQ(up.request_count("/x"), 1u) << "the second dependency's request never reached the origin";
+}
+
 TEST(Tls, R9_UntrustedCertificateFailsAtOnceWith502) {
   TestPki trusted, other;
   expect_certificate_refused(other.issue("server", {"localhost"}), trust(trusted),

@@ -270,7 +270,7 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
   bool const is_head = req.method() == bhttp::verb::head;
   if (!task.body.empty() || (req.method() != bhttp::verb::get && !is_head && req.method() != bhttp::verb::delete_))
     req.content_length(task.body.size());
-  auto const key = http::pool_key(target);
+  auto const key = http::pool_key(target, route.tls);
   upstream::destination const to{
       key,     target.connect_host,          target.port, route.tls, http::credentials_for(req, route), true,
       nullptr, std::chrono::milliseconds(0), false};

@@ -8,6 +8,7 @@
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/loop_guard.hpp"
+#include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/loop.hpp"
@@ -233,10 +234,6 @@ class h2_attempt final : public retry::attempt_runner {
   unsigned attempts_ = 0;
 };
 
-std::string pool_key_of(const http::request_target& t) {
-  return t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
-}
-
 }  // namespace
 
 net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message request) {
@@ -252,7 +249,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
     guard.answered(200);
     co_return trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
   }
-  auto const key = pool_key_of(plan.target);
+  auto const key = http::pool_key(plan.target, plan.route.tls);
   // rebound's credential, unless the call carries its own (SPEC 5).
   auto* source = request.find("authorization") ? nullptr : plan.route.auth;
   h2_attempt attempt(*ctx.h2_pool, upstream::destination{key, plan.target.connect_host, plan.target.port, plan.route.tls},

@@ -194,7 +194,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   // older servers answer 411) take it too.
   if (parser.chunked()) req.content_length(body.size());
 
-  auto const key = pool_key(target);
+  auto const key = pool_key(target, route.tls);
   auto result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),

@@ -74,7 +74,7 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
   prepare_upstream_request(req, parser, target, ctx.instance_token);
 
   auto const body_start = clock::now();
-  auto const key = pool_key(target);
+  auto const key = pool_key(target, route.tls);
   bool sending = false;        // the request has begun to go out: the client connection cannot carry another
   bool body_skipped = false;   // the upstream answered before wanting the body
   bool client_failed = false;  // the client, not the upstream, ended the exchange

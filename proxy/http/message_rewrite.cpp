@@ -1,11 +1,15 @@
 #include "proxy/http/message_rewrite.hpp"
 
+#include "proxy/upstream/tls_client.hpp"
+
 #include "proxy/http/hop_by_hop.hpp"
 
 namespace rebound::http {
 
-std::string pool_key(const request_target& t) {
-  return t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
+std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
+  auto key = t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
+  if (tls) key += "#" + tls->identity();
+  return key;
 }
 
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }

@@ -9,12 +9,18 @@
 #include <string>
 #include <string_view>
 
+namespace rebound::upstream {
+class tls_client;
+}
+
 namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-/// The upstream pool slot of a target: one per (scheme, host, port).
-std::string pool_key(const request_target& t);
+/** The upstream pool slot of a target: one per (scheme, host, port), and for an https
+    origin per TLS client (`tls->identity()`): a connection verified against one dependency's
+    CA, or presenting its client certificate, must never carry another dependency's request. */
+std::string pool_key(const request_target& t, const upstream::tls_client* tls);
 
 /// The path without its query, the only part of a target that may be logged.
 std::string_view loggable_path(std::string_view origin_form);

@@ -95,7 +95,7 @@ struct app_answer {
 net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::request<bhttp::buffer_body>& req,
                                    const std::string& body, const http::request_target& t,
                                    const http::dependency_route& route) {
-  auto const key = http::pool_key(t);
+  auto const key = http::pool_key(t, route.tls);
   bool const is_head = req.method() == bhttp::verb::head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
   // unknown, and the gate exists so that the app sees each request once.

@@ -30,6 +30,7 @@ tls_client::tls_client(const config::tls_settings& settings, const std::string& 
   error_code ec;
   net::ip::make_address(name_, ec);
   name_is_ip_ = !ec;
+  identity_ = "tls=" + name_ + ";ca=" + settings.ca_file + ";cert=" + settings.client_cert;
   SSL_CTX_set_min_proto_version(ctx_.native_handle(), TLS1_2_VERSION);
   ctx_.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_compression);
   ctx_.set_verify_mode(net::ssl::verify_peer);

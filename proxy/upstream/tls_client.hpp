@@ -45,12 +45,17 @@ class tls_client {
                                              std::string_view alpn = {});
 
   const std::string& server_name() const { return name_; }
+  /** What a connection made by this client was verified against and presents: the name, the
+      CA bundle and the client certificate. Part of the pool key, so a connection checked for
+      one dependency's trust is never handed to another's. */
+  const std::string& identity() const { return identity_; }
 
  private:
   static int on_new_session(SSL* ssl, SSL_SESSION* session);
 
   net::ssl::context ctx_;
   std::string name_;
+  std::string identity_;
   bool name_is_ip_ = false;
   std::mutex session_mutex_;
   SSL_SESSION* session_ = nullptr;  ///< the newest session the origin issued; owned
