@@ -229,6 +229,8 @@ bool client_connection::can_take_stream() const {
 
 std::size_t client_connection::active_streams() const { return impl_->streams.size(); }
 
+bool client_connection::closed() const { return impl_->closed; }
+
 void client_connection::shut_down() {
   auto& i = *impl_;
   if (i.closed || i.shutting_down || !i.session) return;
@@ -281,18 +283,22 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
 
 net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> client_pool::get(
     const upstream::destination& to, clock::time_point deadline) {
-  if (auto it = conns_.find(to.pool_key); it != conns_.end() && it->second->can_take_stream()) co_return it->second;
+  auto& open = conns_[to.pool_key];
+  std::erase_if(open, [](const std::shared_ptr<client_connection>& c) { return c->closed(); });
+  for (auto const& c : open)
+    if (c->can_take_stream()) co_return c;
   std::string_view const alpn = to.tls ? std::string_view("h2") : std::string_view();
   auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn);
   if (!opened.conn) co_return upstream::attempt_failure{opened.error, std::move(opened.message)};
-  // A connection replaced here lives on by its read loop until its streams end.
   auto c = client_connection::start(std::move(*opened.conn));
-  conns_[to.pool_key] = c;
+  // `open` may have moved while the connect waited (another key was added): look it up again.
+  conns_[to.pool_key].push_back(c);
   co_return c;
 }
 
 void client_pool::shut_down() {
-  for (auto& [key, c] : conns_) c->shut_down();
+  for (auto& [key, list] : conns_)
+    for (auto& c : list) c->shut_down();
   conns_.clear();
 }
 

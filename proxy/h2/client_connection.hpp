@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace rebound::h2 {
 
@@ -60,6 +61,8 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   bool can_take_stream() const;
   /// Streams in flight.
   std::size_t active_streams() const;
+  /// The connection has ended: nothing more goes on it.
+  bool closed() const;
   /// Sends GOAWAY and closes once the streams in flight end.
   void shut_down();
 
@@ -70,8 +73,11 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   std::unique_ptr<impl> impl_;
 };
 
-/** The HTTP/2 connections of one worker, one per upstream (`destination::pool_key`) in use,
-    replaced when it can take no more streams. Used on its worker's thread only. */
+/** The HTTP/2 connections of one worker per upstream (`destination::pool_key`): a new one
+    is opened only when none can take another stream (all at the server's
+    SETTINGS_MAX_CONCURRENT_STREAMS, or going away). Every open one is kept, so a burst past
+    one connection's streams does not leave connections open that nothing will use again.
+    Used on its worker's thread only. */
 class client_pool {
  public:
   /** The connection for `to`, opened (TCP, then TLS with ALPN `h2` for an https origin)
@@ -82,7 +88,7 @@ class client_pool {
   void shut_down();
 
  private:
-  std::unordered_map<std::string, std::shared_ptr<client_connection>> conns_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<client_connection>>> conns_;
 };
 
 }  // namespace rebound::h2
