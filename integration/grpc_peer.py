@@ -2,6 +2,8 @@
 """Real gRPC peers (Debian's python3-grpcio) for rebound's integration tests.
 
   grpc_peer.py server PORT_FILE      serves until killed; writes its port to PORT_FILE
+  grpc_peer.py server-tls PORT_FILE CERT KEY
+                                     the same over TLS (PEM certificate chain and key files)
   grpc_peer.py call TARGET METHOD [--timeout S] [--meta k=v ...] [--payload TEXT]
                                      one unary call; prints a JSON line with the outcome
 
@@ -65,10 +67,17 @@ class _Generic(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(_handle)
 
 
-def serve(port_file):
+def serve(port_file, cert_file=None, key_file=None):
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((_Generic(),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    if cert_file:
+        with open(cert_file, "rb") as f:
+            cert = f.read()
+        with open(key_file, "rb") as f:
+            key = f.read()
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(((key, cert),)))
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     with open(port_file + ".tmp", "w") as f:
         f.write(str(port))
@@ -125,6 +134,8 @@ def call(target, method, args):
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         serve(sys.argv[2])
+    elif sys.argv[1] == "server-tls":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:

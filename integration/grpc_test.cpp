@@ -3,14 +3,12 @@
 // and the upstream reached over HTTP/2. gRPC's own retries are off in the client, so every
 // retry the server sees is rebound's.
 #include "client.hpp"
-#include "rebound_process.hpp"
+#include "grpc_peers.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 using namespace itest;
@@ -18,51 +16,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string python = "/usr/bin/python3";
-const std::string peer_script = std::string(REBOUND_SOURCE_DIR) + "/integration/grpc_peer.py";
-
-/// A real gRPC server on 127.0.0.1 (grpc_peer.py server).
-class GrpcServer {
- public:
-  GrpcServer() : dir_(make_temp_dir()), proc_({python, peer_script, "server", dir_ + "/port"}) {}
-  ~GrpcServer() { remove_tree(dir_); }
-  std::uint16_t port() {
-    if (port_ == 0) {
-      auto const file = dir_ + "/port";
-      for (int i = 0; i < 500 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(20ms);
-      port_ = static_cast<std::uint16_t>(std::stoi(read_file(file)));
-    }
-    return port_;
-  }
-
- private:
-  std::string dir_;
-  ChildProcess proc_;
-  std::uint16_t port_ = 0;
-};
-
-struct CallResult {
-  int code = -1;
-  std::string body, details;
-  std::map<std::string, std::string> trailing, initial;
-  std::string raw;
-};
-
+/// A call through rebound to the dependency `peer` (authority peer.test).
 CallResult call(std::uint16_t rebound_port, const std::string& method, std::vector<std::string> args = {}) {
-  std::vector<std::string> argv{python, peer_script, "call", "127.0.0.1:" + std::to_string(rebound_port), method};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = run_process(argv, {}, 30s);
-  CallResult out;
-  out.raw = r.out + r.err;
-  auto j = parse_json(r.out);
-  if (!j) return out;
-  if (auto const* c = j->get("code")) out.code = static_cast<int>(c->n);
-  if (auto const* b = j->get("body")) out.body = b->s;
-  if (auto const* d = j->get("details")) out.details = d->s;
-  for (auto [name, into] : {std::pair{"trailing", &out.trailing}, std::pair{"initial", &out.initial}})
-    if (auto const* t = j->get(name))
-      for (auto const& [k, v] : t->o) (*into)[k] = v.s;
-  return out;
+  return grpc_call(rebound_port, "peer.test", method, args);
 }
 
 /// A dependency `peer` whose calls go to the gRPC server: the channel names it by authority.
@@ -89,7 +45,7 @@ ReboundOptions with(const std::string& extra) {
 TEST(Grpc, UnaryCallThroughReboundReachesTheServerAndBack) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
-  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test", "--payload", "ping-123"});
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--payload", "ping-123"});
   ASSERT_EQ(r.code, 0) << r.raw;
   EXPECT_EQ(r.body, "ping-123");
   EXPECT_EQ(r.trailing["x-attempt"], "1");
@@ -100,7 +56,7 @@ TEST(Grpc, R4_UnavailableIsRetriedWithOneIdempotencyKey) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
   auto r = call(rebound.port(), "/test.Peer/Fail",
-                {"--meta", "x-authority=peer.test", "--meta", "x-call-id=u1", "--meta", "x-fail-times=2", "--meta",
+                {"--meta", "x-call-id=u1", "--meta", "x-fail-times=2", "--meta",
                  "x-fail-code=14"});
   ASSERT_EQ(r.code, 0) << r.raw;
   EXPECT_EQ(r.trailing["x-attempt"], "3");
@@ -115,7 +71,7 @@ TEST(Grpc, R4_EveryRetryableGrpcStatusIsRetried) {
   for (int code : {4, 8, 10}) {
     auto const id = "r" + std::to_string(code);
     auto r = call(rebound.port(), "/test.Peer/Fail",
-                  {"--meta", "x-authority=peer.test", "--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
+                  {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
                    "x-fail-code=" + std::to_string(code)});
     ASSERT_EQ(r.code, 0) << code << ": " << r.raw;
     EXPECT_EQ(r.trailing["x-attempt"], "2") << code;
@@ -129,7 +85,7 @@ TEST(Grpc, R4_NonRetryableGrpcStatusIsReturnedAtOnce) {
   for (int code : {3, 5, 7, 16, 12}) {
     auto const id = "f" + std::to_string(code);
     auto r = call(rebound.port(), "/test.Peer/Fail",
-                  {"--meta", "x-authority=peer.test", "--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
+                  {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
                    "x-fail-code=" + std::to_string(code)});
     EXPECT_EQ(r.code, code) << r.raw;
     EXPECT_EQ(r.details, "scripted failure 1") << code;
@@ -142,7 +98,7 @@ TEST(Grpc, R2_RetriesStopAtMaxRetries) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port(), "    max_retries: 2\n")));
   auto r = call(rebound.port(), "/test.Peer/Fail",
-                {"--meta", "x-authority=peer.test", "--meta", "x-call-id=x1", "--meta", "x-fail-code=14"});
+                {"--meta", "x-call-id=x1", "--meta", "x-fail-code=14"});
   EXPECT_EQ(r.code, 14) << r.raw;
   EXPECT_EQ(r.trailing["x-attempt"], "3");
   EXPECT_TRUE(rebound.wait_for_log("\"grpc_status\":14")) << "attempt logs name the gRPC status";
@@ -153,13 +109,13 @@ TEST(Grpc, R2_RetriesStopAtMaxRetries) {
 TEST(Grpc, R3_GrpcTimeoutIsTheDeadlineAndTravelsOn) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
-  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test", "--timeout", "5"});
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--timeout", "5"});
   ASSERT_EQ(r.code, 0) << r.raw;
   auto const left = std::stoi(r.trailing["x-time-left-ms"]);
   EXPECT_GT(left, 3000);
   EXPECT_LE(left, 5000);
   auto slow = call(rebound.port(), "/test.Peer/Slow",
-                   {"--meta", "x-authority=peer.test", "--meta", "x-sleep-ms=2000", "--timeout", "0.5"});
+                   {"--meta", "x-sleep-ms=2000", "--timeout", "0.5"});
   EXPECT_EQ(slow.code, 4) << slow.raw;  // DEADLINE_EXCEEDED
 }
 
@@ -167,7 +123,7 @@ TEST(Grpc, R3_GrpcTimeoutIsTheDeadlineAndTravelsOn) {
 TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
   RefusingPort dead;
   ReboundProcess rebound(with(dependency(dead.port(), "    max_retries: 1\n")));
-  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  auto r = call(rebound.port(), "/test.Peer/Echo", {});
   EXPECT_EQ(r.code, 14) << r.raw;
   // A trailers-only answer: gRPC clients read its head as the trailers.
   EXPECT_EQ(r.trailing["rebound-error"], "connect_refused") << r.raw;
@@ -177,7 +133,7 @@ TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
 TEST(Grpc, Http1RequestsOnTheSameListenerStillWork) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
-  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  auto r = call(rebound.port(), "/test.Peer/Echo", {});
   ASSERT_EQ(r.code, 0) << r.raw;
   // "P" alone could begin the preface: rebound waits for the next byte before it decides.
   auto conn = RawConnection::try_connect(rebound.port());
@@ -221,7 +177,7 @@ TEST(Grpc, GarbageAfterThePrefaceGetsGoawayAndClose) {
   EXPECT_TRUE(closed) << "the connection is closed, not left hanging";
   auto const types = frame_types(bytes);
   EXPECT_NE(std::find(types.begin(), types.end(), 7), types.end()) << "a GOAWAY (type 7) says why";
-  auto r = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-authority=peer.test"});
+  auto r = call(rebound.port(), "/test.Peer/Echo", {});
   EXPECT_EQ(r.code, 0) << r.raw;
 }
 

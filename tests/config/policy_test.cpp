@@ -237,3 +237,18 @@ TEST(Policy, R2_GrpcContextHasItsOwnRow) {
   EXPECT_EQ(max_total_timeout(context_kind::grpc), 30s);
   EXPECT_FALSE(c.hands_over()) << "a gRPC call is answered, never handed over";
 }
+
+// R-4's gRPC column in a config: the retryable classes narrow, a final one is refused by name.
+TEST(Policy, R4_RetryOnKnowsTheGrpcClasses) {
+  auto c = load_config_text("defaults: {context: grpc, retry_on: [grpc_unavailable, connect_refused]}\n", "t.yaml");
+  EXPECT_TRUE(c.defaults.retry_on.contains(rebound::retry::retry_on::cls::grpc_unavailable));
+  EXPECT_FALSE(c.defaults.retry_on.contains(rebound::retry::retry_on::cls::grpc_aborted));
+  auto d = errors_of("defaults: {retry_on: [grpc_unavailable, grpc_not_found]}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].rule, "R-4");
+  EXPECT_EQ(d[0].path, "defaults.retry_on[1]");
+  // R-2's gRPC range is 1-5.
+  auto r = errors_of("defaults: {context: grpc, max_retries: 6}\n");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].rule, "R-2");
+}
