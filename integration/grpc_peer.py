@@ -44,6 +44,7 @@ def _handle(request, context):
         ("x-attempt", str(attempt)),
         ("x-idempotency-key", meta.get("idempotency-key", "")),
         ("x-previous-attempts", meta.get("grpc-previous-rpc-attempts", "")),
+        ("x-authorization", meta.get("authorization", "")),
         ("x-time-left-ms", "" if left is None else str(int(left * 1000))),
     ]
     if method.endswith("/Fail") and attempt <= int(meta.get("x-fail-times", "1000000")):

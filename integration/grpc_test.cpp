@@ -191,3 +191,25 @@ TEST(Grpc, SilentHttp2ConnectionIsClosedWhenIdle) {
   ASSERT_TRUE(conn->send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
   EXPECT_TRUE(conn->wait_closed(5s));
 }
+
+// rebound's credential for the dependency goes as `authorization` metadata on every
+// attempt; R-10: the attempts are counted under the dependency like any other.
+TEST(Grpc, R9_DependencyCredentialTravelsAsMetadataAndAttemptsAreCounted) {
+  GrpcServer server;
+  auto const dir = make_temp_dir();
+  write_file(dir + "/token", "grpc-token-1\n");
+  ReboundProcess rebound(
+      with(dependency(server.port(), "    auth: {type: bearer_file, path: " + dir + "/token}\n")));
+  auto r = call(rebound.port(), "/test.Peer/Fail",
+                {"--meta", "x-call-id=a1", "--meta", "x-fail-times=1", "--meta", "x-fail-code=14"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  EXPECT_EQ(r.trailing["x-authorization"], "Bearer grpc-token-1");
+  auto metrics = RawConnection::try_connect(rebound.admin_port());
+  ASSERT_TRUE(metrics);
+  ASSERT_TRUE(metrics->send("GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+  auto m = metrics->read_response(5s);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("retry_attempts_total{attempt_number=\"2\",dependency=\"peer\""), std::string::npos)
+      << m->body.substr(0, 3000);
+  remove_tree(dir);
+}
