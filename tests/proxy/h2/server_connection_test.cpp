@@ -156,37 +156,6 @@ TEST(Http2Server, DrainLetsTheOpenStreamFinishThenCloses) {
   EXPECT_EQ(ended, 1) << "the drained connection closed on its own, before the test ended";
 }
 
-TEST(Http2Server, ServesNghttpCommandLineClient) {
-  if (std::FILE* f = std::fopen("/usr/bin/nghttp", "r"))
-    std::fclose(f);
-  else
-    GTEST_SKIP() << "nghttp not installed";
-  net::io_context ioc;
-  test_server s(ioc, [](h2::message m) { return echo(std::move(m)); });
-  s.start();
-  auto work = net::make_work_guard(ioc);
-  std::thread t([&ioc] { ioc.run_for(20s); });
-  std::string const data = "/tmp/rebound_h2_nghttp_body";
-  if (std::FILE* f = std::fopen(data.c_str(), "w")) {
-    std::fputs("hello over h2", f);
-    std::fclose(f);
-  }
-  std::string const cmd = "/usr/bin/nghttp -d " + data + " http://127.0.0.1:" + std::to_string(s.port()) + "/echo 2>&1";
-  std::string out;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  net::post(ioc, [&] {
-    error_code ignored;
-    s.acceptor.close(ignored);
-    work.reset();
-  });
-  t.join();
-  EXPECT_NE(out.find("hello over h2"), std::string::npos) << out;
-}
-
 /// Runs `cmd` while serve() answers with `handler` on another thread; returns its output.
 std::string run_client_against(h2::request_handler handler, const std::string& cmd_before_port,
                                const std::string& cmd_after_port) {
@@ -209,6 +178,21 @@ std::string run_client_against(h2::request_handler handler, const std::string& c
   });
   t.join();
   return out;
+}
+
+TEST(Http2Server, ServesNghttpCommandLineClient) {
+  if (std::FILE* f = std::fopen("/usr/bin/nghttp", "r"))
+    std::fclose(f);
+  else
+    GTEST_SKIP() << "nghttp not installed";
+  std::string const data = "/tmp/rebound_h2_nghttp_body";
+  if (std::FILE* f = std::fopen(data.c_str(), "w")) {
+    std::fputs("hello over h2", f);
+    std::fclose(f);
+  }
+  auto out = run_client_against([](h2::message m) { return echo(std::move(m)); },
+                                "/usr/bin/nghttp -d " + data + " http://127.0.0.1:", "/echo");
+  EXPECT_NE(out.find("hello over h2"), std::string::npos) << out;
 }
 
 net::awaitable<h2::message> grpc_echo(h2::message req) {
