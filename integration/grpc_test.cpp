@@ -62,6 +62,7 @@ TEST(Grpc, R4_UnavailableIsRetriedWithOneIdempotencyKey) {
   EXPECT_EQ(r.trailing["x-attempt"], "3");
   EXPECT_EQ(r.trailing["x-idempotency-key"].size(), 36u) << "rebound injects a UUIDv4 key as metadata";
   EXPECT_EQ(r.trailing["x-previous-attempts"], "2") << "gRPC A6: each retry says how many went before";
+  EXPECT_EQ(r.initial["rebound-attempts"], "3") << "SPEC 4: the answer says how many attempts it took";
 }
 
 // R-4's other retryable rows: DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED.
@@ -127,6 +128,7 @@ TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
   EXPECT_EQ(r.code, 14) << r.raw;
   // A trailers-only answer: gRPC clients read its head as the trailers.
   EXPECT_EQ(r.trailing["rebound-error"], "connect_refused") << r.raw;
+  EXPECT_EQ(r.trailing["rebound-attempts"], "2") << r.raw;
 }
 
 // HTTP/1.1 clients on the same listener are unaffected by the HTTP/2 preface check.

@@ -261,9 +261,13 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
                                    : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
     http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
     guard.answered(200);
-    co_return trailers_only(code_for(f.type), f.message, to_string(f.type));
+    auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
+    failed.head.push_back({"rebound-attempts", std::to_string(result.attempts)});
+    co_return failed;
   }
   auto answer = std::move(*attempt.last);
+  // SPEC 4: the answer says how many attempts it took, as an HTTP/1.1 one does.
+  answer.head.push_back({"rebound-attempts", std::to_string(result.attempts)});
   guard.answered(status_number(answer.find(":status")).value_or(502));
   co_return answer;
 }
