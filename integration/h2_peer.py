@@ -186,7 +186,8 @@ class _Conn:
         else:
             # Echo: the request's message, framing and all.
             body = bytes(s.body) if s.body else _grpc_message(b"")
-            self.answer_ok(sid, body, [("x-seen", str(n))], framed=True)
+            self.answer_ok(sid, body, [("x-seen", str(n)), ("x-grpc-timeout", s.headers.get("grpc-timeout", ""))],
+                           framed=True)
 
     def answer_ok(self, sid, payload, extra_trailers, framed=False):
         self.conn.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
