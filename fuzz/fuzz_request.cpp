@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)via_names_instance(req.base(), "0123abcd");
   bhttp::request<bhttp::buffer_body> upstream;
   prepare_upstream_request(upstream, p, *target.value, "0123abcd");
-  (void)pool_key(*target.value);
+  (void)pool_key(*target.value, nullptr);
   (void)loggable_path(target.value->origin_form);
   for (auto const& f : p.trailers()) (void)forwardable_trailer(f.name(), f.name_string());
   return 0;
