@@ -36,6 +36,9 @@ struct client_stream {
   bool have_head = false;
   bool finished = false;
   std::optional<failure> fail;
+  std::shared_ptr<body_pipe> request_pipe;   ///< streamed: the request body as it arrives
+  std::shared_ptr<body_pipe> response_pipe;  ///< streamed: where the response body goes
+  bool detached = false;                     ///< the pipes were let go: nothing more goes into them
 };
 
 failure make_failure(failure_kind kind, std::string message) { return failure{kind, std::move(message)}; }
@@ -77,7 +80,8 @@ struct client_connection::impl {
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
     nghttp2_session* s = nullptr;
-    if (nghttp2_session_client_new(&s, cbs.get(), this) != 0) return false;
+    auto options = detail::manual_window_options();
+    if (nghttp2_session_client_new2(&s, cbs.get(), this, options.get()) != 0) return false;
     session.reset(s);
     pump.session = s;
     std::array<nghttp2_settings_entry, 2> settings{{
@@ -117,10 +121,44 @@ struct client_connection::impl {
     auto const kind = i.protocol_failed ? failure_kind::protocol_error : failure_kind::connection_lost;
     auto streams = std::move(i.streams);
     i.streams.clear();
-    for (auto& [id, st] : streams)
+    for (auto& [id, st] : streams) {
+      i.detach_pipes(*st);
       finish(*st, make_failure(kind, kind == failure_kind::protocol_error
                                          ? "the upstream broke HTTP/2"
                                          : "the upstream connection ended before the stream did"));
+    }
+  }
+
+  /// Flow-control credit for `n` bytes of a streamed response read out of its pipe.
+  void consume(std::int32_t id, std::size_t n) {
+    if (closed) return;
+    if (streams.contains(id))
+      nghttp2_session_consume(session.get(), id, n);
+    else
+      nghttp2_session_consume_connection(session.get(), n);
+    pump.notify();
+  }
+
+  void reset(std::int32_t id, std::uint32_t code) {
+    if (closed) return;
+    nghttp2_submit_rst_stream(session.get(), NGHTTP2_FLAG_NONE, id, code);
+    pump.notify();
+  }
+
+  /// The stream is over: its pipes are told, and never call into this connection again.
+  void detach_pipes(client_stream& st) {
+    if (st.detached) return;
+    st.detached = true;
+    // Both stay referenced while nghttp2 may still read the request's DATA source.
+    // Not abandoned: a retry may send it again.
+    if (st.request_pipe && st.request_pipe->consumer == &st) {
+      st.request_pipe->on_data = nullptr;
+      st.request_pipe->consumer = nullptr;
+    }
+    if (st.response_pipe) {
+      auto const owed = st.response_pipe->detach_producer();
+      if (owed > 0 && !closed) nghttp2_session_consume_connection(session.get(), owed);
+    }
   }
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -139,6 +177,12 @@ struct client_connection::impl {
   static int on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
                            std::size_t len, void* user) {
     auto st = self(user).find(stream_id);
+    if (st && st->response_pipe && !st->detached) {
+      st->response_pipe->append(data, len);  // credited as the client side takes it
+      return 0;
+    }
+    // Held whole (bounded by the exchange's limit): credited at once.
+    nghttp2_session_consume(session, stream_id, len);
     if (!st || st->fail) return 0;
     if (st->response.body.size() + len > st->max_body) {
       st->fail = make_failure(failure_kind::too_large, "the upstream's response body is larger than " +
@@ -158,19 +202,24 @@ struct client_connection::impl {
       i.goaway = true;
       return 0;
     }
-    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto st = i.find(frame->hd.stream_id);
     if (!st) return 0;
-    if (frame->headers.cat == NGHTTP2_HCAT_RESPONSE) {
-      auto const* status = message::find_in(st->block, ":status");
-      // 1xx heads are informational (RFC 9110 section 15.2): the final head comes later.
-      if (status && !status->empty() && (*status)[0] == '1') return 0;
-      st->response.head = std::move(st->block);
-      st->have_head = true;
-    } else if (frame->headers.cat == NGHTTP2_HCAT_HEADERS && st->have_head) {
-      st->response.trailers = std::move(st->block);
+    if (frame->hd.type == NGHTTP2_HEADERS) {
+      if (frame->headers.cat == NGHTTP2_HCAT_RESPONSE) {
+        auto const* status = message::find_in(st->block, ":status");
+        // 1xx heads are informational (RFC 9110 section 15.2): the final head comes later.
+        if (status && !status->empty() && (*status)[0] == '1') return 0;
+        st->response.head = std::move(st->block);
+        st->have_head = true;
+        if (st->response_pipe) st->done.cancel();  // a streamed exchange's caller waits for the head only
+      } else if (frame->headers.cat == NGHTTP2_HCAT_HEADERS && st->have_head) {
+        st->response.trailers = std::move(st->block);
+      }
+      st->block.clear();
     }
-    st->block.clear();
+    if (st->response_pipe && !st->detached && st->have_head && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+      st->response_pipe->end(std::move(st->response.trailers));
     return 0;
   }
 
@@ -190,6 +239,7 @@ struct client_connection::impl {
                        std::string("the upstream reset the stream: ") + nghttp2_http2_strerror(error_code));
     else if (!st->have_head)
       f = make_failure(failure_kind::protocol_error, "the stream ended without a response head");
+    i.detach_pipes(*st);  // a body not ended fails: its client side resets its stream
     finish(*st, std::move(f));
     return 0;
   }
@@ -279,6 +329,55 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
   }
   if (st->fail) co_return std::move(*st->fail);
   co_return std::move(st->response);
+}
+
+net::awaitable<head_result> client_connection::open_stream(const fields& head, std::shared_ptr<body_pipe> request,
+                                                           std::shared_ptr<body_pipe> response,
+                                                           clock::time_point deadline) {
+  auto keep = shared_from_this();
+  auto& i = *impl_;
+  if (i.closed || i.goaway || i.shutting_down || !i.session)
+    co_return make_failure(failure_kind::refused, "the connection takes no new streams");
+  auto st = std::make_shared<client_stream>(i.conn.get_executor());
+  st->request_pipe = request;
+  st->response_pipe = response;
+  auto nv = detail::to_nv(head);
+  auto provider = detail::make_provider(*request);
+  auto const id = nghttp2_submit_request(i.session.get(), nullptr, nv.data(), nv.size(), &provider, nullptr);
+  if (id < 0)
+    co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
+                                                                        : failure_kind::protocol_error,
+                           std::string("the request could not be sent: ") + nghttp2_strerror(id));
+  i.streams.emplace(id, st);
+  impl* ip = &i;  // the hooks are cleared (detach_pipes) before the connection can go
+  request->consumer = st.get();
+  request->on_data = [ip, id] {
+    if (ip->closed) return;
+    auto s = ip->find(id);
+    if (s && s->request_pipe && s->request_pipe->failed()) {
+      ip->reset(id, NGHTTP2_CANCEL);  // the client gave up on its call
+      return;
+    }
+    nghttp2_session_resume_data(ip->session.get(), id);
+    ip->pump.notify();
+  };
+  response->on_consumed = [ip, id](std::size_t n) { ip->consume(id, n); };
+  response->on_abandoned = [ip, id] { ip->reset(id, NGHTTP2_CANCEL); };
+  i.pump.notify();
+
+  while (!st->finished && !st->have_head) {
+    auto cs = co_await net::this_coro::cancellation_state;
+    if (cs.cancelled() != net::cancellation_type::none || clock::now() >= deadline) break;
+    st->done.expires_at(deadline);
+    co_await st->done.async_wait(use_tuple);
+  }
+  if (st->have_head) co_return std::move(st->response.head);
+  if (!st->finished) {
+    i.reset(id, NGHTTP2_CANCEL);
+    i.detach_pipes(*st);
+    co_return make_failure(failure_kind::timeout, "no response head by the deadline");
+  }
+  co_return std::move(st->fail).value_or(make_failure(failure_kind::protocol_error, "the stream ended without a response head"));
 }
 
 net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> client_pool::get(

@@ -8,6 +8,7 @@
     need to know: a stream refused (RST_STREAM REFUSED_STREAM) or above a GOAWAY's last
     stream id was never processed and is safe to send again on another connection (RFC 9113
     sections 6.8 and 8.7); a connection lost mid-stream is not known either way. */
+#include "proxy/h2/body_pipe.hpp"
 #include "proxy/h2/message.hpp"
 #include "proxy/net.hpp"
 #include "proxy/upstream/attempt.hpp"
@@ -42,6 +43,8 @@ struct failure {
 [[noreturn]] void throw_exception_from_error(const failure& f, const boost::source_location& loc);
 
 using exchange_result = boost::system::result<message, failure>;
+/// A streamed exchange's response head (a trailers-only answer has its pipe ended, empty).
+using head_result = boost::system::result<fields, failure>;
 
 class client_connection : public std::enable_shared_from_this<client_connection> {
  public:
@@ -56,6 +59,15 @@ class client_connection : public std::enable_shared_from_this<client_connection>
       the stream and returns `timeout`. */
   net::awaitable<exchange_result> exchange(const message& request, std::size_t max_response_body,
                                            clock::time_point deadline);
+
+  /** Opens a stream whose request body flows from `request` as it arrives and whose response
+      body flows into `response`, and waits by `deadline` for the response head. The stream
+      then goes on by itself: it ends with its body (the pipe ends, or fails on a reset or a
+      lost connection), or with a CANCEL when the `response` pipe is abandoned or the
+      `request` pipe fails. Cancellation or the deadline before the head resets the stream
+      and returns `timeout`. */
+  net::awaitable<head_result> open_stream(const fields& head, std::shared_ptr<body_pipe> request,
+                                          std::shared_ptr<body_pipe> response, clock::time_point deadline);
 
   /// Whether a new stream may start here: open, no GOAWAY seen, stream ids and concurrency left.
   bool can_take_stream() const;

@@ -4,6 +4,7 @@
     onto the socket. nghttp2 does no I/O of its own; the owner feeds it bytes it read
     (nghttp2_session_mem_recv) and this writer sends what it queued (mem_send). Everything of
     one session runs on one thread, so none of this locks. */
+#include "proxy/h2/body_pipe.hpp"
 #include "proxy/h2/message.hpp"
 #include "proxy/net.hpp"
 
@@ -52,6 +53,19 @@ struct body_source {
 
 /// A data provider over `src`, which must stay where it is while the stream sends.
 nghttp2_data_provider make_provider(body_source& src);
+
+/** A data provider over a pipe (a streamed body): DATA as it arrives, deferred while the pipe
+    is empty (the producer's `on_data` resumes it), trailers after its end; a failed pipe
+    ends the stream with its `trailers_on_failure`, or resets it when there are none. `pipe`
+    must outlive the stream. */
+nghttp2_data_provider make_provider(body_pipe& pipe);
+
+/// Sessions that relay streamed bodies give flow-control credit back themselves (body_pipe).
+struct option_deleter {
+  void operator()(nghttp2_option* o) const noexcept { nghttp2_option_del(o); }
+};
+using option_ptr = std::unique_ptr<nghttp2_option, option_deleter>;
+option_ptr manual_window_options();
 
 /// Whether a message needs DATA frames (a body, or trailers that must follow a DATA end).
 inline bool needs_data(const std::string& body, const fields& trailers) { return !body.empty() || !trailers.empty(); }

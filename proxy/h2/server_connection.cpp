@@ -44,6 +44,9 @@ struct server_stream {
   net::cancellation_signal cancel;
   message response;
   detail::body_source source;
+  bool streaming = false;                    ///< handed to the stream handler at its head
+  std::shared_ptr<body_pipe> request_pipe;   ///< streaming: the request body as it arrives
+  std::shared_ptr<body_pipe> response_pipe;  ///< streaming: the answer's body
 };
 
 message status_only(const char* status) {
@@ -54,8 +57,8 @@ message status_only(const char* status) {
 
 class server_state {
  public:
-  server_state(beast::tcp_stream& stream, const server_limits& limits, request_handler handler,
-               const bool* draining, http::session_guard* guard)
+  server_state(beast::tcp_stream& stream, const server_limits& limits, handlers handler, const bool* draining,
+               http::session_guard* guard)
       : stream_(stream),
         limits_(limits),
         handler_(std::move(handler)),
@@ -78,6 +81,7 @@ class server_state {
     // The connection is over: handlers still running answer nobody.
     for (auto& [id, ss] : streams_) {
       ss->closed = true;
+      detach_pipes(*ss);
       ss->cancel.emit(net::cancellation_type::terminal);
     }
     while (running_handlers_ > 0) {
@@ -93,7 +97,7 @@ class server_state {
     if (ss->closed) co_return;
     try {
       message request = std::move(ss->request);
-      auto call = st.handler_(std::move(request));
+      auto call = st.handler_.whole(std::move(request));
       response = co_await std::move(call);
     } catch (...) {
       failed = true;  // a handler's exception must not end the connection
@@ -101,6 +105,18 @@ class server_state {
     if (ss->closed) co_return;  // reset by the client meanwhile: the answer is dropped
     ss->response = failed ? status_only("502") : std::move(response);
     st.answer(*ss);
+  }
+
+  static net::awaitable<void> run_stream_handler(server_state& st, std::shared_ptr<server_stream> ss) {
+    if (ss->closed) co_return;
+    responder r(st, ss);
+    try {
+      auto call = st.handler_.stream(streamed_request{std::move(ss->request.head), ss->request_pipe, &r});
+      co_await std::move(call);
+    } catch (...) {
+      // a handler's exception must not end the connection: answered below
+    }
+    if (!ss->closed && !ss->answered) r.respond(status_only("502"));
   }
 
   void handler_finished() {
@@ -115,6 +131,26 @@ class server_state {
     void operator()(std::exception_ptr) const noexcept { st->handler_finished(); }
   };
 
+  class responder final : public call_responder {
+   public:
+    responder(server_state& st, std::shared_ptr<server_stream> ss) : st_(st), ss_(std::move(ss)) {}
+    void respond(message whole) override {
+      if (ss_->closed || ss_->answered) return;
+      ss_->response = std::move(whole);
+      st_.answer(*ss_);
+    }
+    void respond(fields head, std::shared_ptr<body_pipe> body) override { st_.answer_streamed(*ss_, std::move(head), std::move(body)); }
+    void cancel() override {
+      if (ss_->closed) return;
+      nghttp2_submit_rst_stream(st_.session_.get(), NGHTTP2_FLAG_NONE, ss_->id, NGHTTP2_CANCEL);
+      st_.pump_.notify();
+    }
+
+   private:
+    server_state& st_;
+    std::shared_ptr<server_stream> ss_;
+  };
+
   bool start() {
     auto cbs = detail::new_callbacks();
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &on_begin_headers);
@@ -124,7 +160,8 @@ class server_state {
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs.get(), &on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
     nghttp2_session* s = nullptr;
-    if (nghttp2_session_server_new(&s, cbs.get(), this) != 0) return false;
+    auto options = detail::manual_window_options();
+    if (nghttp2_session_server_new2(&s, cbs.get(), this, options.get()) != 0) return false;
     session_.reset(s);
     pump_.session = s;
     std::array<nghttp2_settings_entry, 3> settings{{
@@ -222,6 +259,60 @@ class server_state {
     pump_.notify();
   }
 
+  /// A streamed answer: its head now, its DATA as the pipe fills.
+  void answer_streamed(server_stream& ss, fields head, std::shared_ptr<body_pipe> body) {
+    if (ss.closed || ss.answered) {
+      body->abandon();
+      return;
+    }
+    ss.answered = true;
+    ss.response.head = std::move(head);
+    if (!ss.response.find(":status")) ss.response.head.insert(ss.response.head.begin(), {":status", "200"});
+    ss.response_pipe = std::move(body);
+    ss.response_pipe->on_data = [this, id = ss.id] {
+      nghttp2_session_resume_data(session_.get(), id);
+      pump_.notify();
+    };
+    auto nv = detail::to_nv(ss.response.head);
+    auto provider = detail::make_provider(*ss.response_pipe);
+    if (nghttp2_submit_response(session_.get(), ss.id, nv.data(), nv.size(), &provider) != 0)
+      nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, ss.id, NGHTTP2_INTERNAL_ERROR);
+    pump_.notify();
+  }
+
+  /// Flow-control credit for `n` bytes of a request read out of its pipe.
+  void consume(std::int32_t id, std::size_t n) {
+    if (streams_.contains(id))
+      nghttp2_session_consume(session_.get(), id, n);
+    else
+      nghttp2_session_consume_connection(session_.get(), n);
+    pump_.notify();
+  }
+
+  /// A request whose head was picked for streaming: its handler starts now.
+  void start_stream(server_stream& ss) {
+    ss.streaming = true;
+    ss.request_pipe = std::make_shared<body_pipe>();
+    ss.request_pipe->on_consumed = [this, id = ss.id](std::size_t n) { consume(id, n); };
+    ++running_handlers_;
+    auto self = find(ss.id);
+    auto slot = ss.cancel.slot();
+    net::co_spawn(stream_.get_executor(), run_stream_handler(*this, self),
+                  net::bind_cancellation_slot(slot, handler_done{this, self}));
+  }
+
+  /// The stream is over: the pipes are told, and never call into this connection again.
+  void detach_pipes(server_stream& ss) {
+    if (ss.request_pipe) {
+      if (auto const owed = ss.request_pipe->detach_producer(); owed > 0)
+        nghttp2_session_consume_connection(session_.get(), owed);
+    }
+    if (ss.response_pipe) {
+      ss.response_pipe->on_data = nullptr;
+      ss.response_pipe->abandon();
+    }
+  }
+
   void request_ended(server_stream& ss) {
     ss.request_complete = true;
     if (ss.answered) return;  // a 413 went out already
@@ -269,10 +360,16 @@ class server_state {
     return 0;
   }
 
-  static int on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
+  static int on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
                            std::size_t len, void* user) {
     auto& st = self(user);
     auto ss = st.find(stream_id);
+    if (ss && ss->streaming) {
+      ss->request_pipe->append(data, len);  // credited as the upstream side takes it
+      return 0;
+    }
+    // Held whole (bounded by max_request_body): credited at once.
+    nghttp2_session_consume(session, stream_id, len);
     if (!ss || ss->body_too_large || ss->answered) return 0;
     if (ss->request.body.size() + len > st.limits_.max_request_body) {
       ss->body_too_large = true;
@@ -287,9 +384,17 @@ class server_state {
 
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
-    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
     auto& st = self(user);
-    if (auto ss = st.find(frame->hd.stream_id)) st.request_ended(*ss);
+    auto ss = st.find(frame->hd.stream_id);
+    if (!ss) return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST && !ss->head_too_large &&
+        st.handler_.streams && st.handler_.streams(ss->request.head))
+      st.start_stream(*ss);
+    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+    if (ss->streaming)
+      ss->request_pipe->end(std::move(ss->request.trailers));
+    else
+      st.request_ended(*ss);
     return 0;
   }
 
@@ -311,6 +416,7 @@ class server_state {
     st.streams_.erase(it);
     ss->closed = true;
     ss->source.body = nullptr;
+    st.detach_pipes(*ss);
     ss->cancel.emit(net::cancellation_type::terminal);
     st.last_activity_ = clock::now();
     st.set_idle();
@@ -319,7 +425,7 @@ class server_state {
 
   beast::tcp_stream& stream_;
   const server_limits& limits_;
-  request_handler handler_;
+  handlers handler_;
   const bool* draining_;
   http::session_guard* guard_;
   detail::session_ptr session_;
@@ -337,8 +443,14 @@ class server_state {
 }  // namespace
 
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
-                           request_handler handler, const bool* draining, http::session_guard* guard) {
+                           handlers handler, const bool* draining, http::session_guard* guard) {
   server_state state(stream, limits, std::move(handler), draining, guard);
+  co_await state.run(preread);
+}
+
+net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
+                           request_handler handler, const bool* draining, http::session_guard* guard) {
+  server_state state(stream, limits, handlers{std::move(handler), {}, {}}, draining, guard);
   co_await state.run(preread);
 }
 

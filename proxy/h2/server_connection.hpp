@@ -6,6 +6,7 @@
     Each stream whose request has ended (END_STREAM) is handed to `request_handler` as a
     coroutine of its own on the connection's executor; many run at once on one connection.
     Its answer goes back as HEADERS, DATA and, when it has trailers, a trailing HEADERS. */
+#include "proxy/h2/body_pipe.hpp"
 #include "proxy/h2/message.hpp"
 #include "proxy/net.hpp"
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 namespace rebound::http {
 class session_guard;
@@ -42,11 +44,47 @@ struct server_limits {
     resets the stream, or a connection that ends, cancels it with the terminal type. */
 using request_handler = std::function<net::awaitable<message>(message request)>;
 
+/** How a streamed call is answered. Valid while its handler runs. */
+class call_responder {
+ public:
+  virtual ~call_responder() = default;
+  /// Answers with a message held whole (a failure before the upstream answered).
+  virtual void respond(message whole) = 0;
+  /// Answers with `head`, then DATA from `body` as it arrives, then its trailers.
+  virtual void respond(fields head, std::shared_ptr<body_pipe> body) = 0;
+  /// Ends the stream with RST_STREAM CANCEL (a deadline passed mid-answer).
+  virtual void cancel() = 0;
+};
+
+/** A request handed over as soon as its head arrives (a streaming gRPC call): its body
+    comes through `body` while the handler runs. */
+struct streamed_request {
+  fields head;
+  std::shared_ptr<body_pipe> body;
+  call_responder* responder = nullptr;
+};
+
+/** Handles a streamed request. Its cancellation slot is emitted (terminal) when the stream
+    closes, whether its answer went out whole or the client reset it: the handler's cue that
+    the call is over. */
+using stream_handler = std::function<net::awaitable<void>(streamed_request)>;
+
+/** What a connection does with each request: those `streams` picks (by head) go to
+    `stream` as they arrive, the rest to `whole` once complete. */
+struct handlers {
+  request_handler whole;
+  std::function<bool(const fields& head)> streams;
+  stream_handler stream;
+};
+
 /** Serves `stream` as HTTP/2 until the client closes, the connection fails, it sits idle for
     `limits.idle_timeout`, or a drain (`*draining`) has let the open streams finish (new
     streams are refused with a GOAWAY as soon as a drain is seen). `preread` holds the bytes
     already read from the socket (the preface at least). Returns once every handler it
     started has finished. `guard` is told when the connection is idle (no stream open). */
+net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
+                           handlers handler, const bool* draining, http::session_guard* guard);
+/// The same, for a server that takes every request whole.
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
                            request_handler handler, const bool* draining, http::session_guard* guard);
 

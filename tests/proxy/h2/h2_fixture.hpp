@@ -40,11 +40,13 @@ inline net::awaitable<void> sleep_for(clock::duration d) {
 
 struct test_server {
   test_server(net::io_context& io, h2::request_handler h, h2::server_limits l = {})
+      : ioc(io), limits(l), handler{std::move(h), {}, {}} {}
+  test_server(net::io_context& io, h2::handlers h, h2::server_limits l = {})
       : ioc(io), limits(l), handler(std::move(h)) {}
   net::io_context& ioc;
   tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
   h2::server_limits limits;
-  h2::request_handler handler;
+  h2::handlers handler;
   bool draining = false;
   int accepted = 0;
   int sessions_ended = 0;
