@@ -149,6 +149,10 @@ struct policy {
   /// what a handed-over call's retries give up on is dead-lettered; `dead_letter: off`
   /// keeps a route from handing calls over at all (check refuses it on an async context).
   bool dead_letter = true;
+  /** gRPC calls of this route are streaming RPCs (the wire does not say which are): relayed
+      message by message as they arrive in both directions, retried only before the upstream
+      has answered, never after its first byte reached the client. */
+  bool grpc_streaming = false;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };

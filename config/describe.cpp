@@ -143,6 +143,7 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   }
   if (!p.approval.empty()) w.string("approval", p.approval);
   if (!p.dead_letter) w.boolean("dead_letter", false);
+  if (p.grpc_streaming) w.boolean("grpc_streaming", true);
 }
 
 /// File paths only: the config holds no secret to redact.

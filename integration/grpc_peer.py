@@ -5,7 +5,13 @@
   grpc_peer.py server-tls PORT_FILE CERT KEY
                                      the same over TLS (PEM certificate chain and key files)
   grpc_peer.py call TARGET METHOD [--timeout S] [--meta k=v ...] [--payload TEXT]
-                                     one unary call; prints a JSON line with the outcome
+                                [--kind unary|server-stream|client-stream|bidi]
+                                [--messages a,b,c | --repeat N --size S] [--summary]
+                                     one call; prints a JSON line with the outcome (a stream's
+                                     messages joined by "|" as its body). A bidi call goes in
+                                     lockstep: each message waits for the answer to the one
+                                     before, which only a proxy that relays as they arrive
+                                     can serve.
 
 The server answers every method (a generic handler, raw bytes, no protoc). What it does is
 chosen by the method's name and the call's metadata, so a test script reads as a sentence:
@@ -13,6 +19,15 @@ chosen by the method's name and the call's metadata, so a test script reads as a
   /test.Peer/Fail          fails the first `x-fail-times` calls of `x-call-id` with status
                            `x-fail-code` (trailers-only, before any message), then echoes
   /test.Peer/Slow          sleeps `x-sleep-ms`, then echoes
+  /test.Peer/Count         server streaming: answers "m0".."m{N-1}" for a request "N"; with
+                           `x-fail-after` K, fails UNAVAILABLE after K messages; with
+                           `x-size` S, each message is padded to S bytes; with `x-gap-ms`,
+                           waits that long before each message after the first; with
+                           `x-progress-file`, writes there how many messages went out
+  /test.Peer/Collect       client streaming: answers the request messages joined by "+", or
+                           "COUNT:BYTES" with `x-summary`
+  /test.Peer/Chat          bidirectional: answers "echo:" + each message as it arrives
+The streaming methods fail like Fail, before any message, when `x-fail-times` is given.
 Every answer's trailing metadata says what the server saw: the attempt number for the call
 id, the idempotency key, grpc-previous-rpc-attempts and the time the call had left.
 """
@@ -32,9 +47,9 @@ def _meta(context):
     return {k: v for k, v in context.invocation_metadata()}
 
 
-def _handle(request, context):
+def _begin(context):
+    """Counts the attempt of the call's id; returns its metadata, number and trailing metadata."""
     meta = _meta(context)
-    method = context._rpc_event.call_details.method.decode() if hasattr(context, "_rpc_event") else ""
     call_id = meta.get("x-call-id", "")
     with _lock:
         _seen[call_id] = _seen.get(call_id, 0) + 1
@@ -47,9 +62,59 @@ def _handle(request, context):
         ("x-authorization", meta.get("authorization", "")),
         ("x-time-left-ms", "" if left is None else str(int(left * 1000))),
     ]
-    if method.endswith("/Fail") and attempt <= int(meta.get("x-fail-times", "1000000")):
+    return meta, attempt, trailing
+
+
+def _fail_if_scripted(context, meta, attempt, trailing):
+    if attempt <= int(meta.get("x-fail-times", "0")):
         context.set_trailing_metadata(trailing)
         context.abort(grpc.StatusCode(_code(int(meta.get("x-fail-code", "14")))), "scripted failure %d" % attempt)
+
+
+def _count(request, context):
+    meta, attempt, trailing = _begin(context)
+    _fail_if_scripted(context, meta, attempt, trailing)
+    fail_after = int(meta.get("x-fail-after", "-1"))
+    context.set_trailing_metadata(trailing)
+    for i in range(int(request.decode() or "0")):
+        if i > 0 and "x-gap-ms" in meta:
+            time.sleep(int(meta["x-gap-ms"]) / 1000.0)
+        if i == fail_after:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "failed after %d messages" % i)
+        m = ("m%d" % i).encode()
+        yield m + b"." * max(0, int(meta.get("x-size", "0")) - len(m))
+        if "x-progress-file" in meta:
+            with open(meta["x-progress-file"], "w") as f:
+                f.write(str(i + 1))
+    if fail_after >= 0:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "failed after the messages")
+
+
+def _collect(request_iterator, context):
+    meta, attempt, trailing = _begin(context)
+    got = [m.decode() for m in request_iterator]
+    _fail_if_scripted(context, meta, attempt, trailing)
+    context.set_trailing_metadata(trailing)
+    if "x-summary" in meta:
+        return ("%d:%d" % (len(got), sum(len(m) for m in got))).encode()
+    return "+".join(got).encode()
+
+
+def _chat(request_iterator, context):
+    meta, attempt, trailing = _begin(context)
+    _fail_if_scripted(context, meta, attempt, trailing)
+    context.set_trailing_metadata(trailing)
+    for m in request_iterator:
+        yield b"echo:" + m
+
+
+def _handle(request, context):
+    method = context._rpc_event.call_details.method.decode() if hasattr(context, "_rpc_event") else ""
+    meta, attempt, trailing = _begin(context)
+    if method.endswith("/Fail") and "x-fail-times" not in meta:
+        meta["x-fail-times"] = "1000000"
+    if method.endswith("/Fail"):
+        _fail_if_scripted(context, meta, attempt, trailing)
     if method.endswith("/Slow"):
         time.sleep(int(meta.get("x-sleep-ms", "0")) / 1000.0)
     context.set_trailing_metadata(trailing)
@@ -65,6 +130,13 @@ def _code(n):
 
 class _Generic(grpc.GenericRpcHandler):
     def service(self, handler_call_details):
+        method = handler_call_details.method
+        if method.endswith("/Count"):
+            return grpc.unary_stream_rpc_method_handler(_count)
+        if method.endswith("/Collect"):
+            return grpc.stream_unary_rpc_method_handler(_collect)
+        if method.endswith("/Chat"):
+            return grpc.stream_stream_rpc_method_handler(_chat)
         return grpc.unary_unary_rpc_method_handler(_handle)
 
 
@@ -87,10 +159,43 @@ def serve(port_file, cert_file=None, key_file=None):
     server.wait_for_termination()
 
 
+def _body(got, summary):
+    if summary:
+        return "%d:%d" % (len(got), sum(len(m) for m in got))
+    return "|".join(m.decode(errors="replace") for m in got)
+
+
+def _lockstep(fn, messages, timeout, meta, got):
+    """Sends each message only once the answer to the one before has come back."""
+    import queue
+    q = queue.Queue()
+
+    def requests():
+        while True:
+            m = q.get()
+            if m is None:
+                return
+            yield m
+
+    c = fn(requests(), timeout=timeout, metadata=meta)
+    try:
+        for m in messages:
+            q.put(m)
+            got.append(next(c))
+    finally:
+        q.put(None)
+    for m in c:
+        got.append(m)
+    return c
+
+
 def call(target, method, args):
     timeout = None
     meta = []
     payload = b"hello"
+    kind = "unary"
+    messages = []
+    summary = False
     i = 0
     while i < len(args):
         if args[i] == "--timeout":
@@ -103,6 +208,18 @@ def call(target, method, args):
         elif args[i] == "--payload":
             payload = args[i + 1].encode()
             i += 2
+        elif args[i] == "--kind":
+            kind = args[i + 1]
+            i += 2
+        elif args[i] == "--messages":
+            messages = [m.encode() for m in args[i + 1].split(",")]
+            i += 2
+        elif args[i] == "--repeat":
+            messages = [b"x" * int(args[i + 3])] * int(args[i + 1])  # --repeat N --size S
+            i += 4
+        elif args[i] == "--summary":
+            summary = True  # a stream's messages counted, not printed
+            i += 1
         else:
             raise SystemExit("unknown argument " + args[i])
     # The channel targets rebound directly (h2c, prior knowledge); the authority names the
@@ -115,14 +232,28 @@ def call(target, method, args):
     meta = [(k, v) for k, v in meta if k != "x-authority"]
     out = {}
     with grpc.insecure_channel(target, options=opts) as ch:
-        fn = ch.unary_unary(method)
+        got = []
         try:
-            resp, c = fn.with_call(payload, timeout=timeout, metadata=meta)
+            if kind == "unary":
+                resp, c = ch.unary_unary(method).with_call(payload, timeout=timeout, metadata=meta)
+                got.append(resp)
+            elif kind == "client-stream":
+                resp, c = ch.stream_unary(method).with_call(iter(messages), timeout=timeout, metadata=meta)
+                got.append(resp)
+            elif kind == "server-stream":
+                c = ch.unary_stream(method)(payload, timeout=timeout, metadata=meta)
+                for m in c:
+                    got.append(m)
+            elif kind == "bidi":
+                c = _lockstep(ch.stream_stream(method), messages, timeout, meta, got)
+            else:
+                raise SystemExit("unknown kind " + kind)
             out["code"] = 0
-            out["body"] = resp.decode(errors="replace")
+            out["body"] = _body(got, summary)
             trailing = c.trailing_metadata()
             initial = c.initial_metadata()
         except grpc.RpcError as e:
+            out["body"] = _body(got, summary)
             out["code"] = e.code().value[0]
             out["details"] = e.details()
             trailing = e.trailing_metadata()

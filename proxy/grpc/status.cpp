@@ -39,13 +39,16 @@ std::string encode_message(std::string_view text) {
   return out;
 }
 
+h2::fields status_fields(code status, std::string_view message, std::string_view error) {
+  h2::fields f{{"grpc-status", std::to_string(static_cast<unsigned>(status))}, {"grpc-message", encode_message(message)}};
+  if (!error.empty()) f.push_back({"rebound-error", std::string(error)});
+  return f;
+}
+
 h2::message trailers_only(code status, std::string_view message, std::string_view error) {
   h2::message m;
-  m.head = {{":status", "200"},
-            {"content-type", "application/grpc"},
-            {"grpc-status", std::to_string(static_cast<unsigned>(status))},
-            {"grpc-message", encode_message(message)}};
-  if (!error.empty()) m.head.push_back({"rebound-error", std::string(error)});
+  m.head = {{":status", "200"}, {"content-type", "application/grpc"}};
+  for (auto& f : status_fields(status, message, error)) m.head.push_back(std::move(f));
   return m;
 }
 

@@ -38,6 +38,9 @@ code code_for(retry::error_type t);
 /// A grpc-message value: percent-encoded as the protocol asks (bytes outside 0x20-0x7E, and %).
 std::string encode_message(std::string_view text);
 
+/// grpc-status, grpc-message (percent-encoded) and, for rebound's own failures, rebound-error.
+h2::fields status_fields(code status, std::string_view message, std::string_view error);
+
 /// A trailers-only answer with `status` and `message`, naming `error` in `rebound-error`.
 h2::message trailers_only(code status, std::string_view message, std::string_view error);
 

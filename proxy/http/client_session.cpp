@@ -3,6 +3,8 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/grpc/call_plan.hpp"
+#include "proxy/grpc/streaming_call.hpp"
 #include "proxy/grpc/unary_call.hpp"
 #include "proxy/h2/server_connection.hpp"
 #include "proxy/http/framing.hpp"
@@ -187,7 +189,8 @@ net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& 
   }
 }
 
-/// Serves an HTTP/2 connection: each call goes through grpc::answer_call.
+/// Serves an HTTP/2 connection: each call goes through grpc::answer_call, or grpc::relay_call
+/// when its route says it streams.
 net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
                                  session_guard& guard) {
   auto const& limits = ctx.cfg().limits;
@@ -197,7 +200,13 @@ net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client,
   l.max_request_body = limits.max_request_body > 0 ? limits.max_request_body : (4u << 20) + 64 * 1024;
   l.max_header_list = limits.max_request_head;
   l.idle_timeout = limits.idle_timeout;
-  h2::request_handler handler = [ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); };
+  h2::handlers handler{
+      [ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); },
+      [ctx](const h2::fields& head) mutable {
+        if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
+        return grpc::is_streaming_call(ctx, head);
+      },
+      [ctx](h2::streamed_request call) { return grpc::relay_call(ctx, std::move(call)); }};
   // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
   // twice by GCC 12.
   auto serving = h2::serve(client, buffer, l, std::move(handler), ctx.sessions->draining_flag(), &guard);

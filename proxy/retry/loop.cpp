@@ -65,7 +65,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
     af.grpc_pushback = summary.grpc_pushback;
   }
   af.attempts = result.attempts;
-  af.may_repeat = facts.may_retry;
+  af.may_repeat = facts.may_retry && summary.repeatable;
   af.previous_wait = st.previous_wait;
   af.now = clock::now();
   af.deadline = st.total_deadline;
@@ -85,7 +85,9 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
                                         {"method", facts.method},
                                         {"path", facts.path},
                                         {"error_type", outcome_name(outcome)},
-                                        {"reason", facts.why_not}});
+                                        {"reason", summary.repeatable ? facts.why_not
+                                                                      : std::string_view("the streamed request outgrew "
+                                                                                         "max_retry_body: sent once")}});
         return {};
       case stop_reason::exhausted:
         st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},

@@ -51,6 +51,9 @@ struct attempt_summary {
   attempt_outcome outcome;                           ///< the response's status (and grpc-status)
   std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
   std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
+  /// Whether the request can still be sent again: false once a streamed request body has
+  /// outgrown what is kept of it (max_retry_body).
+  bool repeatable = true;
 };
 
 /** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over

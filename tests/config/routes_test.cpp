@@ -139,3 +139,28 @@ TEST(Routes, EffectiveConfigKeepsRoutesAndLoadsBack) {
       << once;
   EXPECT_EQ(effective_config_json(load_config_text(once, "effective.json")), once);
 }
+
+TEST(Routes, GrpcStreamingNamesStreamingMethodsByRoute) {
+  auto const c = load_config_text(R"(
+dependencies:
+  chat:
+    hosts: [chat.internal]
+    context: grpc
+    routes:
+      - match: {path_prefix: /chat.Chat/Stream}
+        grpc_streaming: true
+)",
+                                  "t.yaml");
+  auto const& d = c.dependencies.at(0);
+  EXPECT_TRUE(d.policy_for("POST", "/chat.Chat/Stream").grpc_streaming);
+  EXPECT_FALSE(d.policy_for("POST", "/chat.Chat/Send").grpc_streaming) << "unary unless a route says otherwise";
+  auto const json = effective_config_json(c);
+  EXPECT_NE(json.find(R"("grpc_streaming":true)"), std::string::npos) << json;
+  EXPECT_EQ(effective_config_json(load_config_text(json, "effective.json")), json);
+}
+
+TEST(Routes, GrpcStreamingMustBeABoolean) {
+  auto const e = errors_of("dependencies:\n  p:\n    hosts: [p]\n    grpc_streaming: sometimes\n");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].path, "dependencies.p.grpc_streaming");
+}

@@ -1,0 +1,225 @@
+#include "proxy/grpc/call_plan.hpp"
+
+#include "proxy/auth/credential_source.hpp"
+#include "proxy/auth/jwt.hpp"
+#include "proxy/grpc/status.hpp"
+#include "proxy/grpc/timeout.hpp"
+#include "proxy/http/forward.hpp"
+#include "proxy/http/loop_guard.hpp"
+#include "proxy/http/message_rewrite.hpp"
+#include "proxy/idempotency/key.hpp"
+#include "proxy/observe/correlation.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace rebound::grpc {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+}  // namespace
+
+void set_field(h2::fields& fs, std::string_view name, std::string value) {
+  for (auto& f : fs)
+    if (f.name == name) {
+      f.value = std::move(value);
+      return;
+    }
+  fs.push_back({std::string(name), std::move(value)});
+}
+
+std::optional<unsigned> status_number(const std::string* v) {
+  if (!v || v->empty() || v->size() > 3) return std::nullopt;
+  unsigned n = 0;
+  for (char c : *v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<unsigned>(c - '0');
+  }
+  return n;
+}
+
+h2::message refuse(retry::error_type t, const std::string& message) {
+  return trailers_only(code_for(t), message, to_string(t));
+}
+
+void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& head) {
+  auto find = [&head](std::string_view name) { return h2::message::find_in(head, name); };
+  auto const& cfg = ctx.cfg();
+  auto const* method = find(":method");
+  auto const* path = find(":path");
+  auto const* authority = find(":authority");
+  if (!authority) authority = find("host");
+  if (!method || !path || !authority || path->empty() || path->front() != '/') {
+    plan.refusal = refuse(retry::error_type::bad_request, "a call needs :method, :path and :authority");
+    return;
+  }
+  plan.method = *method;
+  plan.path = *path;
+  auto target = http::parse_request_target(plan.method, plan.path, *authority, 1, 11);
+  if (!target.value) {
+    plan.refusal = refuse(retry::error_type::bad_request, target.error);
+    return;
+  }
+  plan.target = std::move(*target.value);
+  auto const token = "rebound (" + std::string(ctx.instance_token) + ")";
+  bool passed_here = false;
+  for (auto const& f : head)
+    if (f.name == "via" && f.value.find(token) != std::string::npos) passed_here = true;
+  if (passed_here || http::targets_listener(plan.target.connect_host, plan.target.port, cfg.listen)) {
+    plan.refusal = refuse(retry::error_type::loop_detected,
+                          "forwarding loop: the call targets this rebound (" + plan.target.authority +
+                              ") or already passed through it");
+    return;
+  }
+  plan.route = http::route_request(cfg, plan.target, plan.method, false);
+  if (!plan.route.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
+    plan.refusal = refuse(retry::error_type::unknown_host,
+                          "host " + plan.target.authority + " is not a configured dependency");
+    return;
+  }
+  http::attach_runtime(plan.route, ctx, plan.target);
+  auto const& policy = *plan.route.policy;
+
+  auto& facts = plan.facts;
+  facts.dependency = plan.route.name;
+  facts.method = plan.method;
+  facts.path = plan.path;  // a gRPC path is the method's name: no query to hide
+  facts.grpc = true;
+  // the client's id, else one rebound makes and sends on.
+  if (auto const* id = find("x-request-id"); id && observe::usable_correlation_id(*id))
+    plan.correlation_id = *id;
+  else
+    set_field(head, "x-request-id", plan.correlation_id = observe::new_correlation_id(*ctx.rng));
+  facts.correlation_id = plan.correlation_id;
+  if (auto const* a = find("authorization")) facts.credential_expires = auth::jwt_expiry(auth::bearer_token(*a));
+
+  // a call is a POST on the wire; it may go again when a key makes it safe to.
+  plan.key_header = lower(policy.idempotency.header);
+  if (auto const* k = find(plan.key_header)) {
+    if (auto problem = idempotency::key_problem(*k)) {
+      plan.refusal = refuse(retry::error_type::bad_request, *problem);
+      return;
+    }
+    plan.key = *k;
+  } else if (policy.idempotency.inject) {
+    if (auto k = idempotency::new_key()) {
+      plan.key = std::move(*k);
+      set_field(head, plan.key_header, plan.key);
+    }
+  }
+  facts.idempotency_key = plan.key;
+  if (plan.key.empty())
+    facts.why_not = "a call without an idempotency key, and idempotency.inject is false (R-6)";
+  else
+    facts.may_retry = true;
+
+  // the caller's own deadline, when it is the nearer one.
+  if (auto const* t = find("grpc-timeout"))
+    if (auto left = parse_timeout(*t)) {
+      if (left->count() == 0) {
+        plan.refusal = refuse(retry::error_type::deadline_exceeded, "grpc-timeout had run out on arrival");
+        return;
+      }
+      facts.deadline = clock::now() + *left;
+    }
+  set_field(head, "via", "2 " + token);
+}
+
+
+std::optional<h2::message> refused_before_attempts(call_plan& plan) {
+  if (plan.refusal) {
+    if (plan.route.guard) plan.route.guard->answered(200);
+    return std::move(plan.refusal);
+  }
+  auto& guard = *plan.route.guard;
+  if (auto refusal = http::refused_by_breaker(guard)) {
+    guard.answered(200);
+    return trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
+  }
+  return std::nullopt;
+}
+
+upstream::destination destination_of(call_plan& plan) {
+  plan.pool_key = http::pool_key(plan.target, plan.route.tls);
+  return upstream::destination{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls};
+}
+
+h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {
+  auto const& f = result.failure ? *result.failure
+                                 : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
+  http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
+  plan.route.guard->answered(200);
+  auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
+  // SPEC 4: rebound's own answers say how many attempts were made, too.
+  failed.head.push_back({"rebound-attempts", std::to_string(result.attempts)});
+  return failed;
+}
+
+bool is_streaming_call(const http::session_context& ctx, const h2::fields& head) {
+  auto const* method = h2::message::find_in(head, ":method");
+  auto const* path = h2::message::find_in(head, ":path");
+  auto const* authority = h2::message::find_in(head, ":authority");
+  if (!authority) authority = h2::message::find_in(head, "host");
+  if (!method || !path || !authority || path->empty() || path->front() != '/') return false;
+  auto target = http::parse_request_target(*method, *path, *authority, 1, 11);
+  if (!target.value) return false;  // refused by plan_call, whole
+  auto const route = http::route_request(ctx.cfg(), *target.value, *method, false);
+  return route.policy && route.policy->grpc_streaming;
+}
+
+h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point deadline, unsigned attempt) {
+  h2::fields h = head;
+  set_field(h, ":scheme", tls ? "https" : "http");
+  if (deadline != clock::time_point::max())
+    set_field(h, "grpc-timeout",
+              format_timeout(std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now())));
+  if (attempt > 1) set_field(h, "grpc-previous-rpc-attempts", std::to_string(attempt - 1));
+  return h;
+}
+
+void summarize(const h2::fields& head, const h2::fields& trailers, retry::attempt_summary& s) {
+  using h2::message;
+  s.outcome.status = status_number(message::find_in(head, ":status")).value_or(0);
+  // Trailers-only: grpc-status is in the head, and there are no trailers.
+  auto const& status_block = trailers.empty() ? head : trailers;
+  if (auto const* gs = message::find_in(status_block, "grpc-status"))
+    s.outcome.grpc_status = status_number(gs).value_or(static_cast<unsigned>(code::unknown));
+  if (auto const* pushback = message::find_in(status_block, "grpc-retry-pushback-ms")) s.grpc_pushback = *pushback;
+  if (auto const* ra = message::find_in(head, "retry-after")) s.retry_after = *ra;
+}
+
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>
+connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::credential_source* auth, h2::fields& head,
+                clock::time_point deadline) {
+  if (auth) {
+    auto cred = co_await auth->authorization(deadline);
+    if (!cred.authorization)
+      co_return upstream::attempt_failure{retry::error_type::auth_refresh_failed,
+                                          "no valid credential for the upstream: " + cred.error};
+    set_field(head, "authorization", *cred.authorization);
+  }
+  co_return co_await pool.get(to, deadline);
+}
+
+upstream::attempt_failure failure_of(const h2::failure& f) {
+  using k = h2::failure_kind;
+  switch (f.kind) {
+    case k::refused:
+      // Never processed (RFC 9113 8.7): as safe to send again as a refused connect.
+      return {retry::error_type::connect_refused, f.message};
+    case k::reset:
+    case k::connection_lost:
+      return {retry::error_type::connect_reset, f.message};
+    case k::timeout:
+      return {retry::error_type::attempt_timeout, f.message};
+    default:
+      return {retry::error_type::upstream_protocol_error, f.message};
+  }
+}
+
+}  // namespace rebound::grpc

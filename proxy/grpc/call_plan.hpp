@@ -1,0 +1,76 @@
+#pragma once
+/** What unary and streaming gRPC calls share before and around their attempts: the checks
+    of a call's head (loop guard, dependency, R-6 key, the caller's deadline), the head each
+    attempt sends, and how an answer's head and trailers read as an attempt summary. */
+#include "proxy/h2/client_connection.hpp"
+#include "proxy/h2/message.hpp"
+#include "proxy/http/client_session.hpp"
+#include "proxy/http/dependency_route.hpp"
+#include "proxy/http/request_target.hpp"
+#include "proxy/retry/loop.hpp"
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace rebound::grpc {
+
+using clock = std::chrono::steady_clock;
+
+/// What a call's head says, checked once before its first attempt.
+struct call_plan {
+  std::optional<h2::message> refusal;  ///< set: answer this, nothing is sent
+  http::request_target target;
+  http::dependency_route route;
+  retry::request_facts facts;
+  std::string method, path;
+  std::string correlation_id;
+  std::string key_header;  ///< the idempotency header's name, lower-cased (HTTP/2)
+  std::string key;
+  std::string pool_key;  ///< the upstream connections' key (destination_of)
+};
+
+/** Checks a call's head and adds to it what travels on (x-request-id, the idempotency key,
+    Via). `facts.may_retry` says what R-6 allows; the caller adds what its body allows. */
+void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& head);
+
+/** The answer for a call that goes nowhere (its head refused, or the dependency's breaker
+    open), else nullopt. */
+std::optional<h2::message> refused_before_attempts(call_plan& plan);
+
+/// Where the call's attempts go (referring to `plan`, which must outlive it).
+upstream::destination destination_of(call_plan& plan);
+
+/** The answer when the attempts ended without one to return: a trailers-only status for
+    rebound's error type, logged as the HTTP/1.1 path logs its upstream errors. */
+h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result);
+
+/// Whether the call's route names it a streaming RPC (`grpc_streaming: true`).
+bool is_streaming_call(const http::session_context& ctx, const h2::fields& head);
+
+/// The head an attempt sends: the scheme of its connection, the time left as its
+/// grpc-timeout (none for a `deadline` of time_point::max()), and the attempts before it, as
+/// gRPC's own retries say (gRPC A6).
+h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point deadline, unsigned attempt);
+
+/** An answer as the decision reads it: :status, grpc-status and grpc-retry-pushback-ms from
+    the trailers, or from the head of a trailers-only answer (`trailers` empty), Retry-After.
+    The summary's views point into `head` and `trailers`. */
+void summarize(const h2::fields& head, const h2::fields& trailers, retry::attempt_summary& s);
+
+/** The connection an attempt goes on, and its head given rebound's credential (R-9) when
+    `auth` is set: fetched, or refreshed, before every attempt. */
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>
+connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::credential_source* auth, h2::fields& head,
+                clock::time_point deadline);
+
+/// An HTTP/2 failure as R-4 classifies it.
+upstream::attempt_failure failure_of(const h2::failure& f);
+
+/// rebound's own answer for a failure of type `t`: trailers-only, with rebound-error.
+h2::message refuse(retry::error_type t, const std::string& message);
+
+void set_field(h2::fields& fs, std::string_view name, std::string value);
+std::optional<unsigned> status_number(const std::string* v);
+
+}  // namespace rebound::grpc

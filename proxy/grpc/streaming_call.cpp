@@ -1,0 +1,134 @@
+#include "proxy/grpc/streaming_call.hpp"
+
+#include "proxy/grpc/call_plan.hpp"
+#include "proxy/grpc/status.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+namespace rebound::grpc {
+namespace {
+
+/// One attempt of a streamed call: a stream opened upstream, up to its answer's head.
+class stream_attempt final : public retry::attempt_runner {
+ public:
+  stream_attempt(h2::client_pool& pool, upstream::destination to, const h2::fields& head,
+                 std::shared_ptr<h2::body_pipe> request, auth::credential_source* auth, clock::time_point call_deadline)
+      : pool_(pool), to_(to), head_(head), request_(std::move(request)), auth_(auth), call_deadline_(call_deadline) {}
+
+  net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
+    retry::attempt_summary s;
+    ++attempts_;
+    if (attempts_ > 1 && !request_->rewind()) {
+      // It outgrew what is kept while the retry waited: nothing is sent.
+      s.failure = upstream::attempt_failure{retry::error_type::upstream_protocol_error,
+                                            "the streamed request outgrew max_retry_body before its retry"};
+      s.repeatable = false;
+      co_return s;
+    }
+    // The upstream is told the call's own deadline: a stream outlives an attempt's timeout.
+    auto head = attempt_head(head_, to_.tls != nullptr, call_deadline_, attempts_);
+    auto conn = co_await connect_attempt(pool_, to_, auth_, head, deadline);
+    s.repeatable = request_->replayable();
+    if (!conn) {
+      s.failure = std::move(conn.error());
+      co_return s;
+    }
+    response = std::make_shared<h2::body_pipe>();
+    // A streaming server may answer only after the client's messages, however long they
+    // take: the head is awaited by the caller's deadline, not the attempt's.
+    auto answer = co_await (*conn)->open_stream(head, request_, response, call_deadline_);
+    s.repeatable = request_->replayable();
+    if (!answer) {
+      s.failure = failure_of(answer.error());
+      response = nullptr;
+      co_return s;
+    }
+    answer_head = std::move(*answer);
+    // A trailers-only answer ended with its head; any other head starts the server's stream,
+    // which summarizes as its :status (no grpc-status yet): final, never repeated.
+    summarize(answer_head, {}, s);
+    co_return s;
+  }
+
+  void drop() override {
+    if (response) response->abandon();  // resets the upstream stream if it is still open
+    response = nullptr;
+    answer_head.clear();
+  }
+
+  /// Whether the last answer was trailers-only (its grpc-status in the head, nothing after).
+  bool trailers_only() const { return response && response->ended() && response->total() == 0; }
+
+  std::shared_ptr<h2::body_pipe> response;  ///< the last attempt's answer body, as it arrives
+  h2::fields answer_head;
+
+ private:
+  h2::client_pool& pool_;
+  upstream::destination to_;
+  const h2::fields& head_;
+  std::shared_ptr<h2::body_pipe> request_;
+  auth::credential_source* auth_;
+  clock::time_point call_deadline_;
+  unsigned attempts_ = 0;
+};
+
+/// Waits until the server connection ends the call (its stream closed: the handler is
+/// cancelled) or `deadline` passes; true when the deadline did.
+net::awaitable<bool> wait_for_end(clock::time_point deadline) {
+  auto cs = co_await net::this_coro::cancellation_state;
+  if (cs.cancelled() != net::cancellation_type::none) co_return false;
+  net::steady_timer timer(co_await net::this_coro::executor, deadline);
+  auto [ec] = co_await timer.async_wait(use_tuple);
+  co_return !ec;
+}
+
+}  // namespace
+
+net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request call) {
+  if (ctx.latest) ctx.running = *ctx.latest;
+  auto& responder = *call.responder;
+  call_plan plan;
+  plan_call(plan, ctx, call.head);
+  if (auto refusal = refused_before_attempts(plan)) {
+    call.body->abandon();
+    responder.respond(std::move(*refusal));
+    co_return;
+  }
+  auto const& policy = *plan.route.policy;
+  auto& guard = *plan.route.guard;
+  // R-6 and the request body kept for a replay decide whether a retry can go.
+  call.body->keep_up_to(plan.facts.may_retry ? policy.max_retry_body : 0);
+  auto* source = h2::message::find_in(call.head, "authorization") ? nullptr : plan.route.auth;
+  auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
+  stream_attempt attempt(*ctx.h2_pool, destination_of(plan), call.head, call.body, source, deadline);
+  auto result = co_await retry::run_attempts(policy, plan.facts, attempt, *ctx.rng, *ctx.log,
+                                             retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
+  call.body->stop_keeping();
+  if (result.failure || !attempt.response) {
+    call.body->abandon();
+    responder.respond(failed_answer(ctx, plan, result));
+    co_return;
+  }
+  auto head = std::move(attempt.answer_head);
+  set_field(head, "rebound-attempts", std::to_string(result.attempts));
+  guard.answered(status_number(h2::message::find_in(head, ":status")).value_or(502));
+  if (attempt.trailers_only()) {
+    call.body->abandon();
+    h2::message whole;
+    whole.head = std::move(head);
+    responder.respond(std::move(whole));
+    co_return;
+  }
+  // The upstream lost mid-answer: the client gets a status, not a bare stream reset.
+  attempt.response->trailers_on_failure =
+      status_fields(code::unavailable, "the upstream's stream failed after its answer began", "connect_reset");
+  responder.respond(std::move(head), attempt.response);
+  // The call now runs between the two connections; it may last as long as the caller's
+  // deadline allows (total_timeout bounds the retrying, not a stream's life).
+  if (co_await wait_for_end(deadline)) responder.cancel();
+  call.body->abandon();
+  attempt.response->abandon();
+}
+
+}  // namespace rebound::grpc
