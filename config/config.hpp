@@ -149,6 +149,10 @@ struct policy {
   /// what a handed-over call's retries give up on is dead-lettered; `dead_letter: off`
   /// keeps a route from handing calls over at all (check refuses it on an async context).
   bool dead_letter = true;
+  /** Whether an answer from a layer below that already retried and gave up (another
+      rebound's `Rebound-Retried: exhausted`) is retried again here. Off by default: retries
+      at every layer of a call chain multiply, (1 + max_retries)^layers at the bottom. */
+  bool retry_layered = false;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };
