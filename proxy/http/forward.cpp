@@ -61,12 +61,12 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
     in the frame of every request waiting for a retry. */
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const retry::request_facts& facts, bool is_head, unsigned client_version,
-                                          bool keep, unsigned attempts, const std::string& key) {
+                                          bool keep, unsigned attempts, bool gave_up, const std::string& key) {
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
   auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
-  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts);
+  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts, gave_up);
   std::string head;
   append_head(head, res.base());
   auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, head, idle, ctx.buffers);
@@ -156,7 +156,8 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
                           const retry::loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
-  return error_reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
+  return error_reply{default_status(f.type), f.type,          f.message, std::string(facts.dependency),
+                     result.attempts,         0,               result.gave_up};
 }
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
@@ -212,7 +213,8 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   }
   auto& ex = *result.response;
   guard.answered(ex.response->get().result_int());
-  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts, key);
+  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts,
+                                          result.gave_up, key);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
+#include "proxy/retry/layers.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -63,6 +64,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
   if (!failure) {
     af.retry_after = summary.retry_after;
     af.grpc_pushback = summary.grpc_pushback;
+    af.below = summary.below;
   }
   af.attempts = result.attempts;
   af.may_repeat = facts.may_retry;
@@ -75,6 +77,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
   auto const d = decide(policy, af);
 
   if (auto const* s = std::get_if<stop>(&d)) {
+    result.gave_up = gave_up_after_retrying(s->reason, result.attempts);
     switch (s->reason) {
       case stop_reason::final:
         return {};
@@ -96,6 +99,10 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
                                         {"idempotency_key", facts.idempotency_key}});
         st.observer.exhausted();
         return {};
+      case stop_reason::layered:
+      case stop_reason::overloaded:
+        st.observer.declined(to_string(s->reason));
+        break;  // logged as retry_stopped with its reason, below
       default:
         break;
     }
@@ -120,6 +127,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
                                      {"attempts", result.attempts},
                                      {"error_type", outcome_name(outcome)},
                                      {"reason", permit.why}});
+    result.gave_up = result.attempts > 1;
     if (failure)
       result.failure =
           upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
@@ -282,6 +290,13 @@ class http1_attempt final : public attempt_runner {
     s.outcome.status = h.result_int();
     if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
       s.retry_after = std::string_view(it->value().data(), it->value().size());
+    auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
+      auto it = h.find(name);
+      if (it == h.end()) return std::nullopt;
+      return std::string_view(it->value().data(), it->value().size());
+    };
+    s.below = read_layer_signal({field(retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
+                                 field(overloaded_header)});
     co_return s;
   }
   void drop() override { response.reset(); }
@@ -309,6 +324,7 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
   out.attempts = r.attempts;
   out.failure = std::move(r.failure);
   out.client_gone = r.client_gone;
+  out.gave_up = r.gave_up;
   if (!out.failure && !out.client_gone) out.response = std::move(attempt.response);
   co_return out;
 }

@@ -3,6 +3,7 @@
     decisions of this folder whether and when to run another. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/retry/decide.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -43,6 +44,7 @@ struct loop_result {
   std::unique_ptr<upstream::exchange> response;      ///< the last response head, to be streamed to the client
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
+  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
 /// One attempt as the decision reads it: what came back, and the waits the upstream asked for.
@@ -51,6 +53,7 @@ struct attempt_summary {
   attempt_outcome outcome;                           ///< the response's status (and grpc-status)
   std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
   std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
+  layer_signal below;                                ///< what the answering layer said of itself
 };
 
 /** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over
@@ -70,6 +73,7 @@ struct attempts_result {
   unsigned attempts = 0;
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff
+  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,
