@@ -3,6 +3,7 @@
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
 #include "proxy/retry/layers.hpp"
+#include "proxy/retry/request_timeout.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -275,10 +276,14 @@ namespace {
 class http1_attempt final : public attempt_runner {
  public:
   http1_attempt(upstream::pool& pool, upstream::destination to,
-                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head)
-      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head) {}
+                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head,
+                bool sends_deadline)
+      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head), sends_deadline_(sends_deadline) {}
 
   net::awaitable<attempt_summary> run(clock::time_point deadline) override {
+    // What this attempt has left, not what the caller first gave: the time spent on earlier
+    // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
+    if (sends_deadline_) req_.set(request_timeout_header, format_request_timeout(deadline, clock::now()));
     auto attempt = co_await upstream::run_attempt(pool_, to_, req_, body_, is_head_, deadline);
     attempt_summary s;
     if (!attempt) {
@@ -309,6 +314,7 @@ class http1_attempt final : public attempt_runner {
   upstream::bhttp::request<upstream::bhttp::buffer_body>& req_;
   std::string_view body_;
   bool is_head_;
+  bool sends_deadline_;
 };
 
 }  // namespace
@@ -318,7 +324,8 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
                                            const observe::logger& log, loop_hooks hooks) {
-  http1_attempt attempt(pool, to, req, body, is_head);
+  // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
+  http1_attempt attempt(pool, to, req, body, is_head, facts.deadline.has_value());
   auto r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
   loop_result out;
   out.attempts = r.attempts;

@@ -84,7 +84,9 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
                                              loop_hooks hooks);
 
 /** Runs attempts until one is final, retries are exhausted, or time is up; returns the last
-    response head, or why there is none. */
+    response head, or why there is none. With `facts.deadline` (the caller's X-Request-Timeout,
+    the only source of one on HTTP/1.1), every attempt carries the time it has left in that
+    header, so the next hop stops when this one stops waiting. */
 net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
