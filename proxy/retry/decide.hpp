@@ -3,8 +3,9 @@
     requests, CONNECT's connect, and async delivery next), as a pure function: Envoy's
     `wouldRetry` beside the effectful loop that asks it. It owns R-1 (both jitters), R-2
     (the count, and the DNS cap of R-4), R-3 (the deadline and the minimum time an attempt
-    needs), R-4 (through the route's `retry_on`), one layer retrying (issue 22, layers.hpp), R-5 (Retry-After, both forms), R-6 (whether
-    the request may be repeated at all, decided by the caller) and R-9's expiry check.
+    needs), R-4 (through the route's `retry_on`), R-5 (Retry-After, both forms), R-6 (whether
+    the request may be repeated at all, decided by the caller), R-9's expiry check, and what
+    a rebound below said of itself (one layer retries, layers.hpp).
     What it does not own are effects: the budget and breaker (R-7), logs, metrics, timers,
     a drain. Time and randomness come in as values, so tests need neither clocks nor sleeps. */
 #include "config/config.hpp"
