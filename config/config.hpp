@@ -153,6 +153,10 @@ struct policy {
       message by message as they arrive in both directions, retried only before the upstream
       has answered, never after its first byte reached the client. */
   bool grpc_streaming = false;
+  /** Whether an answer from a layer below that already retried and gave up (another
+      rebound's `Rebound-Retried: exhausted`) is retried again here. Off by default: retries
+      at every layer of a call chain multiply, (1 + max_retries)^layers at the bottom. */
+  bool retry_layered = false;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };

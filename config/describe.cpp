@@ -119,6 +119,7 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   w.string("attempt_timeout", format_duration(p.attempt_timeout));
   w.strings("retry_on", p.retry_on.names());
   w.string("max_retry_body", format_size(p.max_retry_body));
+  w.boolean("retry_layered", p.retry_layered);
   {
     object_writer i(w.nested("idempotency"));
     i.string("header", p.idempotency.header);

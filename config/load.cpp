@@ -294,7 +294,7 @@ class reader : public yaml_reader {
     std::optional<retry::retry_on> retry_on;
     std::optional<std::uint64_t> max_retry_body;
     std::optional<std::string> idempotency_header, approval;
-    std::optional<bool> inject, dead_letter, grpc_streaming;
+    std::optional<bool> inject, dead_letter, grpc_streaming, retry_layered;
     std::optional<double> budget_ratio, cb_failure_ratio;
     std::optional<duration> budget_window, cb_window, cb_open_for;
     std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
@@ -305,7 +305,7 @@ class reader : public yaml_reader {
   static std::vector<std::string_view> policy_keys() {
     return {"context",        "max_retries", "backoff",  "schedule", "total_timeout",   "attempt_timeout", "retry_on",
             "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker", "dead_letter",
-            "grpc_streaming"};
+            "grpc_streaming", "retry_layered"};
   }
 
   template <class T, class Parse>
@@ -334,6 +334,7 @@ class reader : public yaml_reader {
     optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
     optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
     optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
+    optional_typed(n, "retry_layered", path, l.retry_layered, parse_bool);
     // `off` as the issue and SPEC write it, or a plain boolean.
     optional_typed(n, "dead_letter", path, l.dead_letter, [](std::string_view v) {
       if (v == "on") return parsed<bool>::ok(true);
@@ -505,6 +506,7 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
     if (auto const* l = pick(&policy_layer::dead_letter)) p.dead_letter = *l->dead_letter;
     if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
+    if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
     if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
     if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
     if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;

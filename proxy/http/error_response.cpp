@@ -1,6 +1,7 @@
 #include "proxy/http/error_response.hpp"
 
 #include "proxy/observe/json.hpp"
+#include "proxy/retry/layers.hpp"
 
 namespace rebound::http {
 
@@ -15,6 +16,8 @@ bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bo
   // Every answer says how many attempts went upstream, rebound's own ones too (SPEC 6).
   res.set("Rebound-Attempts", std::to_string(e.attempts));
   if (e.retry_after_s > 0) res.set(bhttp::field::retry_after, std::to_string(e.retry_after_s));
+  if (e.gave_up) res.set(retry::retried_header, retry::retried_exhausted);
+  if (e.status == 503 && retry::answers_overloaded(e.type)) res.set(retry::overloaded_header, "1");
   std::string body = "{\"error\":{\"type\":";
   observe::append_json_string(body, type);
   body += ",\"message\":";

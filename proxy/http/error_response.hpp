@@ -23,9 +23,12 @@ struct error_reply {
   std::string dependency;  ///< empty when no dependency was resolved yet
   unsigned attempts = 0;
   unsigned retry_after_s = 0;  ///< > 0: sent as Retry-After (circuit_open: time until a probe may go)
+  bool gave_up = false;        ///< retried and gave up: `Rebound-Retried: exhausted` (retry/layers.hpp)
 };
 
-/** Builds the complete response. `keep_alive` false adds `Connection: close`: rebound
+/** Builds the complete response. A 503 that sheds load (circuit_open, budget_exhausted,
+    overloaded) says `Rebound-Overloaded: 1`, so a rebound calling this one backs off instead
+    of retrying (retry/layers.hpp). `keep_alive` false adds `Connection: close`: rebound
     closes after any error that leaves unread request bytes on the connection. */
 boost::beast::http::response<boost::beast::http::string_body> make_error_response(const error_reply& e,
                                                                                   bool keep_alive);

@@ -10,6 +10,7 @@
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/loop.hpp"
+#include "proxy/retry/request_timeout.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
@@ -61,12 +62,12 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
     in the frame of every request waiting for a retry. */
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const retry::request_facts& facts, bool is_head, unsigned client_version,
-                                          bool keep, unsigned attempts, const std::string& key) {
+                                          bool keep, unsigned attempts, bool gave_up, const std::string& key) {
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
   auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
-  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts);
+  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts, gave_up);
   std::string head;
   append_head(head, res.base());
   auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, head, idle, ctx.buffers);
@@ -156,7 +157,8 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
                           const retry::loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
-  return error_reply{default_status(f.type), f.type, f.message, std::string(facts.dependency), result.attempts};
+  return error_reply{default_status(f.type), f.type,          f.message, std::string(facts.dependency),
+                     result.attempts,         0,               result.gave_up};
 }
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
@@ -212,7 +214,8 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   }
   auto& ex = *result.response;
   guard.answered(ex.response->get().result_int());
-  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts, key);
+  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts,
+                                          result.gave_up, key);
 }
 
 }  // namespace
@@ -249,10 +252,34 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
   plan.facts.correlation_id = plan.made_correlation_id;
 }
 
+/** The caller's X-Request-Timeout (retry/request_timeout.hpp) into `facts.deadline`, or the
+    answer that refuses the request before any attempt: 400 when a value cannot be read (a
+    caller that set a deadline must not silently get none), 504 when no time is left. Several
+    fields are all read and the earliest wins; the attempts send one field of their own. */
+std::optional<error_reply> take_caller_deadline(retry::request_facts& facts, const bhttp::request<bhttp::buffer_body>& req,
+                                                std::string_view dependency, std::chrono::steady_clock::time_point now) {
+  std::optional<std::chrono::milliseconds> least;
+  auto const [first, last] = req.equal_range(retry::request_timeout_header);
+  for (auto it = first; it != last; ++it) {
+    auto const v = retry::parse_request_timeout(std::string_view(it->value().data(), it->value().size()));
+    if (auto const* bad = std::get_if<retry::malformed_timeout>(&v))
+      return error_reply{400, error_type::bad_request, bad->why, std::string(dependency), 0};
+    auto const ms = std::get<std::chrono::milliseconds>(v);
+    if (!least || ms < *least) least = ms;
+  }
+  if (!least) return std::nullopt;
+  if (least->count() == 0)
+    return error_reply{504, error_type::deadline_exceeded,
+                       std::string(retry::request_timeout_header) + " left no time: nothing was sent",
+                       std::string(dependency), 0};
+  facts.deadline = now + *least;
+  return std::nullopt;
+}
+
 /** The decisions about a request head, in a plain function so their temporaries stay off
     the coroutine frame that lives as long as the request (and its backoff waits). */
 void plan_request(forward_plan& plan, request_parser& parser, const request_target& target, std::string_view dependency,
-                  const config::policy& policy, std::mt19937_64& rng) {
+                  const config::policy& policy, std::mt19937_64& rng, std::chrono::steady_clock::time_point now) {
   auto& req = parser.get();
   if (auto unmet = unmet_expectation(req)) {
     plan.how = forward_plan::route::refuse;
@@ -265,6 +292,12 @@ void plan_request(forward_plan& plan, request_parser& parser, const request_targ
   facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   facts.path = loggable_path(target.origin_form);
   correlate(plan, req, rng);
+  if (auto refusal = take_caller_deadline(facts, req, dependency, now)) {
+    plan.how = forward_plan::route::refuse;
+    plan.refusal = std::move(*refusal);
+    plan.keep_after_refusal = parser.is_done() && req.keep_alive();
+    return;
+  }
   // the request's own credential is kept; a JWT's exp bounds its retries.
   if (auto it = req.find(bhttp::field::authorization); it != req.end())
     facts.credential_expires = auth::jwt_expiry(auth::bearer_token(it->value()));
@@ -355,7 +388,7 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
   auto& guard = *route.guard;
   if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(ctx, client, buffer, parser, target, route);
   forward_plan plan;
-  plan_request(plan, parser, target, route.name, policy, *ctx.rng);
+  plan_request(plan, parser, target, route.name, policy, *ctx.rng, std::chrono::steady_clock::now());
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   switch (plan.how) {
     case forward_plan::route::refuse:

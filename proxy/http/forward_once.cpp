@@ -6,6 +6,7 @@
 #include "proxy/http/relay.hpp"
 #include "proxy/http/wire_head.hpp"
 #include "proxy/retry/classify.hpp"
+#include "proxy/retry/request_timeout.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -138,6 +139,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
     auto rr = co_await relay_request_body(client, buffer, parser, up, head, idle, prefix,
                                           pace_of(ctx.cfg(), body_start), ctx.buffers);
     deadline += clock::now() - upload_start;
+    // The caller's own deadline (X-Request-Timeout) does not stretch for a slow upload.
+    if (facts.deadline) deadline = std::min(deadline, *facts.deadline);
     if (rr.read_error) {
       client_failed = true;
       client_reply = body_read_refusal(rr.read_error, parser);
@@ -162,8 +165,12 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
                            idle,
                            want_continue};
   attempt_start = clock::now();
-  auto attempt =
-      co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_start + policy.attempt_timeout);
+  auto attempt_deadline = attempt_start + policy.attempt_timeout;
+  if (facts.deadline) {
+    attempt_deadline = std::min(attempt_deadline, *facts.deadline);
+    req.set(retry::request_timeout_header, retry::format_request_timeout(attempt_deadline, attempt_start));
+  }
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_deadline);
   if (!attempt) {
     if (client_failed) {
       if (client_reply) {

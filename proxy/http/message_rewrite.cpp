@@ -3,6 +3,7 @@
 #include "proxy/upstream/tls_client.hpp"
 
 #include "proxy/http/hop_by_hop.hpp"
+#include "proxy/retry/layers.hpp"
 
 namespace rebound::http {
 
@@ -30,7 +31,7 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
 
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
                              const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
-                             bool client_keep_alive, unsigned attempts) {
+                             bool client_keep_alive, unsigned attempts, bool gave_up) {
   strip_hop_by_hop(res.base());
   add_via(res.base(), res.version());
   auto const status = res.result_int();
@@ -45,6 +46,7 @@ bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
     }
   }
   res.set("Rebound-Attempts", std::to_string(attempts));
+  if (gave_up) res.set(retry::retried_header, retry::retried_exhausted);
   res.version(11);
   res.keep_alive(client_keep_alive);
   if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");

@@ -30,10 +30,13 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
                               const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,
                               std::string_view via_token = {});
 
-/** The response head as the client hop must see it, with `Rebound-Attempts`; returns
-    whether the client connection can stay open after this response. */
+/** The response head as the client hop must see it, with `Rebound-Attempts` (and with
+    `gave_up`, `Rebound-Retried: exhausted`: this layer retried and gave up, retry/layers.hpp);
+    returns whether the client connection can stay open after this response. A
+    `Rebound-Retried` from a layer below is passed on: the caller above learns that some layer
+    spent its retries. */
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
                              const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
-                             bool client_keep_alive, unsigned attempts);
+                             bool client_keep_alive, unsigned attempts, bool gave_up = false);
 
 }  // namespace rebound::http

@@ -46,6 +46,9 @@ constexpr counter_name attempts_total{"retry_attempts_total",
                                       "Upstream attempts, by attempt number (1 = the original request)"};
 constexpr counter_name exhausted_total{"retry_exhausted_total",
                                        "Requests whose retries ran out (max_retries) while still failing"};
+constexpr counter_name declined_total{
+    "retry_declined_total",
+    "Retries not made because the layer below already retried (layered) or shed the call (overloaded)"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
 constexpr counter_name idempotent_total{"idempotent_requests_total",
@@ -95,6 +98,16 @@ void dependency_metrics::backoff(std::chrono::milliseconds wait) {
 
 void dependency_metrics::exhausted() { exhausted_.Increment(); }
 
+void dependency_metrics::declined(std::string_view reason) {
+  int const slot = reason == "layered" ? 0 : reason == "overloaded" ? 1 : -1;
+  if (slot >= 0)
+    if (auto* c = declined_[slot].load(std::memory_order_acquire)) return c->Increment();
+  auto l = owner_.labels(name_);
+  l.emplace("reason", std::string(reason));
+  if (slot >= 0) return lazily(declined_[slot], owner_.declined_, l).Increment();
+  owner_.declined_.Add(l).Increment();
+}
+
 void dependency_metrics::dead_lettered(std::string_view reason, std::string_view context) {
   auto labels = owner_.labels(name_);
   labels.emplace("reason", std::string(reason));
@@ -138,6 +151,7 @@ metrics::metrics(std::string service)
       registry_(std::make_shared<prometheus::Registry>()),
       attempts_(counter(attempts_total, *registry_)),
       exhausted_(counter(exhausted_total, *registry_)),
+      declined_(counter(declined_total, *registry_)),
       backoff_(prometheus::BuildHistogram()
                    .Name("retry_backoff_duration_seconds")
                    .Help("Waits scheduled before a retry")
@@ -198,7 +212,7 @@ std::string metrics::scrape() const {
   // prometheus-cpp leaves out a family with no series yet (no attempt made, no message
   // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
   // the name from the first scrape on and no series has to be invented to carry it.
-  for (auto const& c : {attempts_total, exhausted_total, dlq_total, requests_total}) {
+  for (auto const& c : {attempts_total, exhausted_total, declined_total, dlq_total, requests_total}) {
     bool const present =
         std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
     if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";

@@ -34,6 +34,9 @@ class dependency_metrics {
   void backoff(std::chrono::milliseconds wait);
   /// retry_exhausted_total.
   void exhausted();
+  /// A retry not made because the layer below spoke: retry_declined_total{reason}, the
+  /// reason being `layered` or `overloaded` (retry/layers.hpp).
+  void declined(std::string_view reason);
   /// A handed-over call dead-lettered: dlq_messages_total{reason,context}.
   void dead_lettered(std::string_view reason, std::string_view context);
   /// idempotent_requests_total{outcome}: stored, replayed, conflict, mismatch, missing, not_stored.
@@ -56,6 +59,9 @@ class dependency_metrics {
   prometheus::Gauge& budget_utilization_;
   prometheus::Gauge& breaker_state_;
   std::array<std::atomic<prometheus::Counter*>, attempt_slots> attempts_{};
+  /// retry_declined_total's children for `layered` and `overloaded`: in an outage every
+  /// request may count one, so they are looked up once.
+  std::array<std::atomic<prometheus::Counter*>, 2> declined_{};
   /// proxy_requests_total's children by code: a tiny open-addressed table, each word a
   /// code (high 16 bits) and its counter's address (low 48), so 4,096 dependencies do not
   /// carry 500 slots each. Codes beyond its size take Family::Add's lock.
@@ -93,6 +99,7 @@ class metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& attempts_;
   prometheus::Family<prometheus::Counter>& exhausted_;
+  prometheus::Family<prometheus::Counter>& declined_;
   prometheus::Family<prometheus::Histogram>& backoff_;
   prometheus::Family<prometheus::Gauge>& budget_utilization_;
   prometheus::Family<prometheus::Counter>& dlq_messages_;

@@ -7,6 +7,10 @@ namespace rebound::retry {
 decision decide(const config::policy& policy, const attempt_facts& f) {
   if (classify(f.outcome, policy.retry_on) != verdict::retryable) return stop{stop_reason::final, {}, {}};
   if (!f.may_repeat) return stop{stop_reason::not_repeatable, {}, {}};
+  // Before the count: a layer below that shed load or already spent its retries makes a
+  // retry here pure amplification, however many retries this layer has left.
+  if (f.below.overloaded) return stop{stop_reason::overloaded, {}, {}};
+  if (f.below.gave_up && !policy.retry_layered) return stop{stop_reason::layered, {}, {}};
   unsigned const max_attempts = 1 + policy.max_retries;
   bool const dns_spent = f.outcome.error == error_type::dns_failure && f.attempts >= dns_failure_max_attempts;
   if (f.attempts >= max_attempts || dns_spent) return stop{stop_reason::exhausted, {}, {}};
@@ -54,6 +58,10 @@ std::string_view to_string(stop_reason r) {
       return "credential_expired";
     case stop_reason::pushback_refused:
       return "pushback_refused";
+    case stop_reason::layered:
+      return "layered";
+    case stop_reason::overloaded:
+      return "overloaded";
   }
   return "final";
 }

@@ -4,7 +4,8 @@
     `wouldRetry` beside the effectful loop that asks it. It owns R-1 (both jitters), R-2
     (the count, and the DNS cap of R-4), R-3 (the deadline and the minimum time an attempt
     needs), R-4 (through the route's `retry_on`), R-5 (Retry-After, both forms), R-6 (whether
-    the request may be repeated at all, decided by the caller) and R-9's expiry check.
+    the request may be repeated at all, decided by the caller), R-9's expiry check, and what
+    a rebound below said of itself (one layer retries, layers.hpp).
     What it does not own are effects: the budget and breaker (R-7), logs, metrics, timers,
     a drain. Time and randomness come in as values, so tests need neither clocks nor sleeps. */
 #include "config/config.hpp"
@@ -18,12 +19,19 @@
 
 namespace rebound::retry {
 
+/// What the layer that answered (another rebound) said of itself; see layers.hpp.
+struct layer_signal {
+  bool gave_up = false;     ///< it retried and gave up (`Rebound-Retried: exhausted`)
+  bool overloaded = false;  ///< it refused the call to protect its dependency (`Rebound-Overloaded: 1`)
+};
+
 /// Everything the decision reads, all of it values.
 struct attempt_facts {
   attempt_outcome outcome;                      ///< the status, or rebound's error type
   std::optional<std::string_view> retry_after;  ///< the response's Retry-After value, if it had one
   /// A gRPC answer's grpc-retry-pushback-ms, if it had one: R-5 for gRPC.
   std::optional<std::string_view> grpc_pushback;
+  layer_signal below;                           ///< what the answering layer said of itself
   unsigned attempts = 1;                        ///< attempts made so far, this one included
   bool may_repeat = true;                       ///< R-6 (and a kept body) allow sending it again
   duration previous_wait{0};                    ///< the last wait (decorrelated jitter); 0 before the first retry
@@ -49,6 +57,8 @@ enum class stop_reason {
   deadline,                     ///< R-3: no time left for another attempt
   credential_expired,           ///< R-9: the request's own credential would be expired at the retry
   pushback_refused,             ///< a gRPC server's pushback said not to retry (negative or malformed)
+  layered,                      ///< the layer below already retried and gave up (`retry_layered: false`)
+  overloaded,                   ///< the layer below shed the call to protect its dependency: back off
 };
 
 struct stop {

@@ -34,6 +34,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   void attempt_done(const attempt_report& r) override { metrics_.attempt(r.attempt, r.took); }
   void retry_scheduled(duration wait) override { metrics_.backoff(wait); }
   void exhausted() override { metrics_.exhausted(); }
+  void declined(std::string_view reason) override { metrics_.declined(reason); }
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
   void answered(unsigned code) { metrics_.answered(code); }
   void dead_lettered(std::string_view reason, std::string_view context) { metrics_.dead_lettered(reason, context); }

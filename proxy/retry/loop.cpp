@@ -2,6 +2,8 @@
 
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
+#include "proxy/retry/layers.hpp"
+#include "proxy/retry/request_timeout.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -63,6 +65,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
   if (!failure) {
     af.retry_after = summary.retry_after;
     af.grpc_pushback = summary.grpc_pushback;
+    af.below = summary.below;
   }
   af.attempts = result.attempts;
   af.may_repeat = facts.may_retry && summary.repeatable;
@@ -75,6 +78,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
   auto const d = decide(policy, af);
 
   if (auto const* s = std::get_if<stop>(&d)) {
+    result.gave_up = gave_up_after_retrying(s->reason, result.attempts);
     switch (s->reason) {
       case stop_reason::final:
         return {};
@@ -98,6 +102,10 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
                                         {"idempotency_key", facts.idempotency_key}});
         st.observer.exhausted();
         return {};
+      case stop_reason::layered:
+      case stop_reason::overloaded:
+        st.observer.declined(to_string(s->reason));
+        break;  // logged as retry_stopped with its reason, below
       default:
         break;
     }
@@ -122,6 +130,7 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
                                      {"attempts", result.attempts},
                                      {"error_type", outcome_name(outcome)},
                                      {"reason", permit.why}});
+    result.gave_up = result.attempts > 1;
     if (failure)
       result.failure =
           upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
@@ -269,10 +278,14 @@ namespace {
 class http1_attempt final : public attempt_runner {
  public:
   http1_attempt(upstream::pool& pool, upstream::destination to,
-                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head)
-      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head) {}
+                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head,
+                bool sends_deadline)
+      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head), sends_deadline_(sends_deadline) {}
 
   net::awaitable<attempt_summary> run(clock::time_point deadline) override {
+    // What this attempt has left, not what the caller first gave: the time spent on earlier
+    // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
+    if (sends_deadline_) req_.set(request_timeout_header, format_request_timeout(deadline, clock::now()));
     auto attempt = co_await upstream::run_attempt(pool_, to_, req_, body_, is_head_, deadline);
     attempt_summary s;
     if (!attempt) {
@@ -284,6 +297,13 @@ class http1_attempt final : public attempt_runner {
     s.outcome.status = h.result_int();
     if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
       s.retry_after = std::string_view(it->value().data(), it->value().size());
+    auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
+      auto it = h.find(name);
+      if (it == h.end()) return std::nullopt;
+      return std::string_view(it->value().data(), it->value().size());
+    };
+    s.below = read_layer_signal({field(retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
+                                 field(overloaded_header)});
     co_return s;
   }
   void drop() override { response.reset(); }
@@ -296,6 +316,7 @@ class http1_attempt final : public attempt_runner {
   upstream::bhttp::request<upstream::bhttp::buffer_body>& req_;
   std::string_view body_;
   bool is_head_;
+  bool sends_deadline_;
 };
 
 }  // namespace
@@ -305,12 +326,14 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
                                            const observe::logger& log, loop_hooks hooks) {
-  http1_attempt attempt(pool, to, req, body, is_head);
+  // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
+  http1_attempt attempt(pool, to, req, body, is_head, facts.deadline.has_value());
   auto r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
   loop_result out;
   out.attempts = r.attempts;
   out.failure = std::move(r.failure);
   out.client_gone = r.client_gone;
+  out.gave_up = r.gave_up;
   if (!out.failure && !out.client_gone) out.response = std::move(attempt.response);
   co_return out;
 }

@@ -3,6 +3,7 @@
     decisions of this folder whether and when to run another. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/retry/decide.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -43,6 +44,7 @@ struct loop_result {
   std::unique_ptr<upstream::exchange> response;      ///< the last response head, to be streamed to the client
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
+  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
 /// One attempt as the decision reads it: what came back, and the waits the upstream asked for.
@@ -54,6 +56,7 @@ struct attempt_summary {
   /// Whether the request can still be sent again: false once a streamed request body has
   /// outgrown what is kept of it (max_retry_body).
   bool repeatable = true;
+  layer_signal below;                                ///< what the answering layer said of itself
 };
 
 /** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over
@@ -73,6 +76,7 @@ struct attempts_result {
   unsigned attempts = 0;
   std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff
+  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,
@@ -83,7 +87,9 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
                                              loop_hooks hooks);
 
 /** Runs attempts until one is final, retries are exhausted, or time is up; returns the last
-    response head, or why there is none. */
+    response head, or why there is none. With `facts.deadline` (the caller's X-Request-Timeout,
+    the only source of one on HTTP/1.1), every attempt carries the time it has left in that
+    header, so the next hop stops when this one stops waiting. */
 net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
                                            upstream::pool& pool, upstream::destination to,
                                            upstream::bhttp::request<upstream::bhttp::buffer_body>& req,

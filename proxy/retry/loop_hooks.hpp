@@ -5,6 +5,7 @@
 #include "proxy/retry/classify.hpp"
 
 #include <chrono>
+#include <string_view>
 
 namespace rebound::retry {
 
@@ -50,6 +51,8 @@ class attempt_observer {
   virtual void attempt_done(const attempt_report& r) { (void)r; }
   virtual void retry_scheduled(duration wait) { (void)wait; }
   virtual void exhausted() {}
+  /// A retry not made because the layer below spoke (`layered`, `overloaded`; layers.hpp).
+  virtual void declined(std::string_view reason) { (void)reason; }
 };
 
 /// The do-nothing gate and observer the loop uses when it is given none.

@@ -74,3 +74,12 @@ TEST(TypedValues, FormatIsTheInverseOfParse) {
   EXPECT_EQ(format_duration(2min), "2m");
   EXPECT_EQ(format_size(1 << 20), "1MiB");
 }
+
+// Issue 22: the effective policy says whether it retries what a layer below gave up on.
+TEST(EffectiveConfig, ShowsRetryLayered) {
+  auto const json = effective_config_json(
+      load_config_text("dependencies:\n  edge:\n    hosts: [edge.test]\n    retry_layered: true\n", "t.yaml"));
+  EXPECT_NE(json.find(R"("retry_layered":false)"), std::string::npos) << json;  // defaults
+  EXPECT_NE(json.find(R"("retry_layered":true)"), std::string::npos) << json;   // edge
+  EXPECT_NE(policy_json(rebound::config::policy{}).find(R"("retry_layered":false)"), std::string::npos);
+}

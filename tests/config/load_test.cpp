@@ -268,3 +268,44 @@ dependencies:
   EXPECT_TRUE(errors_of("store: {type: postgres, dsn: \"host=db\", lease: 15s}\n").empty())
       << "10s (the default attempt_timeout) + 5s";
 }
+
+// Issue 22: one layer retries. Off unless a policy says so; route over dependency over defaults.
+TEST(Load, RetryLayeredIsOffByDefaultAndResolvedLikeAnyPolicyKey) {
+  auto const c = load_config_text(R"(
+defaults: {retry_layered: true}
+dependencies:
+  edge:
+    hosts: [edge.test]
+    retry_layered: false
+    routes:
+      - match: {path_prefix: /chain}
+        retry_layered: true
+  plain:
+    hosts: [plain.test]
+)",
+                                  "t.yaml");
+  EXPECT_FALSE(default_config().defaults.retry_layered);
+  EXPECT_FALSE(load_config_text("", "t.yaml").defaults.retry_layered);
+  EXPECT_TRUE(c.defaults.retry_layered);
+  EXPECT_FALSE(c.dependencies.at(0).effective.retry_layered);
+  EXPECT_TRUE(c.dependencies.at(0).routes.at(0).effective.retry_layered);
+  EXPECT_TRUE(c.dependencies.at(1).effective.retry_layered);
+}
+
+TEST(Load, RetryLayeredMustBeABooleanAtItsLine) {
+  for (auto const* value : {"yes", "1", "sometimes", "[true]"}) {
+    SCOPED_TRACE(value);
+    try {
+      load_config_text(std::string("dependencies:\n  edge:\n    hosts: [edge.test]\n    retry_layered: ") + value + "\n",
+                       "t.yaml");
+      FAIL() << "loaded";
+    } catch (const config_error& e) {
+      ASSERT_EQ(e.diagnostics().size(), 1u) << e.what();
+      EXPECT_EQ(e.diagnostics()[0].path, "dependencies.edge.retry_layered");
+      EXPECT_EQ(e.diagnostics()[0].line, 4);
+      auto const& m = e.diagnostics()[0].message;
+      EXPECT_TRUE(m.find("true or false") != std::string::npos || m.find("single value") != std::string::npos)
+          << e.what();
+    }
+  }
+}

@@ -101,3 +101,19 @@ TEST(Metrics, TheSameDependencyIsTheSameChildren) {
   EXPECT_EQ(&m.dependency("payments"), &m.dependency("payments"));
   EXPECT_NE(&m.dependency("payments"), &m.dependency("ledger"));
 }
+
+// Issue 22: retries a layer below made unnecessary, by reason; the name is there from the
+// first scrape, so an alert rule can be written before the first one happens.
+TEST(Metrics, DeclinedRetriesAreCountedByReason) {
+  metrics m("checkout");
+  auto& d = m.dependency("payments");
+  EXPECT_TRUE(has(m.scrape(), "# TYPE retry_declined_total counter"));
+  d.declined("layered");
+  d.declined("layered");
+  d.declined("overloaded");
+  auto const text = m.scrape();
+  EXPECT_TRUE(has(text, "retry_declined_total{dependency=\"payments\",reason=\"layered\",service=\"checkout\"} 2"))
+      << text;
+  EXPECT_TRUE(has(text, "retry_declined_total{dependency=\"payments\",reason=\"overloaded\",service=\"checkout\"} 1"))
+      << text;
+}

@@ -206,3 +206,57 @@ TEST(Decide, R5_GrpcPushbackBeyondDeadlineFailsAtOnce) {
 TEST(Decide, R4_GrpcFinalStatusIsNotRetriedWhateverThePushback) {
   EXPECT_EQ(stopped(decide(policy(), grpc_after(3, "10"))), stop_reason::final);
 }
+
+// ---- Issue 22: one layer retries ----
+
+namespace {
+
+attempt_facts from_below(attempt_outcome o, layer_signal below, unsigned attempts = 1) {
+  auto f = after(o, attempts);
+  f.below = below;
+  return f;
+}
+
+}  // namespace
+
+TEST(Decide, Layered_ExhaustedBelowIsNotRetriedAgain) {
+  auto const d = decide(policy(), from_below(status(503), {.gave_up = true}));
+  EXPECT_EQ(stopped(d), stop_reason::layered);
+  EXPECT_EQ(to_string(stop_reason::layered), "layered");
+}
+
+TEST(Decide, Layered_RetryLayeredTrueRetriesAsBefore) {
+  auto p = policy();
+  p.retry_layered = true;
+  EXPECT_TRUE(std::holds_alternative<retry_in>(decide(p, from_below(status(503), {.gave_up = true}))));
+}
+
+// A layer below that shed the call is backed off from, whatever retry_layered says.
+TEST(Decide, Layered_OverloadedBelowIsNeverRetried) {
+  auto p = policy();
+  p.retry_layered = true;
+  auto const d = decide(p, from_below(status(503), {.overloaded = true}));
+  EXPECT_EQ(stopped(d), stop_reason::overloaded);
+  EXPECT_EQ(to_string(stop_reason::overloaded), "overloaded");
+}
+
+// The signals only stop what would have been retried: a success or a final status stays
+// `final`, a request that may not be repeated stays `not_repeatable`.
+TEST(Decide, Layered_SignalsChangeOnlyRetryableOutcomes) {
+  EXPECT_EQ(stopped(decide(policy(), from_below(status(200), {.gave_up = true, .overloaded = true}))),
+            stop_reason::final);
+  EXPECT_EQ(stopped(decide(policy(), from_below(status(404), {.gave_up = true}))), stop_reason::final);
+  auto f = from_below(status(503), {.gave_up = true});
+  f.may_repeat = false;
+  EXPECT_EQ(stopped(decide(policy(), f)), stop_reason::not_repeatable);
+}
+
+// A plain 503 from below is retried as R-4 says, and R-5's Retry-After still decides the wait.
+TEST(Decide, Layered_NoSignalKeepsR4AndR5) {
+  EXPECT_TRUE(std::holds_alternative<retry_in>(decide(policy(), from_below(status(503), {}))));
+  auto f = from_below(status(503), {});
+  f.retry_after = "2";
+  auto const d = decide(policy(), f);
+  ASSERT_TRUE(std::holds_alternative<retry_in>(d));
+  EXPECT_GE(waited(d), 2000ms);
+}

@@ -1,0 +1,59 @@
+#include "proxy/retry/layers.hpp"
+
+#include <cctype>
+
+namespace rebound::retry {
+namespace {
+
+std::string_view trimmed(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+/// A count above 1, read without overflow: only the question "more than one?" matters.
+bool more_than_one(std::string_view v) {
+  v = trimmed(v);
+  if (v.empty()) return false;
+  for (char c : v)
+    if (c < '0' || c > '9') return false;
+  while (v.size() > 1 && v.front() == '0') v.remove_prefix(1);
+  return v.size() > 1 || v.front() > '1';
+}
+
+}  // namespace
+
+layer_signal read_layer_signal(const layer_headers& h) {
+  layer_signal s;
+  if (h.retried && iequals(trimmed(*h.retried), retried_exhausted)) s.gave_up = true;
+  if (h.error && !trimmed(*h.error).empty() && h.attempts && more_than_one(*h.attempts)) s.gave_up = true;
+  if (h.overloaded && trimmed(*h.overloaded) == "1") s.overloaded = true;
+  return s;
+}
+
+bool gave_up_after_retrying(stop_reason r, unsigned attempts) {
+  switch (r) {
+    case stop_reason::layered:
+      return true;
+    case stop_reason::exhausted:
+    case stop_reason::deadline:
+    case stop_reason::retry_after_beyond_deadline:
+      return attempts > 1;
+    default:
+      return false;
+  }
+}
+
+bool answers_overloaded(error_type t) {
+  return t == error_type::circuit_open || t == error_type::budget_exhausted || t == error_type::overloaded;
+}
+
+}  // namespace rebound::retry
