@@ -214,3 +214,38 @@ TEST(Grpc, R9_DependencyCredentialTravelsAsMetadataAndAttemptsAreCounted) {
       << m->body.substr(0, 3000);
   remove_tree(dir);
 }
+
+// Issue 22 over gRPC: of two rebound hops only the bottom one retries a failing call, so the
+// server sees 1 + max_retries attempts, not (1 + max_retries)^2; retry_layered restores that.
+TEST(Grpc, Layers_OnlyTheBottomReboundRetriesAFailingCall) {
+  GrpcServer server;
+  // A budget and breaker that stay out of the way: what is counted is the retries alone.
+  std::string const quiet = "    budget: {min_retries: 100000}\n    circuit_breaker: {mode: 'off'}\n";
+  ReboundProcess bottom(with(dependency(server.port(), quiet)));
+  ReboundProcess top(with(dependency(bottom.port(), quiet)));
+  auto r = call(top.port(), "/test.Peer/Fail", {"--meta", "x-call-id=l1", "--meta", "x-fail-code=14"});
+  EXPECT_EQ(r.code, 14) << r.raw;
+  EXPECT_EQ(r.trailing["x-attempt"], "4") << "grpc context: 3 retries at the bottom, none above: " << r.raw;
+  EXPECT_EQ(r.trailing["rebound-retried"], "exhausted") << r.raw;
+  EXPECT_EQ(r.trailing["rebound-attempts"], "1") << "the top hop's own count replaces the bottom's";
+
+  ReboundProcess layered(with(dependency(bottom.port(), quiet + "    retry_layered: true\n")));
+  auto m = call(layered.port(), "/test.Peer/Fail", {"--meta", "x-call-id=l2", "--meta", "x-fail-code=14"});
+  EXPECT_EQ(m.code, 14) << m.raw;
+  EXPECT_EQ(m.trailing["x-attempt"], "16") << "retry_layered: true multiplies, as before: " << m.raw;
+}
+
+// Issue 22 over gRPC: a rebound whose breaker is open says so (rebound-overloaded), and the
+// rebound above backs off instead of retrying the refusal.
+TEST(Grpc, Layers_OverloadedBelowIsNotRetried) {
+  GrpcServer server;
+  ReboundProcess bottom(with(dependency(
+      server.port(), "    max_retries: 1\n    circuit_breaker: {mode: enforce, min_requests: 2, failure_ratio: 0.5, open_for: 60s}\n")));
+  for (auto const* id : {"o1", "o2"}) call(bottom.port(), "/test.Peer/Fail", {"--meta", std::string("x-call-id=") + id});
+  ReboundProcess top(with(dependency(bottom.port(), "    budget: {min_retries: 100000}\n")));
+  auto r = call(top.port(), "/test.Peer/Fail", {"--meta", "x-call-id=o3"});
+  EXPECT_EQ(r.code, 14) << r.raw;
+  EXPECT_EQ(r.trailing["rebound-error"], "circuit_open") << r.raw;
+  EXPECT_EQ(r.trailing["rebound-attempts"], "1") << "the top hop tried once and backed off: " << r.raw;
+  EXPECT_TRUE(top.wait_for_log("\"reason\":\"overloaded\"")) << "the stop is logged with its reason";
+}

@@ -9,6 +9,7 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
+#include "proxy/retry/layers.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -139,7 +140,9 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
   auto& guard = *plan.route.guard;
   if (auto refusal = http::refused_by_breaker(guard)) {
     guard.answered(200);
-    return trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
+    auto answer = trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
+    say_what_this_layer_did(answer.head, {}, refusal->type);
+    return answer;
   }
   return std::nullopt;
 }
@@ -155,8 +158,7 @@ h2::message failed_answer(const http::session_context& ctx, call_plan& plan, con
   http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
   plan.route.guard->answered(200);
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
-  // SPEC 4: rebound's own answers say how many attempts were made, too.
-  failed.head.push_back({"rebound-attempts", std::to_string(result.attempts)});
+  say_what_this_layer_did(failed.head, result, f.type);
   return failed;
 }
 
@@ -191,6 +193,21 @@ void summarize(const h2::fields& head, const h2::fields& trailers, retry::attemp
     s.outcome.grpc_status = status_number(gs).value_or(static_cast<unsigned>(code::unknown));
   if (auto const* pushback = message::find_in(status_block, "grpc-retry-pushback-ms")) s.grpc_pushback = *pushback;
   if (auto const* ra = message::find_in(head, "retry-after")) s.retry_after = *ra;
+  // One layer retries (issue 22): what a rebound further along said of its own retries.
+  auto field = [&](std::string_view name) -> std::optional<std::string_view> {
+    auto const* v = message::find_in(status_block, name);
+    if (!v) v = message::find_in(head, name);
+    return v ? std::optional<std::string_view>(*v) : std::nullopt;
+  };
+  s.below = retry::read_layer_signal(
+      {field("rebound-retried"), field("rebound-attempts"), field("rebound-error"), field("rebound-overloaded")});
+}
+
+void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& result,
+                             std::optional<retry::error_type> failure) {
+  set_field(head, "rebound-attempts", std::to_string(result.attempts));
+  if (result.gave_up) set_field(head, "rebound-retried", std::string(retry::retried_exhausted));
+  if (failure && retry::answers_overloaded(*failure)) set_field(head, "rebound-overloaded", "1");
 }
 
 net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>

@@ -54,8 +54,9 @@ bool is_streaming_call(const http::session_context& ctx, const h2::fields& head)
 h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point deadline, unsigned attempt);
 
 /** An answer as the decision reads it: :status, grpc-status and grpc-retry-pushback-ms from
-    the trailers, or from the head of a trailers-only answer (`trailers` empty), Retry-After.
-    The summary's views point into `head` and `trailers`. */
+    the trailers, or from the head of a trailers-only answer (`trailers` empty), Retry-After,
+    and what a rebound further along said of its retries (retry/layers.hpp). The summary's
+    views point into `head` and `trailers`. */
 void summarize(const h2::fields& head, const h2::fields& trailers, retry::attempt_summary& s);
 
 /** The connection an attempt goes on, and its head given rebound's credential (R-9) when
@@ -63,6 +64,13 @@ void summarize(const h2::fields& head, const h2::fields& trailers, retry::attemp
 net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>
 connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::credential_source* auth, h2::fields& head,
                 clock::time_point deadline);
+
+/** What an answer says of this layer, as HTTP/1.1 answers say it (SPEC 4, issue 22):
+    `rebound-attempts`, replacing what a rebound further along said; `rebound-retried:
+    exhausted` when the attempts retried and gave up; `rebound-overloaded: 1` when rebound
+    refused the call to protect the dependency (`failure` an open breaker or spent budget). */
+void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& result,
+                             std::optional<retry::error_type> failure = std::nullopt);
 
 /// An HTTP/2 failure as R-4 classifies it.
 upstream::attempt_failure failure_of(const h2::failure& f);

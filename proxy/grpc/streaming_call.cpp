@@ -111,7 +111,7 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
     co_return;
   }
   auto head = std::move(attempt.answer_head);
-  set_field(head, "rebound-attempts", std::to_string(result.attempts));
+  say_what_this_layer_did(head, result);
   guard.answered(status_number(h2::message::find_in(head, ":status")).value_or(502));
   if (attempt.trailers_only()) {
     call.body->abandon();

@@ -68,9 +68,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
                                              retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
   if (result.failure || !attempt.last) co_return failed_answer(ctx, plan, result);
   auto answer = std::move(*attempt.last);
-  // SPEC 4: the answer says how many attempts it took, as an HTTP/1.1 one does (replacing
-  // what a rebound further along said).
-  set_field(answer.head, "rebound-attempts", std::to_string(result.attempts));
+  say_what_this_layer_did(answer.head, result);
   guard.answered(status_number(answer.find(":status")).value_or(502));
   co_return answer;
 }
