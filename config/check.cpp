@@ -1,5 +1,7 @@
 #include "config/check.hpp"
 
+#include "config/describe.hpp"
+
 namespace rebound::config {
 
 std::vector<policy_finding> check_policy(const policy& p) {
@@ -46,6 +48,16 @@ std::vector<policy_finding> check_policy(const policy& p) {
     out.push_back({"dead_letter",
                    "an async, webhook or batch call that cannot be dead-lettered is lost when its retries run out",
                    "R-8", false});
+  if (p.hedge.enabled() && p.context != context_kind::sync)
+    out.push_back({"hedge",
+                   "hedging is for synchronous HTTP/1.1 requests: a " + std::string(to_string(p.context)) +
+                       " call is not hedged",
+                   {}, false});
+  else if (p.hedge.enabled() && !p.hedge.after_p95 && p.hedge.after >= p.attempt_timeout)
+    out.push_back({"hedge",
+                   "hedge.after must be shorter than attempt_timeout: every copy shares the first one's attempt "
+                   "timeout, so a later hedge would never be sent",
+                   {}, false});
   if (p.backoff.base.count() == 0 || p.backoff.base > p.backoff.cap)
     out.push_back({"backoff", "backoff.base must be greater than 0 and at most backoff.cap", "R-1", false});
   return out;

@@ -131,6 +131,17 @@ struct breaker_policy {
   bool operator==(const breaker_policy&) const = default;
 };
 
+/** `hedge:` (issue 22): a second copy of an idempotent request goes out when the first has
+    not answered within `after`; the first good answer wins and the rest are cancelled.
+    Hedges are attempts: they count against max_retries and spend the R-7 budget. */
+struct hedge_policy {
+  unsigned max = 0;          ///< hedges per attempt, 1..3; 0 = off (the default)
+  bool after_p95 = false;    ///< the delay is the dependency's observed p95 attempt latency
+  duration after{0};         ///< the fixed delay, when !after_p95
+  bool enabled() const { return max > 0; }
+  bool operator==(const hedge_policy&) const = default;
+};
+
 /** The resolved per-request policy: dependency over defaults over the built-ins of its
     context (R-2, R-3). Computed once when the config loads. */
 struct policy {
@@ -157,9 +168,13 @@ struct policy {
       rebound's `Rebound-Retried: exhausted`) is retried again here. Off by default: retries
       at every layer of a call chain multiply, (1 + max_retries)^layers at the bottom. */
   bool retry_layered = false;
+  hedge_policy hedge;              ///< off unless written (issue 22)
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };
+
+/// The methods a hedge may copy (R-6: idempotent by themselves): GET, HEAD, OPTIONS, PUT, DELETE.
+bool hedge_safe_method(std::string_view method);
 
 /// R-2's default retries and R-3's total duration for a context.
 unsigned builtin_max_retries(context_kind c);

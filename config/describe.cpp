@@ -120,6 +120,13 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   w.strings("retry_on", p.retry_on.names());
   w.string("max_retry_body", format_size(p.max_retry_body));
   w.boolean("retry_layered", p.retry_layered);
+  if (p.hedge.enabled()) {
+    object_writer h(w.nested("hedge"));
+    h.string("after", p.hedge.after_p95 ? std::string("p95") : format_duration(p.hedge.after));
+    h.integer("max", p.hedge.max);
+  } else {
+    w.string("hedge", "off");
+  }
   {
     object_writer i(w.nested("idempotency"));
     i.string("header", p.idempotency.header);

@@ -300,12 +300,13 @@ class reader : public yaml_reader {
     std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
     std::optional<breaker_mode> cb_mode;
     std::optional<bool> cb_open_on_budget;
+    std::optional<hedge_policy> hedge;
   };
 
   static std::vector<std::string_view> policy_keys() {
     return {"context",        "max_retries", "backoff",  "schedule", "total_timeout",   "attempt_timeout", "retry_on",
             "max_retry_body", "idempotency", "approval", "budget",   "circuit_breaker", "dead_letter",
-            "grpc_streaming", "retry_layered"};
+            "grpc_streaming", "retry_layered",   "hedge"};
   }
 
   template <class T, class Parse>
@@ -438,6 +439,7 @@ class reader : public yaml_reader {
         }
       }
     }
+    if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
     if (auto r = n["retry_on"]) {
       auto const rpath = join(path, "retry_on");
       if (r.IsScalar() && r.Scalar() == "default") {
@@ -466,6 +468,52 @@ class reader : public yaml_reader {
       }
     }
     return l;
+  }
+
+  /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
+      `after` is required: there is no delay that suits every dependency. */
+  void read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out) {
+    if (h.IsScalar() && (h.Scalar() == "off" || h.Scalar() == "false")) {
+      out = hedge_policy{};
+      return;
+    }
+    if (!h.IsMap()) {
+      error(h, hpath, "expected `off` or a map like {after: 50ms, max: 1} (after: a duration or p95)");
+      return;
+    }
+    check_keys(h, hpath, {"after", "max"});
+    hedge_policy hp;
+    hp.max = 1;
+    auto const before = diags_.size();
+    if (auto a = h["after"]) {
+      auto const apath = join(hpath, "after");
+      if (auto v = scalar(a, apath)) {
+        if (*v == "p95") {
+          hp.after_p95 = true;
+        } else if (auto d = parse_duration(*v); !d.value) {
+          error(a, apath, "invalid value \"" + *v + "\" (expected p95 or a duration such as 50ms)");
+        } else if (d.value->count() == 0) {
+          error(a, apath, "must be greater than 0 (a hedge at once doubles every request)");
+        } else {
+          hp.after = *d.value;
+        }
+      }
+    } else {
+      error(h, join(hpath, "after"), "is required: p95 (the dependency's observed latency) or a duration such as 50ms");
+    }
+    if (h["max"]) {
+      unsigned v = 0;
+      typed(h, "max", hpath, v, [](std::string_view s) {
+        unsigned x = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+        if (ec != std::errc{} || end != s.data() + s.size() || x < 1 || x > 3)
+          return parsed<unsigned>::fail("invalid max \"" + std::string(s) +
+                                        "\" (expected 1 to 3 hedges; `hedge: off` turns hedging off)");
+        return parsed<unsigned>::ok(x);
+      });
+      hp.max = v;
+    }
+    if (diags_.size() == before) out = hp;
   }
 
   /** Route over dependency over defaults over the context's built-ins, then the checks of
@@ -507,6 +555,7 @@ class reader : public yaml_reader {
     if (auto const* l = pick(&policy_layer::dead_letter)) p.dead_letter = *l->dead_letter;
     if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
     if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
+    if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
     if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
     if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
     if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;
@@ -532,6 +581,7 @@ class reader : public yaml_reader {
       if (key == "backoff") return near(where(&policy_layer::base), "backoff");
       if (key == "schedule") return near(where(&policy_layer::schedule), "schedule");
       if (key == "dead_letter") return near(where(&policy_layer::dead_letter), "dead_letter");
+      if (key == "hedge") return near(where(&policy_layer::hedge), "hedge");
       return near(where(&policy_layer::max_retries), "max_retries");
     };
     for (auto const& f : check_policy(p)) {
@@ -630,8 +680,30 @@ class reader : public yaml_reader {
       r.effective = resolve({&layer, &dep, &defaults});
       r.effective.budget = d.effective.budget;
       r.effective.circuit_breaker = d.effective.circuit_breaker;
+      check_hedged_methods(body, rpath, r, layer.hedge.has_value());
       d.routes.push_back(std::move(r));
     }
+  }
+
+  /** R-6: a hedge has two copies of the request in flight at once. Only a method that is
+      idempotent by itself survives that; an idempotency key does not help, since a server
+      that keeps keys answers a concurrent duplicate with 409 (draft-ietf-httpapi-idempotency-key).
+      A hedge written on the route is refused; one inherited from the dependency or the
+      defaults is reported, as it is applied to the route's idempotent methods only. */
+  void check_hedged_methods(const YAML::Node& body, const std::string& rpath, const route& r, bool written_here) {
+    if (!r.effective.hedge.enabled() || r.methods.empty()) return;
+    std::string unsafe;
+    for (auto const& m : r.methods)
+      if (!hedge_safe_method(m)) unsafe += (unsafe.empty() ? "" : ", ") + m;
+    if (unsafe.empty()) return;
+    auto const why = " is not idempotent: a hedge puts a second copy in flight while the first may still run, and "
+                     "an idempotency key does not make that safe (a concurrent duplicate gets 409); only GET, HEAD, "
+                     "OPTIONS, PUT and DELETE are hedged";
+    if (written_here)
+      error(body["hedge"], join(rpath, "hedge"), "this route's methods include " + unsafe + ", which" + why, "R-6");
+    else
+      warn(body["match"] ? body["match"] : body, join(rpath, "hedge"),
+           "the hedge this route inherits does not apply to " + unsafe + ", which" + why, "R-6");
   }
 
   void read_match(const YAML::Node& m, const std::string& path, route& r) {

@@ -4,6 +4,10 @@
 
 namespace rebound::config {
 
+bool hedge_safe_method(std::string_view m) {
+  return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE";
+}
+
 unsigned builtin_max_retries(context_kind c) {
   switch (c) {
     case context_kind::async:

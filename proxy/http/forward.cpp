@@ -9,6 +9,7 @@
 #include "proxy/http/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
+#include "proxy/retry/hedge.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/retry/request_timeout.hpp"
 
@@ -197,12 +198,19 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   if (parser.chunked()) req.content_length(body.size());
 
   auto const key = pool_key(target, route.tls);
+  // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says.
+  auto const hedge = retry::plan_hedge(
+      policy, facts.may_retry && config::hedge_safe_method(facts.method),
+      policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
+  // Copies in flight at once must not write interim (1xx) answers to the client side by
+  // side, nor be cancelled halfway through one: a hedged request drops them.
+  bool const pass_interim = client_version >= 11 && hedge.max == 0;
   auto result = co_await retry::run_retry_loop(
       policy, facts, *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
-                            facts.may_retry, client_version >= 11 ? &client : nullptr, idle},
+                            facts.may_retry, pass_interim ? &client : nullptr, idle},
       req, body, is_head, *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket(), &guard, &guard});
+      retry::loop_hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket(), &guard, &guard, &hedge});
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();

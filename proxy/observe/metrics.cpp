@@ -49,6 +49,11 @@ constexpr counter_name exhausted_total{"retry_exhausted_total",
 constexpr counter_name declined_total{
     "retry_declined_total",
     "Retries not made because the layer below already retried (layered) or shed the call (overloaded)"};
+constexpr counter_name hedges_total{
+    "retry_hedges_total",
+    "Hedges sent (a second copy of a slow idempotent request), by outcome: won, lost (cancelled), failed"};
+constexpr counter_name hedges_suppressed_total{
+    "retry_hedges_suppressed_total", "Hedges due but not sent, by reason: budget_exhausted or circuit_open (R-7)"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
 constexpr counter_name idempotent_total{"idempotent_requests_total",
@@ -108,6 +113,21 @@ void dependency_metrics::declined(std::string_view reason) {
   owner_.declined_.Add(l).Increment();
 }
 
+void dependency_metrics::hedge(std::string_view outcome) {
+  int const slot = outcome == "won" ? 0 : outcome == "lost" ? 1 : outcome == "failed" ? 2 : -1;
+  auto l = owner_.labels(name_);
+  l.emplace("outcome", std::string(outcome));
+  if (slot < 0) return owner_.hedges_.Add(l).Increment();
+  if (auto* c = hedges_[slot].load(std::memory_order_acquire)) return c->Increment();
+  lazily(hedges_[slot], owner_.hedges_, l).Increment();
+}
+
+void dependency_metrics::hedge_suppressed(std::string_view reason) {
+  auto l = owner_.labels(name_);
+  l.emplace("reason", std::string(reason));
+  owner_.hedges_suppressed_.Add(l).Increment();  // only while the budget or breaker refuses: Family::Add's lock is fine
+}
+
 void dependency_metrics::dead_lettered(std::string_view reason, std::string_view context) {
   auto labels = owner_.labels(name_);
   labels.emplace("reason", std::string(reason));
@@ -152,6 +172,8 @@ metrics::metrics(std::string service)
       attempts_(counter(attempts_total, *registry_)),
       exhausted_(counter(exhausted_total, *registry_)),
       declined_(counter(declined_total, *registry_)),
+      hedges_(counter(hedges_total, *registry_)),
+      hedges_suppressed_(counter(hedges_suppressed_total, *registry_)),
       backoff_(prometheus::BuildHistogram()
                    .Name("retry_backoff_duration_seconds")
                    .Help("Waits scheduled before a retry")
@@ -212,7 +234,8 @@ std::string metrics::scrape() const {
   // prometheus-cpp leaves out a family with no series yet (no attempt made, no message
   // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
   // the name from the first scrape on and no series has to be invented to carry it.
-  for (auto const& c : {attempts_total, exhausted_total, declined_total, dlq_total, requests_total}) {
+  for (auto const& c : {attempts_total, exhausted_total, declined_total, hedges_total, hedges_suppressed_total, dlq_total,
+                        requests_total}) {
     bool const present =
         std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
     if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";

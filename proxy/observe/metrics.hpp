@@ -37,6 +37,10 @@ class dependency_metrics {
   /// A retry not made because the layer below spoke: retry_declined_total{reason}, the
   /// reason being `layered` or `overloaded` (retry/layers.hpp).
   void declined(std::string_view reason);
+  /// A hedge sent, by what became of it: retry_hedges_total{outcome} (won, lost, failed).
+  void hedge(std::string_view outcome);
+  /// A hedge due but not sent: retry_hedges_suppressed_total{reason}.
+  void hedge_suppressed(std::string_view reason);
   /// A handed-over call dead-lettered: dlq_messages_total{reason,context}.
   void dead_lettered(std::string_view reason, std::string_view context);
   /// idempotent_requests_total{outcome}: stored, replayed, conflict, mismatch, missing, not_stored.
@@ -62,6 +66,8 @@ class dependency_metrics {
   /// retry_declined_total's children for `layered` and `overloaded`: in an outage every
   /// request may count one, so they are looked up once.
   std::array<std::atomic<prometheus::Counter*>, 2> declined_{};
+  /// retry_hedges_total's children: won, lost, failed.
+  std::array<std::atomic<prometheus::Counter*>, 3> hedges_{};
   /// proxy_requests_total's children by code: a tiny open-addressed table, each word a
   /// code (high 16 bits) and its counter's address (low 48), so 4,096 dependencies do not
   /// carry 500 slots each. Codes beyond its size take Family::Add's lock.
@@ -100,6 +106,8 @@ class metrics {
   prometheus::Family<prometheus::Counter>& attempts_;
   prometheus::Family<prometheus::Counter>& exhausted_;
   prometheus::Family<prometheus::Counter>& declined_;
+  prometheus::Family<prometheus::Counter>& hedges_;
+  prometheus::Family<prometheus::Counter>& hedges_suppressed_;
   prometheus::Family<prometheus::Histogram>& backoff_;
   prometheus::Family<prometheus::Gauge>& budget_utilization_;
   prometheus::Family<prometheus::Counter>& dlq_messages_;

@@ -66,6 +66,20 @@ retry_permit dependency_guard::allow_retry() {
   return {false, error_type::budget_exhausted, "retry budget exhausted (R-7)"};
 }
 
+void dependency_guard::attempt_done(const attempt_report& r) {
+  metrics_.attempt(r.attempt, r.took);
+  // What slow means for this dependency: attempts that brought back a head, whatever its
+  // status, and copies cancelled because a hedge won (they took at least this long; left
+  // out, the slow tail hedging cuts would vanish from the p95 that sets the hedge's delay).
+  if (r.outcome.status || r.cancelled) latency_.record(r.took, clock::now());
+}
+
+std::optional<duration> dependency_guard::observed_p95() const {
+  auto const q = latency_.quantile(0.95, clock::now());
+  if (!q) return std::nullopt;
+  return std::chrono::ceil<duration>(*q);
+}
+
 void dependency_guard::record(bool failed) { report(breaker_.record(failed, clock::now(), draw())); }
 
 void dependency_guard::publish() const {

@@ -10,6 +10,7 @@
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/breaker.hpp"
 #include "proxy/retry/budget.hpp"
+#include "proxy/retry/latency_tracker.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 
 #include <atomic>
@@ -31,7 +32,12 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   retry_permit allow_retry() override;
   void record(bool failed) override;
 
-  void attempt_done(const attempt_report& r) override { metrics_.attempt(r.attempt, r.took); }
+  void attempt_done(const attempt_report& r) override;
+  void hedge(std::string_view outcome) override { metrics_.hedge(outcome); }
+  void hedge_suppressed(std::string_view reason) override { metrics_.hedge_suppressed(reason); }
+  /// The 95th percentile of the time attempts took to bring back a response head over the
+  /// last 10 s (`hedge: {after: p95}`); none before latency_tracker::min_samples.
+  std::optional<duration> observed_p95() const;
   void retry_scheduled(duration wait) override { metrics_.backoff(wait); }
   void exhausted() override { metrics_.exhausted(); }
   void declined(std::string_view reason) override { metrics_.declined(reason); }
@@ -71,6 +77,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   observe::dependency_metrics& metrics_;
   retry_budget budget_;
   circuit_breaker breaker_;
+  latency_tracker latency_;
   std::atomic<std::uint64_t> draws_;  ///< a lock-free source for the breaker's jitter (splitmix64)
 };
 

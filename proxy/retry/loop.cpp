@@ -2,6 +2,7 @@
 
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
+#include "proxy/retry/hedge.hpp"
 #include "proxy/retry/layers.hpp"
 #include "proxy/retry/request_timeout.hpp"
 
@@ -55,8 +56,11 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
     failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
   attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
   result.failure = failure;
-  auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start);
-  st.observer.attempt_done({result.attempts, outcome, took});
+  auto const took =
+      std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - summary.started.value_or(attempt_start));
+  // A hedged run (hedge.hpp) sent result.attempts - hedges + 1 .. result.attempts; the
+  // others' reports were made by the hedging.
+  st.observer.attempt_done({result.attempts - summary.hedges + summary.answered_by, outcome, took});
   // The breaker counts what R-4 calls a transient failure, whatever retry_on narrows.
   st.gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
 
@@ -231,6 +235,7 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
     auto summary = co_await attempt.run(attempt_deadline);
+    st.result.attempts += summary.hedges;
     auto const step = between_attempts(st, summary, attempt_start, hooks.draining && *hooks.draining);
     if (!step.retry) co_return std::move(st.result);
 
@@ -327,14 +332,26 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
                                            std::string_view body, bool is_head, std::mt19937_64& rng,
                                            const observe::logger& log, loop_hooks hooks) {
   // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
-  http1_attempt attempt(pool, to, req, body, is_head, facts.deadline.has_value());
-  auto r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
+  bool const sends_deadline = facts.deadline.has_value();
   loop_result out;
+  attempts_result r;
+  if (hooks.hedge && hooks.hedge->max > 0) {
+    // Each copy of a hedged request is an HTTP/1.1 attempt of its own (hedge.hpp).
+    hedged_attempt attempt([&] { return std::make_unique<http1_attempt>(pool, to, req, body, is_head, sends_deadline); },
+                           *hooks.hedge,
+                           hedge_context{policy, facts, log, hooks.gate ? *hooks.gate : open_gate(),
+                                         hooks.observer ? *hooks.observer : silent_observer()});
+    r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
+    if (!r.failure && !r.client_gone) out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
+  } else {
+    http1_attempt attempt(pool, to, req, body, is_head, sends_deadline);
+    r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
+    if (!r.failure && !r.client_gone) out.response = std::move(attempt.response);
+  }
   out.attempts = r.attempts;
   out.failure = std::move(r.failure);
   out.client_gone = r.client_gone;
   out.gave_up = r.gave_up;
-  if (!out.failure && !out.client_gone) out.response = std::move(attempt.response);
   co_return out;
 }
 

@@ -14,6 +14,8 @@
 
 namespace rebound::retry {
 
+struct hedge_plan;
+
 /// What the loop needs to know about the request, beyond its policy.
 struct request_facts {
   bool may_retry = false;    ///< R-6 allows it and the body is buffered
@@ -37,6 +39,8 @@ struct loop_hooks {
   tcp::socket* client = nullptr;         ///< watched during a backoff: a client that hangs up cancels the loop
   dependency_gate* gate = nullptr;       ///< budget and breaker (R-7)
   attempt_observer* observer = nullptr;  ///< metrics
+  /// How this request is hedged (hedge.hpp); null or max 0: one copy at a time. HTTP/1.1 only.
+  const hedge_plan* hedge = nullptr;
 };
 
 struct loop_result {
@@ -57,6 +61,13 @@ struct attempt_summary {
   /// outgrown what is kept of it (max_retry_body).
   bool repeatable = true;
   layer_signal below;                                ///< what the answering layer said of itself
+  /// Hedges sent during this run (hedge.hpp): each is an attempt of its own, counted in
+  /// Rebound-Attempts and against max_retries.
+  unsigned hedges = 0;
+  /// Which copy of this run the summary is from: 0 the first, n the n-th hedge.
+  unsigned answered_by = 0;
+  /// When that copy started; unset: when the run started.
+  std::optional<std::chrono::steady_clock::time_point> started;
 };
 
 /** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over

@@ -42,6 +42,9 @@ struct attempt_report {
   unsigned attempt = 0;  ///< 1 for the first
   attempt_outcome outcome;
   std::chrono::microseconds took{0};  ///< from the connect to the response head, or to the failure
+  /// Cancelled because another copy of a hedged request answered first (hedge.hpp): it has
+  /// no outcome, and `took` is only how long it ran.
+  bool cancelled = false;
 };
 
 /// Counts what the loop does; every call happens on the worker running the request.
@@ -53,6 +56,10 @@ class attempt_observer {
   virtual void exhausted() {}
   /// A retry not made because the layer below spoke (`layered`, `overloaded`; layers.hpp).
   virtual void declined(std::string_view reason) { (void)reason; }
+  /// A hedge sent, once its fate is known: `won`, `lost` (cancelled) or `failed` (hedge.hpp).
+  virtual void hedge(std::string_view outcome) { (void)outcome; }
+  /// A hedge that was due but not sent: `budget_exhausted` or `circuit_open`.
+  virtual void hedge_suppressed(std::string_view reason) { (void)reason; }
 };
 
 /// The do-nothing gate and observer the loop uses when it is given none.

@@ -7,6 +7,7 @@
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/throw_exception.hpp>
 
@@ -170,6 +171,9 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
       up.expires_at(deadline);
       auto [wec, wn] = co_await net::async_write(up, wire, use_tuple);
       if (wec) {
+        // A cancelled attempt (a hedge that lost, retry/hedge.hpp) is not sent again.
+        if (wec == net::error::operation_aborted)
+          co_return attempt_failure{http::error_type::connect_reset, "the attempt was cancelled"};
         if (reused && round == 0 && wec != beast::error::timeout) continue;
         if (wec == beast::error::timeout)
           co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
@@ -180,7 +184,8 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
     to.interim_to = route.client;
     if (!failed) co_return std::move(out);
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
-    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout)
+    auto const cancelled = (co_await net::this_coro::cancellation_state).cancelled() != net::cancellation_type::none;
+    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout && !cancelled)
       continue;  // stale: go again
     co_return std::move(*failed);
   }

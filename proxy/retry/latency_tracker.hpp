@@ -1,0 +1,55 @@
+#pragma once
+/** A dependency's recent attempt latency, for `hedge: {after: p95}`: how long an attempt
+    takes to bring back a response head, as a quantile over a rolling window.
+
+    Shared by every worker without a lock, like rolling_count: a ring of `slices` time
+    slices, each a fixed log-scale histogram of atomic counters (4 buckets per doubling from
+    100 us to about 100 s, so a quantile is read to within 19%) and the epoch it counts. A
+    record is two relaxed atomic adds; a slice that has fallen out of the window is cleared
+    by the first writer that finds it stale. A record racing that clear may be lost: one
+    sample of hundreds, which a quantile estimate does not notice.
+
+    Pure with respect to time: every call takes `now`. */
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+namespace rebound::retry {
+
+class latency_tracker {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+  using duration = std::chrono::microseconds;
+  static constexpr std::size_t slices = 5;
+  static constexpr std::size_t bucket_count = 80;
+  /// Below this many samples in the window, quantile() has no answer.
+  static constexpr std::uint64_t min_samples = 20;
+
+  /// `window`: how far back samples count (cut into `slices` slices).
+  explicit latency_tracker(std::chrono::nanoseconds window = std::chrono::seconds(10));
+
+  void record(duration took, time_point now);
+  /** The `q` quantile (0 < q < 1) of the samples in the window ending at `now`, as the upper
+      bound of the bucket it falls in (never an underestimate by more than rounding); none
+      while fewer than min_samples were recorded. */
+  std::optional<duration> quantile(double q, time_point now) const;
+  std::uint64_t samples(time_point now) const;
+
+  /// The bucket of a latency, and a bucket's upper bound: exposed for tests.
+  static std::size_t bucket_of(duration took);
+  static duration upper_bound(std::size_t bucket);
+
+ private:
+  struct slice {
+    std::atomic<std::uint64_t> epoch{0};  ///< which slice of time it counts, plus one (0: never used)
+    std::array<std::atomic<std::uint32_t>, bucket_count> counts{};
+  };
+  std::uint64_t epoch_of(time_point now) const;
+
+  std::chrono::nanoseconds slice_width_;
+  std::array<slice, slices> ring_{};
+};
+
+}  // namespace rebound::retry
