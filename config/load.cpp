@@ -644,9 +644,10 @@ class reader : public yaml_reader {
           continue;
         }
         auto const key = lower(*h);
-        if (c.host_index.count(key)) {
-          error(hosts[i], hpath,
-                "host \"" + *h + "\" already belongs to dependency \"" + c.dependencies[c.host_index[key]].name + "\"");
+        if (auto const seen = c.host_index.find(key); seen != c.host_index.end()) {
+          // This dependency is not in the list yet: a host it names twice points one past the end.
+          auto const& owner = seen->second < c.dependencies.size() ? c.dependencies[seen->second].name : d.name;
+          error(hosts[i], hpath, "host \"" + *h + "\" already belongs to dependency \"" + owner + "\"");
           continue;
         }
         c.host_index.emplace(key, c.dependencies.size());

@@ -107,6 +107,14 @@ TEST(Load, SameHostInTwoDependenciesIsAnError) {
   EXPECT_NE(d[0].message.find("already belongs to dependency \"a\""), std::string::npos);
 }
 
+// Found by fuzz_config: the index of a dependency not yet in the list was read back.
+TEST(Load, SameHostTwiceInOneDependencyIsAnErrorNotACrash) {
+  auto d = errors_of("dependencies:\n  a: {hosts: [x.test, X.test]}\n");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(d[0].message.find("already belongs to dependency \"a\""), std::string::npos) << d[0].message;
+  EXPECT_EQ(d[0].path, "dependencies.a.hosts[1]");
+}
+
 TEST(Load, ZeroTimeoutsAreRefused) {
   // The finding must be about the zero itself, not some other key of the file.
   auto a = errors_of("defaults: {attempt_timeout: 0s}\n");
