@@ -1,15 +1,11 @@
 #include "proxy/retry/layers.hpp"
 
+#include "proxy/retry/field_value.hpp"
+
 #include <cctype>
 
 namespace rebound::retry {
 namespace {
-
-std::string_view trimmed(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
-}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -21,7 +17,7 @@ bool iequals(std::string_view a, std::string_view b) {
 
 /// A count above 1, read without overflow: only the question "more than one?" matters.
 bool more_than_one(std::string_view v) {
-  v = trimmed(v);
+  v = trim_ows(v);
   if (v.empty()) return false;
   for (char c : v)
     if (c < '0' || c > '9') return false;
@@ -33,9 +29,9 @@ bool more_than_one(std::string_view v) {
 
 layer_signal read_layer_signal(const layer_headers& h) {
   layer_signal s;
-  if (h.retried && iequals(trimmed(*h.retried), retried_exhausted)) s.gave_up = true;
-  if (h.error && !trimmed(*h.error).empty() && h.attempts && more_than_one(*h.attempts)) s.gave_up = true;
-  if (h.overloaded && trimmed(*h.overloaded) == "1") s.overloaded = true;
+  if (h.retried && iequals(trim_ows(*h.retried), retried_exhausted)) s.gave_up = true;
+  if (h.error && !trim_ows(*h.error).empty() && h.attempts && more_than_one(*h.attempts)) s.gave_up = true;
+  if (h.overloaded && trim_ows(*h.overloaded) == "1") s.overloaded = true;
   return s;
 }
 

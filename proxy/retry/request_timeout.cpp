@@ -1,15 +1,11 @@
 #include "proxy/retry/request_timeout.hpp"
 
+#include "proxy/retry/field_value.hpp"
+
 #include <cstdint>
 
 namespace rebound::retry {
 namespace {
-
-std::string_view trimmed(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
-}
 
 bool all_digits(std::string_view v) {
   if (v.empty()) return false;
@@ -41,7 +37,7 @@ std::string quoted(std::string_view v) {
 
 std::variant<std::chrono::milliseconds, malformed_timeout> parse_request_timeout(std::string_view value) {
   using std::chrono::milliseconds;
-  auto const v = trimmed(value);
+  auto const v = trim_ows(value);
   auto const bad = [&] {
     return malformed_timeout{std::string(request_timeout_header) + " " + quoted(value) +
                              " is not a timeout: expected seconds (2, 1.5) or milliseconds (250ms)"};

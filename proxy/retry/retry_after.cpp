@@ -1,5 +1,7 @@
 #include "proxy/retry/retry_after.hpp"
 
+#include "proxy/retry/field_value.hpp"
+
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -85,16 +87,10 @@ std::optional<std::time_t> parse_http_date(std::string_view s) {
 /// The longest wait a Retry-After can ask for; anything longer is read as this.
 constexpr std::uint64_t ten_years = 10ull * 366 * 24 * 3600;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 std::optional<duration> parse_retry_after(std::string_view value, std::chrono::system_clock::time_point now) {
-  value = trim(value);
+  value = trim_ows(value);
   if (value.empty()) return std::nullopt;
   if (std::isdigit(static_cast<unsigned char>(value.front()))) {
     std::uint64_t secs = 0;
@@ -132,7 +128,7 @@ wait_plan plan_wait(duration backoff, std::optional<duration> retry_after, durat
 namespace rebound::retry {
 
 std::optional<duration> parse_grpc_pushback(std::string_view value) {
-  value = trim(value);
+  value = trim_ows(value);
   if (value.empty() || !std::isdigit(static_cast<unsigned char>(value.front()))) return std::nullopt;
   std::uint64_t ms = 0;
   auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
