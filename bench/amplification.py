@@ -26,43 +26,14 @@ import sys
 import tempfile
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from http_bench import Upstream, free_port, read_response
 
 
-class Upstream:
-    def __init__(self):
-        self.arrivals = 0
-
-    async def handle(self, reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.arrivals += 1
-                if head.split(b" ", 2)[1].startswith(b"/fail"):
-                    writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
-                else:
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-
-async def read_response(reader):
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    await reader.readexactly(length)
-    return status
+async def answer(head):
+    """Half the originals go to /fail, a persistent failure; the rest succeed."""
+    if head.split(b" ", 2)[1].startswith(b"/fail"):
+        return b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+    return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 
 async def one_request(proxy_port, authority, path, at, statuses):
@@ -79,7 +50,7 @@ async def one_request(proxy_port, authority, path, at, statuses):
 
 
 async def run_setup(binary, name, policy, originals, rate):
-    upstream = Upstream()
+    upstream = Upstream(answer)
     up_port, proxy_port, admin_port = free_port(), free_port(), free_port()
     server = await asyncio.start_server(upstream.handle, "127.0.0.1", up_port)
     authority = f"127.0.0.1:{up_port}"

@@ -30,50 +30,24 @@ import tempfile
 import time
 import urllib.request
 
+from http_bench import Upstream, free_port, read_response
+
 SLOW_SHARE = 0.05
 SLOW = 0.5
 FAST = 0.001
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class SometimesSlow:
+    """Each request it receives is slow with probability SLOW_SHARE (a seeded draw)."""
 
-
-class Upstream:
     def __init__(self, seed):
-        self.arrivals = 0
-        self.slow = 0
         self.rng = random.Random(seed)
 
-    async def handle(self, reader, writer):
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                self.arrivals += 1
-                slow = self.rng.random() < SLOW_SHARE
-                self.slow += slow
-                await asyncio.sleep(SLOW if slow else FAST)
-                body = b"slow" if slow else b"fast"
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-
-async def read_response(reader):
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    await reader.readexactly(length)
-    return status
+    async def __call__(self, head):
+        slow = self.rng.random() < SLOW_SHARE
+        await asyncio.sleep(SLOW if slow else FAST)
+        body = b"slow" if slow else b"fast"
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
 async def client(proxy_port, authority, count, latencies, statuses):
@@ -99,7 +73,7 @@ def hedges_by_outcome(admin_port):
 
 
 async def run_setup(binary, name, hedge, requests, concurrency):
-    upstream = Upstream(seed=22)
+    upstream = Upstream(SometimesSlow(seed=22))
     up_port, proxy_port, admin_port = free_port(), free_port(), free_port()
     server = await asyncio.start_server(upstream.handle, "127.0.0.1", up_port)
     authority = f"127.0.0.1:{up_port}"
