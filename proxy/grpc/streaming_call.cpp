@@ -105,6 +105,11 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   auto result = co_await retry::run_attempts(policy, plan.facts, attempt, *ctx.rng, *ctx.log,
                                              retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
   call.body->stop_keeping();
+  if (result.client_gone) {  // the stream is gone: nobody reads an answer
+    call.body->abandon();
+    attempt.drop();
+    co_return;
+  }
   if (result.failure || !attempt.response) {
     call.body->abandon();
     responder.respond(failed_answer(ctx, plan, result));

@@ -66,6 +66,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   h2_attempt attempt(*ctx.h2_pool, destination_of(plan), request, source);
   auto result = co_await retry::run_attempts(*plan.route.policy, plan.facts, attempt, *ctx.rng, *ctx.log,
                                              retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
+  if (result.client_gone) co_return h2::message{};  // the stream is gone: nobody reads an answer
   if (result.failure || !attempt.last) co_return failed_answer(ctx, plan, result);
   auto answer = std::move(*attempt.last);
   say_what_this_layer_did(answer.head, result);

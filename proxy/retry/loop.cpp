@@ -195,13 +195,20 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
   return timer_ec ? wait_end::cancelled : wait_end::elapsed;
 }
 
-void log_client_gone(loop_state& st) {
+void log_client_gone(loop_state& st, std::string_view reason) {
   st.result.client_gone = true;
   st.log.info("retry_cancelled", {{"correlation_id", st.facts.correlation_id},
                                   {"dependency", st.facts.dependency},
                                   {"attempts", st.result.attempts},
-                                  {"reason", "the client closed its connection"}});
+                                  {"reason", reason}});
 }
+
+/** Whether the caller gave up on the request: the coroutine running the loop was cancelled
+    (an HTTP/2 client reset its stream or closed its connection, a gRPC client cancelled or
+    passed its own deadline). Read without suspending: a cancelled coroutine that suspends
+    again throws. What an attempt then reports is what the cancellation did, not
+    what the dependency did: counting it would let any caller open the breaker for all. */
+bool caller_gave_up(const net::cancellation_state& cs) { return cs.cancelled() != net::cancellation_type::none; }
 
 }  // namespace
 
@@ -236,6 +243,12 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
     auto summary = co_await attempt.run(attempt_deadline);
     st.result.attempts += summary.hedges;
+    // A client's own cancellation is nobody's failure: no breaker record, no budget, no
+    // retry for a caller who left (ARCHITECTURE.md; HTTP/1.1 hang-ups end the same way).
+    if (caller_gave_up(co_await net::this_coro::cancellation_state)) {
+      log_client_gone(st, "the client cancelled the request");
+      co_return std::move(st.result);
+    }
     auto const step = between_attempts(st, summary, attempt_start, hooks.draining && *hooks.draining);
     if (!step.retry) co_return std::move(st.result);
 
@@ -261,11 +274,15 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
     }
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
-      log_client_gone(st);
+      log_client_gone(st, "the client closed its connection");
+      co_return std::move(st.result);
+    }
+    if (ended == wait_end::cancelled && caller_gave_up(co_await net::this_coro::cancellation_state)) {
+      log_client_gone(st, "the client cancelled the request");
       co_return std::move(st.result);
     }
     if (ended == wait_end::cancelled) {
-      // A drain (or, for a gRPC stream, the client's reset) cut the wait short. The failed
+      // A drain cut the wait short. The failed
       // attempt's response went with its connection, so the client learns what it was from
       // the message.
       if (!st.result.failure)

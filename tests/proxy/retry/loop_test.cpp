@@ -1,0 +1,152 @@
+// run_attempts (retry/loop.hpp), the one retry loop every protocol drives, on an io_context
+// with scripted attempts instead of sockets: what a caller's own cancellation does to the
+// dependency's breaker and budget (nothing), and that nobody is retried for a caller who left.
+#include "proxy/retry/loop.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
+
+using namespace rebound;
+using namespace rebound::retry;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+/// Each attempt waits `delay`, then fails with `failure`; an attempt whose wait is cut short
+/// reports what an HTTP/2 exchange reports when its caller resets the stream: a timeout.
+class scripted_attempt final : public attempt_runner {
+ public:
+  scripted_attempt(std::chrono::milliseconds delay, error_type failure) : delay_(delay), failure_(failure) {}
+  net::awaitable<attempt_summary> run(clock_type::time_point) override {
+    ++runs;
+    net::steady_timer timer(co_await net::this_coro::executor);
+    timer.expires_after(delay_);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    attempt_summary out;
+    out.failure = upstream::attempt_failure{ec ? error_type::attempt_timeout : failure_, "scripted"};
+    co_return out;
+  }
+  void drop() override {}
+  unsigned runs = 0;
+
+ private:
+  std::chrono::milliseconds delay_;
+  error_type failure_;
+};
+
+struct recording_gate final : dependency_gate {
+  unsigned asked = 0;
+  unsigned recorded = 0;
+  unsigned failures = 0;
+  retry_permit allow_retry() override {
+    ++asked;
+    return {};
+  }
+  void record(bool failed) override {
+    ++recorded;
+    failures += failed;
+  }
+};
+
+struct recording_observer final : attempt_observer {
+  unsigned attempts = 0, retries = 0;
+  void attempt_done(const attempt_report&) override { ++attempts; }
+  void retry_scheduled(duration) override { ++retries; }
+};
+
+struct fixture {
+  std::ostringstream log_text;
+  observe::logger log{
+      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(log_text))};
+  config::policy policy;
+  request_facts facts;
+  recording_gate gate;
+  recording_observer observer;
+  std::mt19937_64 rng{1};
+
+  fixture() {
+    policy.max_retries = 3;
+    policy.backoff.base = 10s;  // a retry would wait far longer than any test runs
+    policy.backoff.cap = 10s;
+    policy.attempt_timeout = 30s;
+    policy.total_timeout = 60s;
+    facts.may_retry = true;
+    facts.dependency = "dep";
+  }
+
+  /// Runs the loop and emits a terminal cancellation on it after `cancel_after`.
+  attempts_result run(attempt_runner& attempt, std::chrono::milliseconds cancel_after) {
+    net::io_context io;
+    net::cancellation_signal caller;
+    attempts_result out;
+    bool done = false;
+    net::steady_timer cancel(io, cancel_after);
+    cancel.async_wait([&](error_code ec) {
+      if (!ec) caller.emit(net::cancellation_type::terminal);
+    });
+    net::co_spawn(io, run_attempts(policy, facts, attempt, rng, log, loop_hooks{nullptr, {}, nullptr, &gate, &observer}),
+                  net::bind_cancellation_slot(caller.slot(), [&](std::exception_ptr e, attempts_result r) {
+                    EXPECT_FALSE(e) << "the loop must not throw when its caller cancels";
+                    out = std::move(r);
+                    done = true;
+                    cancel.cancel();
+                  }));
+    io.run_for(5s);
+    EXPECT_TRUE(done) << "the loop ended when its caller cancelled";
+    return out;
+  }
+};
+
+}  // namespace
+
+// Issue 29, defect 1: a gRPC client's RST_STREAM CANCEL reached the loop as an attempt
+// timeout, which the breaker counted and the budget paid a retry for.
+TEST(RunAttempts, CallerCancellationDuringAnAttemptIsNobodysFailure) {
+  fixture f;
+  scripted_attempt attempt(5s, error_type::connect_refused);
+  auto const r = f.run(attempt, 10ms);
+  EXPECT_TRUE(r.client_gone);
+  EXPECT_EQ(attempt.runs, 1u) << "no retry for a caller who left";
+  EXPECT_EQ(f.gate.recorded, 0u) << "the breaker never hears of it";
+  EXPECT_EQ(f.gate.asked, 0u) << "the R-7 budget is not charged";
+  EXPECT_EQ(f.observer.retries, 0u);
+  EXPECT_NE(f.log_text.str().find("\"retry_cancelled\""), std::string::npos) << f.log_text.str();
+  EXPECT_NE(f.log_text.str().find("the client cancelled the request"), std::string::npos);
+  EXPECT_EQ(f.log_text.str().find("retry_attempt"), std::string::npos) << "no retry is logged for nobody";
+}
+
+// The attempt's own failure was real and counted; the caller then left during the backoff:
+// the retry is not sent and the cut-short wait is not reported as a drain.
+TEST(RunAttempts, CallerCancellationDuringTheBackoffSendsNoRetry) {
+  fixture f;
+  scripted_attempt attempt(1ms, error_type::connect_refused);
+  auto const r = f.run(attempt, 50ms);
+  EXPECT_TRUE(r.client_gone);
+  EXPECT_EQ(attempt.runs, 1u);
+  EXPECT_EQ(f.gate.failures, 1u) << "the upstream's own refusal is the breaker's business";
+  EXPECT_NE(f.log_text.str().find("the client cancelled the request"), std::string::npos) << f.log_text.str();
+  EXPECT_EQ(f.log_text.str().find("shutting down"), std::string::npos);
+}
+
+// Without a cancellation the same attempts are retried and counted: the check above is not
+// a loop that never retries.
+TEST(RunAttempts, WithoutCancellationAFailureIsCountedAndRetried) {
+  fixture f;
+  f.policy.backoff.base = 1ms;
+  f.policy.backoff.cap = 1ms;
+  scripted_attempt attempt(1ms, error_type::connect_refused);
+  auto const r = f.run(attempt, 4s);
+  EXPECT_FALSE(r.client_gone);
+  EXPECT_EQ(attempt.runs, 4u);
+  EXPECT_EQ(f.gate.failures, 4u);
+  EXPECT_EQ(f.gate.asked, 3u);
+}
