@@ -7,11 +7,16 @@
   grpc_peer.py call TARGET METHOD [--timeout S] [--meta k=v ...] [--payload TEXT]
                                 [--kind unary|server-stream|client-stream|bidi]
                                 [--messages a,b,c | --repeat N --size S] [--summary]
+                                [--cancel-after S [--calls N]] [--concurrent N]
                                      one call; prints a JSON line with the outcome (a stream's
                                      messages joined by "|" as its body). A bidi call goes in
                                      lockstep: each message waits for the answer to the one
                                      before, which only a proxy that relays as they arrive
-                                     can serve.
+                                     can serve. With --cancel-after, a unary call is
+                                     cancelled by its client (RST_STREAM CANCEL) after S
+                                     seconds, N times one after another. With
+                                     --concurrent, N unary calls go at once on one
+                                     channel; the code is 0 when all succeeded.
 
 The server answers every method (a generic handler, raw bytes, no protoc). What it does is
 chosen by the method's name and the call's metadata, so a test script reads as a sentence:
@@ -196,6 +201,9 @@ def call(target, method, args):
     kind = "unary"
     messages = []
     summary = False
+    cancel_after = None
+    calls = 1
+    concurrent = 0
     i = 0
     while i < len(args):
         if args[i] == "--timeout":
@@ -217,6 +225,15 @@ def call(target, method, args):
         elif args[i] == "--repeat":
             messages = [b"x" * int(args[i + 3])] * int(args[i + 1])  # --repeat N --size S
             i += 4
+        elif args[i] == "--cancel-after":
+            cancel_after = float(args[i + 1])
+            i += 2
+        elif args[i] == "--concurrent":
+            concurrent = int(args[i + 1])
+            i += 2
+        elif args[i] == "--calls":
+            calls = int(args[i + 1])
+            i += 2
         elif args[i] == "--summary":
             summary = True  # a stream's messages counted, not printed
             i += 1
@@ -234,6 +251,27 @@ def call(target, method, args):
     with grpc.insecure_channel(target, options=opts) as ch:
         got = []
         try:
+            if cancel_after is not None:
+                for _ in range(calls):
+                    f = ch.unary_unary(method).future(payload, timeout=timeout, metadata=meta)
+                    time.sleep(cancel_after)
+                    f.cancel()
+                    try:
+                        f.result()
+                    except grpc.FutureCancelledError:
+                        pass
+                print(json.dumps({"code": grpc.StatusCode.CANCELLED.value[0], "cancelled": calls}))
+                return
+            if concurrent:
+                fs = [ch.unary_unary(method).future(payload, timeout=timeout, metadata=meta) for _ in range(concurrent)]
+                failed = 0
+                for f in fs:
+                    try:
+                        f.result()
+                    except grpc.RpcError:
+                        failed += 1
+                print(json.dumps({"code": 0 if failed == 0 else 2, "details": "%d failed" % failed}))
+                return
             if kind == "unary":
                 resp, c = ch.unary_unary(method).with_call(payload, timeout=timeout, metadata=meta)
                 got.append(resp)

@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 using namespace itest;
@@ -248,4 +251,59 @@ TEST(Grpc, Layers_OverloadedBelowIsNotRetried) {
   EXPECT_EQ(r.trailing["rebound-error"], "circuit_open") << r.raw;
   EXPECT_EQ(r.trailing["rebound-attempts"], "1") << "the top hop tried once and backed off: " << r.raw;
   EXPECT_TRUE(top.wait_for_log("\"reason\":\"overloaded\"")) << "the stop is logged with its reason";
+}
+
+// Issue 29, defect 1: calls their own client cancels (RST_STREAM CANCEL) are nobody's
+// failure. Before, each came back from the exchange as an attempt timeout: counted by the
+// breaker, a retry charged to the budget for nobody, and with the budget dry the breaker
+// opened on `budget_exhausted` for every caller of the dependency.
+TEST(Grpc, ClientCancellationsNeitherRetryNorOpenTheBreaker) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto cancelled = call(rebound.port(), "/test.Peer/Slow",
+                        {"--meta", "x-sleep-ms=3000", "--cancel-after", "0.15", "--calls", "20"});
+  ASSERT_EQ(cancelled.code, 1) << cancelled.raw;  // CANCELLED, by the client
+  EXPECT_TRUE(rebound.wait_for_log("the client cancelled the request")) << rebound.stdout_text();
+
+  auto after = call(rebound.port(), "/test.Peer/Echo", {"--payload", "still-open"});
+  EXPECT_EQ(after.code, 0) << "the breaker stays closed for every other caller: " << after.raw;
+  EXPECT_EQ(after.body, "still-open");
+  HttpClient admin(rebound.admin_port());
+  auto const deps = admin.get("/dependencies").body;
+  EXPECT_NE(deps.find("\"retries_in_window\":0,"), std::string::npos) << "no retry was charged: " << deps;
+  EXPECT_NE(deps.find("\"state\":\"closed\""), std::string::npos) << deps;
+  auto const log = rebound.stdout_text();
+  EXPECT_EQ(log.find("\"retry_attempt\""), std::string::npos) << "no retry scheduled for a caller who left";
+  EXPECT_EQ(log.find("\"circuit_breaker_changed\""), std::string::npos);
+}
+
+namespace {
+
+/// Established TCP connections to 127.0.0.1:`port` on this machine (/proc/net/tcp).
+std::size_t connections_to(std::uint16_t port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the column names
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  std::size_t n = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (state == "01" && remote.size() >= 5 && remote.substr(remote.size() - 5) == want) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Issue 29, defect 8: a burst of calls that arrives while the first connect to the upstream is
+// under way waits for it. Before, each call opened a connection of its own (100 for 100).
+TEST(Grpc, ABurstBeforeTheFirstConnectSharesOneUpstreamConnection) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--concurrent", "100"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  EXPECT_LE(connections_to(server.port()), 2u) << "one per worker at most; the README promises one per dependency and worker";
 }

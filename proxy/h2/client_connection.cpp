@@ -382,15 +382,36 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
 
 net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> client_pool::get(
     const upstream::destination& to, clock::time_point deadline) {
-  auto& open = conns_[to.pool_key];
-  std::erase_if(open, [](const std::shared_ptr<client_connection>& c) { return c->closed(); });
-  for (auto const& c : open)
-    if (c->can_take_stream()) co_return c;
+  for (;;) {
+    // Looked up afresh after every wait: the map may have moved meanwhile.
+    auto& open = conns_[to.pool_key];
+    std::erase_if(open, [](const std::shared_ptr<client_connection>& c) { return c->closed(); });
+    for (auto const& c : open)
+      if (c->can_take_stream()) co_return c;
+    auto it = connecting_.find(to.pool_key);
+    if (it == connecting_.end()) break;
+    if (clock::now() >= deadline)
+      co_return upstream::attempt_failure{retry::error_type::connect_timeout,
+                                          "no connection to the upstream by the deadline", false};
+    auto pending = it->second;  // kept: the connect may end and erase it while this waits
+    net::steady_timer wake(co_await net::this_coro::executor, deadline);
+    // Unlisted however the wait ends: a cancelled call throws out of its next co_await.
+    struct listed {
+      std::vector<net::steady_timer*>& in;
+      net::steady_timer* timer;
+      ~listed() { std::erase(in, timer); }
+    } const entry{pending->waiters, &wake};
+    pending->waiters.push_back(&wake);
+    co_await wake.async_wait(use_tuple);
+  }
+  auto const pending = std::make_shared<pending_connect>();
+  connecting_.emplace(to.pool_key, pending);
   std::string_view const alpn = to.tls ? std::string_view("h2") : std::string_view();
   auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn);
-  if (!opened.conn) co_return upstream::attempt_failure{opened.error, std::move(opened.message)};
+  connecting_.erase(to.pool_key);
+  for (auto* waiter : pending->waiters) waiter->cancel();  // they look again: at the new connection, or connect
+  if (!opened.conn) co_return upstream::attempt_failure{opened.error, std::move(opened.message), false};
   auto c = client_connection::start(std::move(*opened.conn));
-  // `open` may have moved while the connect waited (another key was added): look it up again.
   conns_[to.pool_key].push_back(c);
   co_return c;
 }

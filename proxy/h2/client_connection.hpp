@@ -13,6 +13,7 @@
 #include "proxy/net.hpp"
 #include "proxy/upstream/attempt.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/system/result.hpp>
 
 #include <chrono>
@@ -89,6 +90,8 @@ class client_connection : public std::enable_shared_from_this<client_connection>
     is opened only when none can take another stream (all at the server's
     SETTINGS_MAX_CONCURRENT_STREAMS, or going away). Every open one is kept, so a burst past
     one connection's streams does not leave connections open that nothing will use again.
+    While a connect to an upstream is under way, calls for it wait for that one instead of
+    each opening their own (a burst before the first connect would open one per call).
     Used on its worker's thread only. */
 class client_pool {
  public:
@@ -100,7 +103,13 @@ class client_pool {
   void shut_down();
 
  private:
+  /// A connect under way, and the timers of the calls waiting for it: each is cancelled (a
+  /// waitable event) when the connect ends, whichever way; each expires at its call's deadline.
+  struct pending_connect {
+    std::vector<net::steady_timer*> waiters;
+  };
   std::unordered_map<std::string, std::vector<std::shared_ptr<client_connection>>> conns_;
+  std::unordered_map<std::string, std::shared_ptr<pending_connect>> connecting_;
 };
 
 }  // namespace rebound::h2
