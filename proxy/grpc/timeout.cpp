@@ -1,5 +1,6 @@
 #include "proxy/grpc/timeout.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 namespace rebound::grpc {
@@ -12,13 +13,15 @@ std::optional<std::chrono::microseconds> parse_timeout(std::string_view value) {
   std::uint64_t n = 0;
   std::from_chars(digits.data(), digits.data() + digits.size(), n);  // at most 8 digits: no overflow
   using namespace std::chrono;
+  // No unit times 8 digits overflows microseconds (99999999H is 3.6e17 us); only the clock's
+  // time_point would.
   switch (value.back()) {
     case 'H':
-      return duration_cast<microseconds>(hours(n));
+      return std::min(duration_cast<microseconds>(hours(n)), longest_timeout);
     case 'M':
-      return duration_cast<microseconds>(minutes(n));
+      return std::min(duration_cast<microseconds>(minutes(n)), longest_timeout);
     case 'S':
-      return duration_cast<microseconds>(seconds(n));
+      return std::min(duration_cast<microseconds>(seconds(n)), longest_timeout);
     case 'm':
       return duration_cast<microseconds>(milliseconds(n));
     case 'u':

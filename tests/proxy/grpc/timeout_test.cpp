@@ -28,3 +28,16 @@ TEST(GrpcTimeout, RemainingTimeIsSentInMilliseconds) {
   EXPECT_EQ(format_timeout(std::chrono::microseconds(200h)), "720000S");
   EXPECT_EQ(parse_timeout(format_timeout(250ms)), std::chrono::microseconds(250ms));
 }
+
+// Issue 29, defect 13: 2562048H and more (valid: 8 digits) overflowed the steady clock's
+// time_point into the past, so the call failed at once with DEADLINE_EXCEEDED.
+TEST(GrpcTimeout, HugeValidTimeoutsAreCappedSoADeadlineStaysInTheFuture) {
+  for (auto const* v : {"2562048H", "99999999H", "99999999M", "99999999S"}) {
+    auto const t = parse_timeout(v);
+    ASSERT_TRUE(t) << v;
+    EXPECT_LE(*t, longest_timeout) << v;
+    EXPECT_GT(std::chrono::steady_clock::now() + *t, std::chrono::steady_clock::now() + std::chrono::hours(24 * 365))
+        << v << ": the deadline is far in the future, not in the past";
+  }
+  EXPECT_EQ(parse_timeout("2H"), std::chrono::microseconds(std::chrono::hours(2))) << "ordinary values are exact";
+}
