@@ -243,6 +243,12 @@ struct inbound_settings {
   /** How requests go to the app: once (retries are the caller's, one layer only), with the
       attempt timeout `attempt_timeout:` sets. */
   policy forward;
+  /** How long a claimed key stays claimed once its request may have reached the app: the gate
+      waits this long for the app's answer (to pin it) after the client's 504, and a key whose
+      answer never comes is free again only then (seed 004: a gateway timeout, then a retry
+      with the same key, is one payout). At least `attempt_timeout`; unset: 60s or
+      `attempt_timeout`, whichever is longer. */
+  duration claim_lease{0};
   const inbound_route* route_for(std::string_view method, std::string_view path) const;
   bool needs_store() const;
 };

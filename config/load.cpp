@@ -165,7 +165,7 @@ class reader : public yaml_reader {
 
   void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in) {
     if (!expect_map(n, path)) return;
-    check_keys(n, path, {"listen", "app", "attempt_timeout", "max_body", "routes"});
+    check_keys(n, path, {"listen", "app", "attempt_timeout", "claim_lease", "max_body", "routes"});
     in.configured = true;
     for (auto const* key : {"listen", "app"})
       if (!n[key])
@@ -177,6 +177,12 @@ class reader : public yaml_reader {
     typed(n, "app", path, in.app, parse_endpoint);
     typed(n, "attempt_timeout", path, in.forward.attempt_timeout, parse_duration);
     typed(n, "max_body", path, in.max_body, parse_size);
+    typed(n, "claim_lease", path, in.claim_lease, parse_duration);
+    if (!n["claim_lease"])
+      in.claim_lease = std::max<duration>(std::chrono::seconds(60), in.forward.attempt_timeout);
+    else if (in.claim_lease < in.forward.attempt_timeout)
+      error(n["claim_lease"], join(path, "claim_lease"),
+            "must be at least attempt_timeout: a key is held while its request may be at the app", "R-6");
     if (in.max_body == 0 || in.max_body > (64u << 20))
       error(n["max_body"], join(path, "max_body"), "must be between 1B and 64MiB");
     // One layer retries: the caller retries, rebound passes each request to the app once.

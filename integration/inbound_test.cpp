@@ -267,3 +267,109 @@ TEST(Inbound, ARequestOutsideTheRoutesIsForwardedAsItIs) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+namespace {
+
+ReboundOptions in_front_of_slow(const ScriptedUpstream& app, const store_dir& store, const std::string& timing) {
+  ReboundOptions o;
+  o.extra = store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() + "\n" + timing +
+            "  routes:\n" + refunds;
+  return o;
+}
+
+/// Posts the refund again until its answer is no longer `status`, at most `within`.
+Response post_until_not(std::uint16_t port, const std::string& key, unsigned status, std::chrono::milliseconds within) {
+  auto const end = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    auto r = post_refund(port, key, R"({"amount":1000})");
+    if (r.status != status || std::chrono::steady_clock::now() > end) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+// Issue 29, defect 9; seed 004's own example: "gateway timeout then retry (same key) -> one
+// payout". The app takes longer than attempt_timeout: the client gets 504 and retries at
+// once with the same key. Before, the key was freed when rebound stopped waiting, the retry
+// reached the app, and the app paid out twice.
+TEST(Inbound, R6_GatewayTimeoutThenRetryWithTheSameKeyIsOnePayout) {
+  ScriptedUpstream app;
+  auto slow = created(R"({"id":"rf_1","amount":1000})");
+  slow.gate = std::make_shared<Gate>();
+  app.on("/refunds", slow);
+  store_dir store;
+  ReboundProcess rb(in_front_of_slow(app, store, "  attempt_timeout: 300ms\n"));
+  auto const port = inbound_port(rb);
+  auto const first = post_refund(port, "payout-1", R"({"amount":1000})");
+  EXPECT_EQ(first.status, 504u) << "a timeout is 504 (README errors table): " << first.body;
+  EXPECT_NE(first.body.find("attempt_timeout"), std::string::npos) << first.body;
+  auto const retry = post_refund(port, "payout-1", R"({"amount":1000})");
+  EXPECT_EQ(retry.status, 409u) << "the first may still be at the app: " << retry.body;
+  EXPECT_NE(retry.body.find("idempotency.in_flight"), std::string::npos) << retry.body;
+  EXPECT_TRUE(retry.header("Retry-After"));
+
+  slow.gate->open();  // the app finishes the first request; rebound was still reading its answer
+  auto const later = post_until_not(port, "payout-1", 409, std::chrono::seconds(10));
+  EXPECT_EQ(later.status, 201u) << later.body;
+  EXPECT_EQ(later.header("Idempotency-Status").value_or(""), "replayed") << "the late answer was pinned";
+  EXPECT_EQ(later.body, R"({"id":"rf_1","amount":1000})");
+  EXPECT_EQ(app.request_count("/refunds"), 1u) << "one payout";
+}
+
+// The app reads the request and drops the connection: it may have acted, so the key stays
+// held until claim_lease has passed, and only then may a retry reach the app.
+TEST(Inbound, R6_AnAppThatDropsTheConnectionKeepsTheKeyHeldForTheClaimLease) {
+  ScriptedUpstream app;
+  Script dropped;
+  dropped.reset = true;
+  app.on_sequence("/refunds", {dropped, created("{}")});
+  store_dir store;
+  ReboundProcess rb(in_front_of_slow(app, store, "  attempt_timeout: 1s\n  claim_lease: 2s\n"));
+  auto const port = inbound_port(rb);
+  auto const first = post_refund(port, "payout-2", R"({"amount":1000})");
+  EXPECT_EQ(first.status, 502u) << first.body;
+  auto const at_once = post_refund(port, "payout-2", R"({"amount":1000})");
+  EXPECT_EQ(at_once.status, 409u) << at_once.body;
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+  auto const after_lease = post_until_not(port, "payout-2", 409, std::chrono::seconds(10));
+  EXPECT_EQ(after_lease.status, 201u) << "the lease ran out: the key is free again";
+  EXPECT_EQ(app.request_count("/refunds"), 2u);
+}
+
+// A request that provably never reached the app (nothing listens) frees its key at once.
+TEST(Inbound, R6_ARequestThatNeverReachedTheAppFreesItsKeyAtOnce) {
+  RefusingPort dead;
+  store_dir store;
+  ReboundOptions o;
+  o.extra = store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + dead.authority() + "\n  routes:\n" + refunds;
+  ReboundProcess rb(o);
+  auto const port = inbound_port(rb);
+  auto const first = post_refund(port, "payout-3", "{}");
+  EXPECT_EQ(first.status, 502u) << first.body;
+  EXPECT_EQ(first.header("Rebound-Error").value_or(""), "connect_refused");
+  auto const again = post_refund(port, "payout-3", "{}");
+  EXPECT_EQ(again.status, 502u) << "not 409: nothing is held for a request the app never saw";
+}
+
+// Issue 29, defect 12: a declared length of 10^15 on a keyed route was reserved up front:
+// std::bad_alloc, an internal_error and no answer. It is a 413 before any body byte is read.
+TEST(Inbound, AHugeDeclaredLengthOnAKeyedRouteIs413AtOnce) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  RawConnection c(port);
+  ASSERT_TRUE(c.send("POST /refunds HTTP/1.1\r\nHost: app\r\nIdempotency-Key: big-1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 1000000000000000\r\n\r\n{"));
+  auto const r = c.read_response(5s);
+  ASSERT_TRUE(r) << c.last_error();
+  EXPECT_EQ(r->status, 413u) << r->body;
+  EXPECT_EQ(app.request_count(), 0u);
+  EXPECT_EQ(rb.stdout_text().find("internal_error"), std::string::npos);
+  EXPECT_EQ(post_refund(port, "big-2", "{}").status, 201u) << "the listener still serves";
+}
+
+}  // namespace itest

@@ -19,6 +19,7 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -90,7 +91,9 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
                                           std::string& out, std::size_t limit, std::chrono::milliseconds idle,
                                           body_pace pace) {
-  if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(*cl));
+  // A Content-Length is the client's claim: at most what may be kept is reserved for it
+  // (10^15 would be std::bad_alloc), and reading stops past `limit` whatever it said.
+  if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*cl, limit + 1)));
   std::array<char, 16 * 1024> chunk;
   auto& body = parser.get().body();
   while (!parser.is_done()) {

@@ -8,6 +8,9 @@
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -89,27 +92,32 @@ bhttp::response<bhttp::string_body> from_pinned(const store::pinned_response& p,
 struct app_answer {
   std::optional<store::pinned_response> response;
   http::error_reply failure;
+  /// Without a response: whether the app may have seen the request (its key must then stay held).
+  bool may_have_reached = true;
 };
 
-/// The request goes to the app once (one layer retries: the caller's), its answer read whole.
+app_answer failed(const http::dependency_route& route, http::error_type type, std::string message,
+                  bool may_have_reached) {
+  return {std::nullopt, {http::default_status(type), type, std::move(message), route.name, 1}, may_have_reached};
+}
+
+/// The request goes to the app once (one layer retries: the caller's), its answer read whole by `deadline`.
 net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::request<bhttp::buffer_body>& req,
                                    const std::string& body, const http::request_target& t,
-                                   const http::dependency_route& route) {
+                                   const http::dependency_route& route, std::chrono::steady_clock::time_point deadline) {
   auto const key = http::pool_key(t, route.tls);
   bool const is_head = req.method() == bhttp::verb::head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
   // unknown, and the gate exists so that the app sees each request once.
   upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
-  auto const deadline = std::chrono::steady_clock::now() + route.policy->attempt_timeout;
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, body, is_head, deadline);
-  if (!attempt) co_return app_answer{std::nullopt, {502, attempt.error().type, attempt.error().message, route.name, 1}};
+  if (!attempt) co_return failed(route, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
   auto& ex = **attempt;
   store::pinned_response r;
   r.status = ex.response->get().result_int();
   if (!co_await upstream::read_response_body(*ctx.pool, key, ex, r.body, max_answer, deadline))
-    co_return app_answer{
-        std::nullopt,
-        {502, http::error_type::upstream_protocol_error, "the app's answer could not be read whole", route.name, 1}};
+    co_return failed(route, http::error_type::upstream_protocol_error, "the app's answer could not be read whole",
+                     true);
   auto& head = ex.response->get();
   http::strip_hop_by_hop(head.base());
   http::add_via(head.base(), head.version());
@@ -120,6 +128,65 @@ net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::requ
   }
   co_return app_answer{std::move(r), {}};
 }
+
+/** The client's 504 once the app has taken longer than attempt_timeout, while the gate goes
+    on waiting for the app's answer so as to pin it: a key must not be freed while the app may
+    still act on its request (seed 004: "gateway timeout then retry (same key) -> one payout").
+    The 504 is written by a coroutine of its own; the session coroutine, busy with the app,
+    does not touch the client connection until `settle`. */
+class answer_on_timeout {
+ public:
+  answer_on_timeout(beast::tcp_stream& client, http::error_reply reply, std::chrono::milliseconds idle,
+                    std::chrono::steady_clock::time_point due)
+      : state_(std::make_shared<state>(client.get_executor())) {
+    state_->timer.expires_at(due);
+    net::co_spawn(client.get_executor(), wait_then_answer(state_, client, std::move(reply), idle), net::detached);
+  }
+  answer_on_timeout(const answer_on_timeout&) = delete;
+  answer_on_timeout& operator=(const answer_on_timeout&) = delete;
+  ~answer_on_timeout() {
+    state_->settled = true;
+    state_->timer.cancel();
+  }
+
+  /// No 504 from now on. True when the client has had it: the connection then closes.
+  net::awaitable<bool> settle() {
+    state_->settled = true;
+    if (!state_->answering) {
+      state_->timer.cancel();
+      co_return false;
+    }
+    while (!state_->answered) {  // the write under way ends before anything else uses the client
+      state_->done.expires_at(std::chrono::steady_clock::time_point::max());
+      co_await state_->done.async_wait(use_tuple);
+    }
+    co_return true;
+  }
+
+ private:
+  struct state {
+    explicit state(const net::any_io_executor& ex) : timer(ex), done(ex) {}
+    net::steady_timer timer;
+    net::steady_timer done;  ///< a waitable event: cancelled once the 504 is written
+    bool settled = false;
+    bool answering = false;
+    bool answered = false;
+  };
+
+  static net::awaitable<void> wait_then_answer(std::shared_ptr<state> st, beast::tcp_stream& client,
+                                               http::error_reply reply, std::chrono::milliseconds idle) {
+    auto [ec] = co_await st->timer.async_wait(use_tuple);
+    if (ec || st->settled) co_return;
+    st->answering = true;
+    co_await http::send_error(client, reply, false, idle);
+    error_code ignored;
+    client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    st->answered = true;
+    st->done.cancel();
+  }
+
+  std::shared_ptr<state> state_;
+};
 
 void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,
               std::string_view hash, std::string_view from, std::string_view to) {
@@ -193,6 +260,9 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   // The body is read whole before anything else: the fingerprint needs it, and the app gets
   // it in one piece.
   std::string body;
+  // A declared length past max_body is refused before a byte of it is read.
+  if (auto const cl = parser.content_length(); cl && *cl > cfg.inbound.max_body)
+    co_return co_await refuse(413, "bad_request", "missing", "body larger than inbound.max_body");
   if (!parser.is_done()) {
     if (version >= 11 && req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(client, idle))
       co_return false;
@@ -213,10 +283,12 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   std::string const hash = scope.empty() || event
                                ? std::string()
                                : payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
+  auto const started = std::chrono::steady_clock::now();
   if (!scope.empty()) {
     auto const now = wall::now();
-    // The hold outlasts the app's attempt: a crash mid-request frees the key this long after.
-    auto const lease = now + route.policy->attempt_timeout + std::chrono::seconds(5);
+    // The key is held while its request may be at the app: a crash mid-request frees it
+    // only once the lease has run out.
+    auto const lease = now + cfg.inbound.claim_lease;
     auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
     if (e) {
       std::string const why = "the key store is unavailable: " + e->message;
@@ -255,19 +327,47 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     req.content_length(body.size());
   else
     req.erase(bhttp::field::content_length);
-  auto answer = co_await ask_app(ctx, req, body, target, route);
+  auto const answer_by = started + route.policy->attempt_timeout;
+  if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one
+    auto answer = co_await ask_app(ctx, req, body, target, route, answer_by);
+    if (!answer.response) {
+      guard.answered(answer.failure.status);
+      co_await http::send_error(client, answer.failure, keep, idle);
+      co_return keep;
+    }
+    guard.answered(answer.response->status);
+    auto res = from_pinned(*answer.response, {}, version, keep, is_head);
+    res.erase("Idempotency-Status");
+    co_return co_await send(client, res, idle);
+  }
+
+  // A held key waits for the app's answer as long as it is held; the client gets a 504 at
+  // attempt_timeout meanwhile, and its retry a 409 until the answer is pinned.
+  answer_on_timeout on_timeout(client,
+                               http::error_reply{504, http::error_type::attempt_timeout,
+                                                 "the app did not answer within attempt_timeout; the key stays held "
+                                                 "until it does, and its answer is pinned",
+                                                 route.name, 1},
+                               idle, answer_by);
+  auto answer = co_await ask_app(ctx, req, body, target, route, started + cfg.inbound.claim_lease);
+  bool const client_answered = co_await on_timeout.settle();
+  if (client_answered) guard.answered(504);
   if (!answer.response) {
-    if (!scope.empty()) {
+    if (answer.may_have_reached) {
+      // The app may have acted on it: a duplicate must not run it again before the lease ends.
+      log_move(ctx, route, key, hash, "pending", "pending");
+    } else {
       auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
       log_move(ctx, route, key, hash, "pending", "absent");
     }
+    if (client_answered) co_return false;
     guard.answered(answer.failure.status);
     co_await http::send_error(client, answer.failure, keep, idle);
     co_return keep;
   }
   auto& r = *answer.response;
   std::string_view word = "stored";
-  if (!scope.empty()) {
+  {
     // 5xx and 429 say "try again": pinning them would answer every retry with the failure.
     // An event is kept only once the app took it (2xx).
     bool const pin = event ? r.status / 100 == 2 : r.status < 500 && r.status != 429;
@@ -287,9 +387,9 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     }
     guard.idempotent(word == "stored" ? "stored" : "not_stored");
   }
+  if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
   guard.answered(r.status);
   auto res = from_pinned(r, word, version, keep, is_head);
-  if (scope.empty()) res.erase("Idempotency-Status");
   co_return co_await send(client, res, idle);
 }
 

@@ -123,7 +123,10 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
                                              clock::time_point deadline) {
   if (to.auth) {
     auto refused = co_await apply_credential(*to.auth, req, deadline);
-    if (refused) co_return std::move(*refused);
+    if (refused) {
+      refused->may_have_reached = false;
+      co_return std::move(*refused);
+    }
   }
   bool const may_reuse = to.may_reuse && !send;
   auto out = std::make_unique<exchange>();
@@ -138,7 +141,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
     bool const reused = out->stream.has_value();
     if (!out->stream) {
       auto c = co_await open_connection(to.host, to.port, to.tls, deadline);
-      if (!c.conn) co_return attempt_failure{c.error, c.message};
+      if (!c.conn) co_return attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
     auto& up = *out->stream;

@@ -43,6 +43,10 @@ struct exchange {
 struct attempt_failure {
   http::error_type type;
   std::string message;
+  /** Whether the upstream may have seen any of the request. False only where the attempt
+      provably ended before a byte went out (no connection, no credential): what the inbound
+      gate needs to know before it frees a key (R-6). */
+  bool may_have_reached = true;
 };
 
 /// Only reached by calling value() on a failed attempt_result, which nothing on the data path does.

@@ -195,6 +195,22 @@ TEST(Load, AnAlertWebhookMustBeAnAbsoluteHttpUrl) {
   EXPECT_THROW(load_config_text("alert: {hook: x}\n", "t.yaml"), config_error);
 }
 
+// Issue 29, defect 9: a key whose request may be at the app stays claimed for claim_lease.
+TEST(Load, R6_InboundClaimLeaseDefaultsToAMinuteAndIsNeverShorterThanTheAttempt) {
+  auto const base = std::string("inbound:\n  listen: 127.0.0.1:8080\n  app: 127.0.0.1:3000\n");
+  EXPECT_EQ(load_config_text(base, "t.yaml").inbound.claim_lease, std::chrono::seconds(60));
+  EXPECT_EQ(load_config_text(base + "  attempt_timeout: 90s\n", "t.yaml").inbound.claim_lease,
+            std::chrono::seconds(90));
+  EXPECT_EQ(load_config_text(base + "  claim_lease: 5m\n", "t.yaml").inbound.claim_lease, std::chrono::minutes(5));
+  try {
+    load_config_text(base + "  attempt_timeout: 10s\n  claim_lease: 5s\n", "t.yaml");
+    ADD_FAILURE() << "a lease shorter than the attempt was loaded";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.diagnostics()[0].path, "inbound.claim_lease");
+    EXPECT_EQ(e.diagnostics()[0].rule, "R-6");
+  }
+}
+
 TEST(Load, R6_InboundKeysAndEventsAreKeptAtLeastAsLongAsTheStandardSays) {
   auto const c = load_config_text(R"(
 inbound:
