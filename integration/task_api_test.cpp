@@ -87,6 +87,13 @@ TEST(TaskApi, AMalformedSubmissionGetsAClearErrorAndNothingIsStored) {
   expect(task_json(up, "/x", ",\"headers\":{\"X-Evil\":\"a\\r\\nInjected: 1\"}"), 400, "invalid header");
   expect(task_json(up, "/x", ",\"policy_id\":\"nope\""), 422, "no policy registered");
   expect(task_json(up, "/x", ",\"idempotency_key\":\"\""), 400, "idempotency_key");
+  // Issue 29, defect 7: the proxy port's field limits hold here too; a task past them could
+  // never be delivered.
+  expect(task_json(up, "/x", ",\"headers\":{\"X-Big\":\"" + std::string(70'000, 'v') + "\"}"), 400,
+         "larger than one field may be");
+  std::string many;
+  for (int i = 0; i < 10; ++i) many += (i ? "," : "") + ("\"X-Part-" + std::to_string(i) + "\":\"" + std::string(8'000, 'v') + "\"");
+  expect(task_json(up, "/x", ",\"headers\":{" + many + "}"), 400, "limits.max_request_head");
   EXPECT_EQ(up.request_count(), 0u);
   HttpClient admin(rb.admin_port());
   EXPECT_EQ(admin.get("/retry-tasks").status, 405u);
@@ -275,4 +282,43 @@ TEST(TaskApi, AsyncDeliveryHasItsMetrics) {
 }
 
 }  // namespace
+}  // namespace itest
+
+namespace itest {
+
+// Issue 29, defect 7: a stored task whose delivery throws (a field of 70 KB, which Beast cannot
+// hold, written by an older rebound or another program) was left IN_FLIGHT with 0 attempts
+// forever, across restarts. It is a final failure: dead-lettered, with R-8's alert.
+TEST(TaskApi, R8_AStoredTaskThatCannotBeSentIsDeadLetteredNotLeftInFlight) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  ScriptedUpstream alerts;
+  alerts.on("/alerts", respond(200));
+  store_dir store;
+  auto const opts = hooks_to(up, store, "alert: {webhook: \"http://" + alerts.authority() + "/alerts\"}\n");
+  {
+    ReboundProcess first(opts);  // creates the store's schema
+  }
+  auto const inserted = run_process(
+      {"/usr/bin/python3", "-c",
+       "import sqlite3, sys, time\n"
+       "db = sqlite3.connect(sys.argv[1])\n"
+       "now = int(time.time() * 1000)\n"
+       "headers = b'Host\\0' + sys.argv[2].encode() + b'\\0X-Big\\0' + b'v' * 70000 + b'\\0'\n"
+       "db.execute('INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, "
+       "policy_id, attempts, next_attempt_at, created_at, status) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)', "
+       "('t-unsendable', 'k-unsendable', 'hooks', 'POST', 'http://' + sys.argv[2] + '/hook', headers, b'{}', '', "
+       "0, now, now, 'PENDING'))\n"
+       "db.commit()\n",
+       store.dir + "/rebound.db", up.authority()},
+      {}, std::chrono::seconds(10));
+  ASSERT_EQ(inserted.exit_code, 0) << inserted.err;
+  ReboundProcess rb(opts);
+  auto const done = task_until(rb, "t-unsendable", "DEAD_LETTERED");
+  EXPECT_EQ(status_of(done), "DEAD_LETTERED") << rb.stdout_text();
+  EXPECT_TRUE(rb.wait_for_log("\"reason\":\"unsendable\"")) << rb.stdout_text();
+  EXPECT_EQ(up.request_count("/hook"), 0u);
+  EXPECT_TRUE(alerts.wait_for_requests(1)) << "R-8: an alert fires for it like any dead letter";
+}
+
 }  // namespace itest

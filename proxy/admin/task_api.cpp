@@ -2,6 +2,7 @@
 
 #include "config/config.hpp"
 #include "proxy/admin/api_support.hpp"
+#include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
@@ -165,6 +166,9 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
     co_return a.error(bhttp::status::payload_too_large, "bad_request", "body larger than async.max_body");
   auto const& key_header = route.policy->idempotency.header;
   t.headers.emplace_back("Host", target.authority);
+  // The proxy port's limits on a head (field_limits, limits.max_request_head): a task past
+  // them could never be sent, so it is refused here rather than dead-lettered later.
+  std::size_t head_bytes = 0;
   if (auto const* h = o.if_contains("headers")) {
     if (!h->is_object()) co_return a.error(bhttp::status::bad_request, "bad_request", "headers must be an object");
     for (auto const& kv : h->as_object()) {
@@ -174,6 +178,13 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
       std::string_view const value = kv.value().as_string();
       if (!valid_field(name, value))
         co_return a.error(bhttp::status::bad_request, "bad_request", "invalid header \"" + std::string(name) + "\"");
+      if (name.size() + value.size() > http::field_limits{}.max_field)
+        co_return a.error(bhttp::status::bad_request, "bad_request",
+                          "header \"" + std::string(name) + "\" is larger than one field may be (" +
+                              std::to_string(http::field_limits{}.max_field) + " bytes)");
+      head_bytes += name.size() + value.size() + 4;  // ": " and CRLF
+      if (head_bytes > ctx.cfg.limits.max_request_head)
+        co_return a.error(bhttp::status::bad_request, "bad_request", "headers larger than limits.max_request_head");
       if (reserved_field(name) || beast::iequals(name, key_header)) continue;  // rebound writes these
       t.headers.emplace_back(std::string(name), std::string(value));
     }

@@ -219,8 +219,25 @@ net::awaitable<void> record(const http::session_context& ctx, delivery_state& st
   }
 }
 
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
-  in_flight_slot const slot(state);
+/** A task that can never be sent (a target that does not parse, a field no HTTP/1.1 head can
+    carry): kept where a person looks, with R-8's alert, instead of dropped or left IN_FLIGHT. */
+net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, delivery_state& state,
+                                            const store::retry_task& task, std::string reason) {
+  store::attempt_log const none{task.id, task.attempts + 1, wall::now(), 0, "bad_request", {}};
+  if (auto notice = alert_task(ctx, task, "unsendable", none.number))
+    ctx.store->submit_accept(std::move(*notice), [](std::optional<store::store_error>, bool) {});
+  auto [e, ok] = co_await store::async_finish_attempt(*ctx.store, state.options.owner, none,
+                                                      store::task_status::dead_lettered, wall::now(), use_tuple);
+  ctx.log->error("dead_lettered", {{"task_id", task.id},
+                                   {"dependency", task.dependency},
+                                   {"reason", "unsendable"},
+                                   {"attempts", none.number},
+                                   {"idempotency_key", task.idempotency_key},
+                                   {"message", reason}});
+}
+
+net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_task& task,
+                                  std::shared_ptr<delivery_state> state) {
   auto const& owner = state->options.owner;
   auto const& log = *ctx.log;
   std::string host;
@@ -228,12 +245,8 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
     if (beast::iequals(name, "Host")) host = value;
   auto parsed = http::parse_request_target(task.method, task.target, host, 1, 11);
   if (!parsed.value) {
-    // Only a store written by another program holds such a task: it cannot be sent, so it is kept
-    // where a person looks, not dropped.
-    store::attempt_log const none{task.id, task.attempts + 1, wall::now(), 0, "bad_request", {}};
-    auto [e, ok] = co_await store::async_finish_attempt(*ctx.store, owner, none, store::task_status::dead_lettered,
-                                                        wall::now(), use_tuple);
-    log.error("dead_lettered", {{"task_id", task.id}, {"reason", "the stored target cannot be parsed"}});
+    // Only a store written by another program holds such a task.
+    co_await dead_letter_unsendable(ctx, *state, task, "the stored target cannot be parsed");
     co_return;
   }
   auto& target = *parsed.value;
@@ -303,6 +316,21 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
                                           outcome.error ? std::string(http::to_string(*outcome.error)) : std::string(),
                                           took};
   co_await record(ctx, *state, task, route, policy, attempt_record, judged, message);
+}
+
+/** One delivery. One that throws (Beast refuses a stored field of 64 KiB or more while the
+    request is built) would throw again at every claim: it is a final failure, dead-lettered
+    with R-8's alert, not a task IN_FLIGHT forever. */
+net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
+  in_flight_slot const slot(state);
+  std::string why;
+  try {
+    co_await deliver_once(ctx, task, state);
+    co_return;
+  } catch (const std::exception& e) {
+    why = std::string("the stored call cannot be sent: ") + e.what();
+  }
+  co_await dead_letter_unsendable(ctx, *state, task, std::move(why));
 }
 
 }  // namespace
