@@ -95,7 +95,23 @@ std::optional<bhttp::status> refusal_status(const error_code& ec) {
   return std::nullopt;
 }
 
-net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state, const observe::logger& log) {
+/** Admin connections open at once. Each holds at most a head before its token is checked
+    (the write's body only after), so the cap bounds what unauthenticated clients can hold;
+    past it a new connection is closed at once, and a probe gets in as soon as one ends. */
+constexpr std::size_t max_admin_connections = 128;
+
+/// Counts an admin connection while it lives; the listener and its sessions share one thread.
+struct admin_slot {
+  explicit admin_slot(std::shared_ptr<std::size_t> n) : open(std::move(n)) { ++*open; }
+  ~admin_slot() { --*open; }
+  admin_slot(const admin_slot&) = delete;
+  admin_slot& operator=(const admin_slot&) = delete;
+  std::shared_ptr<std::size_t> open;
+};
+
+net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state, const observe::logger& log,
+                                   std::shared_ptr<std::size_t> open) {
+  admin_slot const slot(std::move(open));
   beast::tcp_stream stream(std::move(socket));
   constexpr std::uint32_t head_limit = 16 * 1024;
   // Bounds what a chunk-size line or a trailer section can make the buffer hold.
@@ -107,7 +123,19 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     // async.max_body with escapes, and 64 KiB for everything else.
     parser.body_limit(state.store ? 2 * state.cfg->async.max_body + 64 * 1024 : 64 * 1024);
     stream.expires_after(std::chrono::seconds(30));
-    auto [ec, n] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+    auto [ec, n] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+    // Held across the awaits: a reload may replace state.cfg meanwhile.
+    auto const cfg = state.cfg;
+    if (!ec && state.store && is_task_api(parser.get())) {
+      // The token is checked on the head: an unauthorized write is answered before its body
+      // is read, and the connection closes (its body is still on the wire).
+      if (auto refused = refuse_unauthorized(parser.get(), *cfg)) {
+        refused->keep_alive(false);
+        co_await bhttp::async_write(stream, *refused, use_tuple);
+        break;
+      }
+    }
+    if (!ec && !parser.is_done()) std::tie(ec, n) = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
     if (ec) {
       // A client that sent something malformed learns why; one that went away or stalled does not.
       if (auto status = refusal_status(ec)) {
@@ -123,8 +151,6 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     }
     // Not a conditional expression: GCC 12 miscompiles a co_await inside one.
     bhttp::response<bhttp::string_body> res;
-    // Held across the await: a reload may replace state.cfg meanwhile.
-    auto const cfg = state.cfg;
     if (state.store && is_task_api(parser.get())) {
       task_api_context const api{*state.store, *cfg, log, state.admin_base};
       res = co_await task_api_answer(parser.get(), api);
@@ -141,6 +167,8 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
 }  // namespace
 
 net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_state& state, const observe::logger& log) {
+  auto const open = std::make_shared<std::size_t>(0);
+  bool warned = false;
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
     if (ec) {
@@ -150,7 +178,15 @@ net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_sta
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    net::co_spawn(acceptor.get_executor(), admin_session(std::move(socket), state, log), net::detached);
+    if (*open >= max_admin_connections) {
+      if (!warned) log.warn("admin_connections_full", {{"limit", max_admin_connections}});
+      warned = true;
+      error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    warned = false;
+    net::co_spawn(acceptor.get_executor(), admin_session(std::move(socket), state, log, open), net::detached);
   }
 }
 

@@ -265,6 +265,20 @@ bool is_task_api(const bhttp::request<bhttp::string_body>& req) {
          path.starts_with(policies_prefix) || path == dlq_path || path.starts_with("/dlq/");
 }
 
+std::optional<response> refuse_unauthorized(const bhttp::request<bhttp::string_body>& req, const config::config& cfg) {
+  auto const method = req.method();
+  bool const read = method == bhttp::verb::get || method == bhttp::verb::head;
+  auto const& token_file = cfg.admin_token_file;
+  if (read || token_file.empty()) return std::nullopt;
+  answers const a(req);
+  auto const token = read_token(token_file);
+  if (!token) return a.error(bhttp::status::service_unavailable, "unavailable", "admin.token_file cannot be read");
+  if (bearer_matches(req, *token)) return std::nullopt;
+  auto res = a.error(bhttp::status::unauthorized, "unauthorized", "writes need Authorization: Bearer <admin token>");
+  res.set(bhttp::field::www_authenticate, "Bearer realm=\"rebound-admin\"");
+  return res;
+}
+
 net::awaitable<response> task_api_answer(const bhttp::request<bhttp::string_body>& req, const task_api_context& ctx) {
   answers const a(req);
   auto& store = ctx.store;
@@ -272,17 +286,7 @@ net::awaitable<response> task_api_answer(const bhttp::request<bhttp::string_body
   std::string_view const path = target.substr(0, target.find('?'));
   auto const method = req.method();
   bool const read = method == bhttp::verb::get || method == bhttp::verb::head;
-  auto const& token_file = ctx.cfg.admin_token_file;
-  if (!read && !token_file.empty()) {
-    auto const token = read_token(token_file);
-    if (!token) co_return a.error(bhttp::status::service_unavailable, "unavailable", "admin.token_file cannot be read");
-    if (!bearer_matches(req, *token)) {
-      auto res =
-          a.error(bhttp::status::unauthorized, "unauthorized", "writes need Authorization: Bearer <admin token>");
-      res.set(bhttp::field::www_authenticate, "Bearer realm=\"rebound-admin\"");
-      co_return res;
-    }
-  }
+  if (auto refused = refuse_unauthorized(req, ctx.cfg)) co_return std::move(*refused);
   auto not_allowed = [&](std::string_view allow) {
     auto res = a.error(bhttp::status::method_not_allowed, "bad_request", std::string(allow) + " only");
     res.set(bhttp::field::allow, allow);

@@ -9,6 +9,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <optional>
 #include <string_view>
 
 namespace rebound::store {
@@ -35,6 +36,13 @@ struct task_api_context {
 
 /// Whether the request is for this API: /retry-tasks..., /retry-policies... or /dlq...
 bool is_task_api(const bhttp::request<bhttp::string_body>& req);
+
+/** The answer to a write without the admin token (401), or to any write while
+    admin.token_file cannot be read (503); nullopt for a read or an authorized write. Reads
+    the head only: the admin port asks before it reads a body, so an unauthorized client
+    cannot make rebound hold one. */
+std::optional<bhttp::response<bhttp::string_body>> refuse_unauthorized(const bhttp::request<bhttp::string_body>& req,
+                                                                       const config::config& cfg);
 
 /** Answers it. A write (submit, register, cancel, replay, delete) needs `Authorization:
     Bearer` with the content of admin.token_file when one is configured (read at each
