@@ -88,6 +88,9 @@ struct request_limits {
   /// Hosts no dependency names that get their own budget, breaker and metric series; the
   /// rest share `(other hosts)`. Bounds what a buggy or hostile app can make rebound track.
   std::size_t max_unknown_hosts = 100;
+  /// Request bodies kept for a replay, summed over the process (http/retry_buffer.hpp):
+  /// past it a body streams through once instead of being kept.
+  std::uint64_t retry_buffer = 128ull << 20;
 };
 
 /// R-2's contexts. `grpc` is a gRPC unary call: R-2's own row, R-3's synchronous cap.

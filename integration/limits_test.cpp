@@ -1,6 +1,10 @@
 // limits: request head and body sizes, idle client connections, stalled body transfers.
 #include "helpers.hpp"
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 namespace itest {
 namespace {
 
@@ -145,6 +149,38 @@ TEST(Limits, ConnectionsPastMaxConnectionsGet503AndTheAdminPortStaysReachable) {
   }
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200u);
+}
+
+// Issue 29, defect 17: bodies kept for a retry had no process-wide bound (400 waiting 1 MiB
+// POSTs took 426 MiB). Past limits.retry_buffer a body streams through once: the call still
+// goes, it is only not retried, and that is logged and counted.
+TEST(Limits, R6_BodiesPastTheProcessRetryBufferStreamThroughOnceAndStillArrive) {
+  ScriptedUpstream up;
+  Script held = respond(200);
+  held.gate = std::make_shared<Gate>();
+  up.on("/put", held);
+  ReboundOptions o;
+  o.extra = "limits:\n  retry_buffer: 1MiB\n";
+  ReboundProcess rb(o);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 3; ++i)
+    clients.emplace_back([&] {
+      auto r = raw_exchange(rb.port(), absolute_request("PUT", up.authority(), "/put", "", std::string(600'000, 'p')));
+      if (r && r->status == 200) ++ok;
+    });
+  // All three are at the upstream at once: one kept (600 KB of the 1 MiB), two streamed.
+  EXPECT_TRUE(up.wait_for_requests(3)) << "every call goes, kept or not";
+  held.gate->open();
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 3);
+  EXPECT_TRUE(rb.wait_for_log("limits.retry_buffer")) << rb.stdout_text();
+  HttpClient admin(rb.admin_port());
+  auto const metrics = admin.get("/metrics").body;
+  auto const at = metrics.find("reason=\"retry_buffer_full\"");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  auto const line = metrics.substr(at, metrics.find('\n', at) - at);
+  EXPECT_EQ(line.substr(line.rfind(' ') + 1), "2") << line;
 }
 
 }  // namespace

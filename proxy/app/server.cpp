@@ -10,6 +10,7 @@
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/loop_guard.hpp"
+#include "proxy/http/retry_buffer.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/http/relay.hpp"
@@ -439,6 +440,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
+  http::retry_buffer kept_bodies;
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::task_store> task_store;
   if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
@@ -483,6 +485,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
                               &open_connections, task_store.get(), admin_base};
     ctx.buffers = &w->buffers;
     ctx.h2_pool = &w->h2_pool;
+    ctx.kept_bodies = &kept_bodies;
     net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
     if (w->inbound_acceptor) {
       auto inbound_ctx = ctx;

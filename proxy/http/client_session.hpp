@@ -23,6 +23,7 @@ class client_pool;
 namespace rebound::http {
 
 class relay_buffers;
+class retry_buffer;
 
 /** A config and what was built from it (the TLS clients and credential sources of its
     dependencies): a reload swaps both as one value, so a request never pairs the config of
@@ -57,6 +58,8 @@ struct session_context {
   relay_buffers* buffers = nullptr;
   /// The worker's HTTP/2 upstream connections, for calls that arrive over HTTP/2 (gRPC).
   h2::client_pool* h2_pool = nullptr;
+  /// The process's budget for request bodies kept for a retry (limits.retry_buffer).
+  retry_buffer* kept_bodies = nullptr;
 
   const config::config& cfg() const { return *running->cfg; }
   const upstream::secure_origins* origins() const { return running->origins.get(); }

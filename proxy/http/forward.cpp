@@ -6,6 +6,7 @@
 #include "proxy/http/hand_over.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/retry_buffer.hpp"
 #include "proxy/http/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
@@ -401,6 +402,18 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
   forward_plan plan;
   plan_request(plan, parser, target, route.name, policy, *ctx.rng, std::chrono::steady_clock::now());
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
+  // A body kept for a replay takes its room from the process's retry buffer first (a chunked
+  // one the most it may grow to); with none left it streams through once.
+  retry_buffer::lease kept;
+  if (plan.how == forward_plan::route::buffered && !parser.is_done() && ctx.kept_bodies) {
+    auto const cl = parser.content_length();
+    kept = ctx.kept_bodies->take(cl ? *cl : policy.max_retry_body, ctx.cfg().limits.retry_buffer);
+    if (!kept) {
+      plan.how = forward_plan::route::once;
+      plan.sent_once_why = "the process's retry buffer (limits.retry_buffer) is full: sent once";
+      guard.declined("retry_buffer_full");
+    }
+  }
   switch (plan.how) {
     case forward_plan::route::refuse:
       guard.answered(plan.refusal.status);
