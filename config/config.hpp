@@ -91,6 +91,9 @@ struct request_limits {
   /// Request bodies kept for a replay, summed over the process (http/retry_buffer.hpp):
   /// past it a body streams through once instead of being kept.
   std::uint64_t retry_buffer = 128ull << 20;
+  /// What one HTTP/2 client connection may hold of request bodies held whole, over all its
+  /// streams (h2/server_connection.hpp); never less than one stream's largest body.
+  std::uint64_t http2_connection_buffer = 8ull << 20;
 };
 
 /// R-2's contexts. `grpc` is a gRPC unary call: R-2's own row, R-3's synchronous cap.

@@ -257,7 +257,7 @@ class reader : public yaml_reader {
     if (!expect_map(n, path)) return;
     check_keys(n, path,
                {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout",
-                "body_timeout", "min_body_rate", "max_unknown_hosts", "retry_buffer"});
+                "body_timeout", "min_body_rate", "max_unknown_hosts", "retry_buffer", "http2_connection_buffer"});
     std::uint64_t head = l.max_request_head;
     typed(n, "max_request_head", path, head, parse_size);
     if (head < 1024 || head > (1u << 20))
@@ -285,6 +285,9 @@ class reader : public yaml_reader {
     if (l.body_timeout.count() == 0) error(n["body_timeout"], join(path, "body_timeout"), "must be greater than 0");
     typed(n, "min_body_rate", path, l.min_body_rate, parse_size);
     typed(n, "retry_buffer", path, l.retry_buffer, parse_size);
+    typed(n, "http2_connection_buffer", path, l.http2_connection_buffer, parse_size);
+    if (l.http2_connection_buffer < (64u << 10) || l.http2_connection_buffer > (1u << 30))
+      error(n["http2_connection_buffer"], join(path, "http2_connection_buffer"), "must be between 64KiB and 1GiB");
     if (l.min_body_rate == 0)
       error(n["min_body_rate"], join(path, "min_body_rate"), "must be greater than 0 (bytes per second)");
   }

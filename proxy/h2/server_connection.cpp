@@ -7,10 +7,12 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <algorithm>
 #include <array>
 #include <exception>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 namespace rebound::h2 {
 
@@ -29,7 +31,13 @@ using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds tick{250};
 /// Per-stream receive window: a unary gRPC request arrives without waiting for WINDOW_UPDATEs.
 constexpr std::int32_t stream_window = 1 << 20;
-constexpr std::int32_t connection_window = 16 << 20;
+/// A header block that decodes to this many times max_header_list is an attack (an HPACK
+/// bomb: one-byte references to a large table entry), not a big head: the connection ends
+/// rather than spend a core decoding it. Between 1x and this, the stream is answered 431.
+constexpr std::size_t header_bomb_factor = 4;
+/// Rapid reset (CVE-2023-44487): once a connection has opened this many streams, it is ended
+/// with ENHANCE_YOUR_CALM when its client reset at least half of them before their answer.
+constexpr std::size_t reset_window_streams = 100;
 
 struct server_stream {
   explicit server_stream(std::int32_t i) : id(i) {}
@@ -38,6 +46,7 @@ struct server_stream {
   std::size_t header_bytes = 0;
   bool head_too_large = false;
   bool body_too_large = false;
+  bool refused_early = false;  ///< answered before its request ended (413, 408): the rest is not wanted
   bool request_complete = false;
   bool answered = false;
   bool closed = false;
@@ -47,6 +56,10 @@ struct server_stream {
   bool streaming = false;                    ///< handed to the stream handler at its head
   std::shared_ptr<body_pipe> request_pipe;   ///< streaming: the request body as it arrives
   std::shared_ptr<body_pipe> response_pipe;  ///< streaming: the answer's body
+  std::size_t held = 0;  ///< request bytes held whole whose connection credit is still owed
+  clock::time_point started = clock::now();
+  std::size_t sent = 0;  ///< how far the answer's DATA had gone at the last tick
+  clock::time_point progress_at = clock::now();
 };
 
 message status_only(const char* status) {
@@ -170,7 +183,9 @@ class server_state {
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(limits_.max_header_list)},
     }};
     if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;
-    nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, connection_window);
+    auto const window = std::max<std::size_t>(limits_.connection_buffer, NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE);
+    nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0,
+                                          static_cast<std::int32_t>(std::min<std::size_t>(window, NGHTTP2_MAX_WINDOW_SIZE)));
     last_activity_ = clock::now();
     return true;
   }
@@ -195,6 +210,9 @@ class server_state {
   bool feed(const std::uint8_t* data, std::size_t n) {
     last_activity_ = clock::now();
     auto const rv = nghttp2_session_mem_recv(session_.get(), data, n);
+    // Handlers start only after everything read so far is processed: a stream that a later
+    // frame of the same read reset (rapid reset) is never started, so never sent upstream.
+    start_ready();
     check_drain(false);
     pump_.notify();
     // A fatal error: what nghttp2 queued (a GOAWAY) still goes out before the close.
@@ -218,6 +236,7 @@ class server_state {
         idle_closing_ = true;  // a GOAWAY, then nghttp2 wants no more I/O and the writer closes
         nghttp2_session_terminate_session(session_.get(), NGHTTP2_NO_ERROR);
       }
+      check_streams(now);
       if (pump_.writing && now - pump_.write_started >= limits_.idle_timeout) {
         error_code ignored;  // a client that reads nothing for that long is gone
         stream_.socket().close(ignored);
@@ -248,6 +267,7 @@ class server_state {
   void answer(server_stream& ss) {
     if (ss.closed || ss.answered) return;
     ss.answered = true;
+    ss.progress_at = clock::now();  // the client's time to take the answer starts now
     auto& m = ss.response;
     if (!m.find(":status")) m.head.insert(m.head.begin(), {":status", "502"});
     auto nv = detail::to_nv(m.head);
@@ -289,16 +309,69 @@ class server_state {
     pump_.notify();
   }
 
-  /// A request whose head was picked for streaming: its handler starts now.
+  /// A request whose head was picked for streaming: its handler starts after this read.
   void start_stream(server_stream& ss) {
     ss.streaming = true;
     ss.request_pipe = std::make_shared<body_pipe>();
     ss.request_pipe->on_consumed = [this, id = ss.id](std::size_t n) { consume(id, n); };
-    ++running_handlers_;
-    auto self = find(ss.id);
-    auto slot = ss.cancel.slot();
-    net::co_spawn(stream_.get_executor(), run_stream_handler(*this, self),
-                  net::bind_cancellation_slot(slot, handler_done{this, self}));
+    ready_.push_back(find(ss.id));
+  }
+
+  /// Starts the handlers of the streams that became ready during the last read, unless the
+  /// client has reset them meanwhile.
+  void start_ready() {
+    auto ready = std::move(ready_);
+    ready_.clear();
+    for (auto& ss : ready) {
+      if (ss->closed) continue;
+      ++running_handlers_;
+      auto slot = ss->cancel.slot();
+      if (ss->streaming)
+        net::co_spawn(stream_.get_executor(), run_stream_handler(*this, ss),
+                      net::bind_cancellation_slot(slot, handler_done{this, ss}));
+      else
+        net::co_spawn(stream_.get_executor(), run_handler(*this, ss),
+                      net::bind_cancellation_slot(slot, handler_done{this, ss}));
+    }
+  }
+
+  /// Connection credit for request bytes held whole that are let go.
+  void release_held(server_stream& ss) {
+    if (ss.held == 0) return;
+    nghttp2_session_consume_connection(session_.get(), ss.held);
+    ss.held = 0;
+    pump_.notify();
+  }
+
+  /** Once a tick: a request held whole that arrives slower than body_timeout and
+      min_body_rate allow is answered 408 and its bytes let go; an answer the client has taken
+      nothing of for idle_timeout (a zero window it never opens) has its stream reset, which
+      frees it. */
+  void check_streams(clock::time_point now) {
+    for (auto& [id, ss] : streams_) {
+      if (!ss->streaming && !ss->request_complete && !ss->answered) {
+        auto const allowed = limits_.body_timeout + std::chrono::milliseconds(
+                                                        limits_.min_body_rate > 0
+                                                            ? ss->request.body.size() * 1000 / limits_.min_body_rate
+                                                            : 0);
+        if (now - ss->started > allowed) {
+          ss->request = {};
+          release_held(*ss);
+          ss->refused_early = true;
+          ss->response = status_only("408");
+          answer(*ss);
+        }
+        continue;
+      }
+      if (ss->answered && !ss->response_pipe && ss->source.body) {
+        if (ss->source.offset != ss->sent) {
+          ss->sent = ss->source.offset;
+          ss->progress_at = now;
+        } else if (ss->source.offset < ss->source.body->size() && now - ss->progress_at >= limits_.idle_timeout) {
+          nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+        }
+      }
+    }
   }
 
   /// The stream is over: the pipes are told, and never call into this connection again.
@@ -321,11 +394,7 @@ class server_state {
       answer(ss);
       return;
     }
-    ++running_handlers_;
-    auto self = find(ss.id);
-    auto slot = ss.cancel.slot();
-    net::co_spawn(stream_.get_executor(), run_handler(*this, self),
-                  net::bind_cancellation_slot(slot, handler_done{this, self}));
+    ready_.push_back(find(ss.id));
   }
 
   void set_idle() {
@@ -338,17 +407,23 @@ class server_state {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     auto& st = self(user);
     st.streams_.emplace(frame->hd.stream_id, std::make_shared<server_stream>(frame->hd.stream_id));
+    ++st.streams_opened_;
     st.set_idle();
     return 0;
   }
 
-  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
-                       const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
+  static int on_header(nghttp2_session* session, const nghttp2_frame* frame, const std::uint8_t* name,
+                       std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
     auto& st = self(user);
     auto ss = st.find(frame->hd.stream_id);
     if (!ss || frame->hd.type != NGHTTP2_HEADERS) return 0;
     // RFC 9113 section 6.5.2 counts 32 bytes of overhead per field.
     ss->header_bytes += namelen + valuelen + 32;
+    if (ss->header_bytes > header_bomb_factor * st.limits_.max_header_list) {
+      // Decoding the rest of the block would cost what the attacker wants it to: stop here.
+      nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+      return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
     if (ss->header_bytes > st.limits_.max_header_list) {
       ss->head_too_large = true;
       ss->request = {};
@@ -368,12 +443,20 @@ class server_state {
       ss->request_pipe->append(data, len);  // credited as the upstream side takes it
       return 0;
     }
-    // Held whole (bounded by max_request_body): credited at once.
-    nghttp2_session_consume(session, stream_id, len);
-    if (!ss || ss->body_too_large || ss->answered) return 0;
+    // Held whole (bounded by max_request_body): the stream gets its credit at once, so one
+    // body may reach that bound; the connection gets it back only when the body is let go,
+    // so all the bodies one connection holds stay within connection_buffer.
+    if (!ss || ss->body_too_large || ss->answered) {
+      nghttp2_session_consume(session, stream_id, len);  // not kept
+      return 0;
+    }
+    nghttp2_session_consume_stream(session, stream_id, len);
+    ss->held += len;
     if (ss->request.body.size() + len > st.limits_.max_request_body) {
       ss->body_too_large = true;
+      ss->refused_early = true;
       ss->request.body = std::string();
+      st.release_held(*ss);
       ss->response = status_only("413");
       st.answer(*ss);
       return 0;
@@ -382,7 +465,15 @@ class server_state {
     return 0;
   }
 
-  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  static int on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+      auto& st = self(user);
+      auto ss = st.find(frame->hd.stream_id);
+      if (ss && !ss->answered) ++st.premature_resets_;
+      if (st.streams_opened_ >= reset_window_streams && st.premature_resets_ * 2 >= st.streams_opened_)
+        nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+      return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto& st = self(user);
     auto ss = st.find(frame->hd.stream_id);
@@ -401,9 +492,9 @@ class server_state {
   static int on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
     if (frame->hd.type != NGHTTP2_HEADERS || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
     auto ss = self(user).find(frame->hd.stream_id);
-    // A 413 answered before the request's end: the rest of its body is not wanted
+    // A 413 or 408 answered before the request's end: the rest of its body is not wanted
     // (RFC 9113 section 8.1 allows RST_STREAM NO_ERROR after a complete response).
-    if (ss && ss->body_too_large && !ss->request_complete)
+    if (ss && ss->refused_early && !ss->request_complete)
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, ss->id, NGHTTP2_NO_ERROR);
     return 0;
   }
@@ -416,6 +507,7 @@ class server_state {
     st.streams_.erase(it);
     ss->closed = true;
     ss->source.body = nullptr;
+    st.release_held(*ss);
     st.detach_pipes(*ss);
     ss->cancel.emit(net::cancellation_type::terminal);
     st.last_activity_ = clock::now();
@@ -433,6 +525,9 @@ class server_state {
   net::steady_timer ticker_;
   net::steady_timer handlers_done_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
+  std::vector<std::shared_ptr<server_stream>> ready_;  ///< requests that became ready in this read
+  std::size_t streams_opened_ = 0;
+  std::size_t premature_resets_ = 0;  ///< streams the client reset before their answer
   std::size_t running_handlers_ = 0;
   clock::time_point last_activity_;
   int drain_stage_ = 0;

@@ -36,8 +36,18 @@ struct server_limits {
   std::size_t max_request_body = 1 << 20;  ///< larger: the stream is answered 413
   std::uint32_t max_concurrent_streams = 100;
   std::size_t max_header_list = 64 * 1024;
-  /// With no stream open and nothing read for this long the connection closes, after a GOAWAY.
+  /// With no stream open and nothing read for this long the connection closes, after a GOAWAY;
+  /// an answer the client takes no byte of for this long has its stream reset.
   std::chrono::milliseconds idle_timeout{60'000};
+  /** What one connection may hold of request bodies held whole, over all its streams: it is
+      the connection's receive window, and credit comes back only when such a body is let go
+      (its stream ends), so a client cannot make rebound hold more however many streams it
+      opens. At least max_request_body. */
+  std::size_t connection_buffer = 8u << 20;
+  /// A request held whole must arrive within body_timeout plus a second per min_body_rate
+  /// bytes received (limits.body_timeout, min_body_rate): slower, it is answered 408.
+  std::chrono::milliseconds body_timeout{30'000};
+  std::uint64_t min_body_rate = 1024;
 };
 
 /** Answers one request. The handler runs with a cancellation slot bound: a client that

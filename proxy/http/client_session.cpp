@@ -16,6 +16,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include <algorithm>
 #include <array>
 
 namespace rebound::http {
@@ -176,13 +177,15 @@ net::awaitable<void> lingering_close(beast::tcp_stream& client) {
 
 /** Whether the client opened with HTTP/2's preface (h2c with prior knowledge: a gRPC channel
     that targets rebound). A first read shorter than the preface that still matches it is
-    read on until it decides, bounded by the idle timeout like any first read. */
-net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& buffer, std::chrono::milliseconds idle) {
+    read on until it decides, by `due` (head_timeout from the first byte, as for an HTTP/1.1
+    head: a preface sent a byte at a time must not hold the connection forever). */
+net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& buffer, std::chrono::milliseconds idle,
+                                 std::chrono::steady_clock::time_point due) {
   for (;;) {
     auto const data = buffer.cdata();
     auto const m = h2::match_preface(std::string_view(static_cast<const char*>(data.data()), data.size()));
     if (m != h2::preface_match::maybe) co_return m == h2::preface_match::yes;
-    client.expires_after(idle);
+    client.expires_at(std::min(std::chrono::steady_clock::now() + idle, due));
     auto [ec, n] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
     buffer.commit(n);
     if (ec) co_return false;  // what was read is parsed as HTTP/1.1, and fails there
@@ -200,6 +203,9 @@ net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client,
   l.max_request_body = limits.max_request_body > 0 ? limits.max_request_body : (4u << 20) + 64 * 1024;
   l.max_header_list = limits.max_request_head;
   l.idle_timeout = limits.idle_timeout;
+  l.connection_buffer = std::max<std::uint64_t>(limits.http2_connection_buffer, l.max_request_body);
+  l.body_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limits.body_timeout);
+  l.min_body_rate = limits.min_body_rate;
   h2::handlers handler{
       [ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); },
       [ctx](const h2::fields& head) mutable {
@@ -263,7 +269,8 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     }
     if (first) {
       first = false;
-      if (co_await opens_http2(client, buffer, idle)) {
+      auto const preface_due = std::chrono::steady_clock::now() + cfg.limits.head_timeout;
+      if (co_await opens_http2(client, buffer, idle, preface_due)) {
         co_await serve_http2(ctx, client, buffer, guard);
         co_return;
       }
