@@ -128,11 +128,12 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     auto const cfg = state.cfg;
     if (!ec && state.store && is_task_api(parser.get())) {
       // The token is checked on the head: an unauthorized write is answered before its body
-      // is read, and the connection closes (its body is still on the wire).
+      // is read; a body still on the wire then ends the connection.
       if (auto refused = refuse_unauthorized(parser.get(), *cfg)) {
-        refused->keep_alive(false);
-        co_await bhttp::async_write(stream, *refused, use_tuple);
-        break;
+        refused->keep_alive(parser.is_done() && parser.get().keep_alive());
+        auto [wec, wn] = co_await bhttp::async_write(stream, *refused, use_tuple);
+        if (wec || !refused->keep_alive()) break;
+        continue;
       }
     }
     if (!ec && !parser.is_done()) std::tie(ec, n) = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
