@@ -31,15 +31,6 @@ long ms_since(Clock::time_point start) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-// VmRSS of a process in KiB, from /proc/<pid>/status; 0 if it cannot be read.
-std::size_t rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  return 0;
-}
-
 // The descriptor numbers a process has open, from /proc/<pid>/fd.
 std::set<int> open_fds(pid_t pid) {
   std::set<int> fds;
@@ -477,6 +468,27 @@ TEST(AdversarialResources, RequestsDuringDescriptorExhaustionDoNotOpenTheUpstrea
   auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/after"), 5s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << r->header("Rebound-Error").value_or("") << " " << r->body;
+}
+
+// Issue 29, defect 14: max_connections (10,000) was not reconciled with the descriptor limit,
+// and nothing was kept for the admin listener: under nofile 1,024, 1,124 idle clients made
+// /healthz time out, and a liveness probe restarts the pod. Clients past what the limit
+// leaves room for are refused 503 overloaded and closed, so their descriptors come back.
+TEST(AdversarialResources, IdleClientsPastTheDescriptorLimitLeaveRoomForTheAdminPort) {
+  ReboundProcess rb;
+  rlimit lim{};
+  lim.rlim_cur = lim.rlim_max = 256;  // room for (256 - 64) / 2 = 96 clients
+  ASSERT_EQ(::prlimit(rb.pid(), RLIMIT_NOFILE, &lim, nullptr), 0) << std::strerror(errno);
+  std::vector<RawConnection> crowd;
+  for (int i = 0; i < 400; ++i)
+    if (auto c = RawConnection::try_connect(rb.port())) crowd.push_back(std::move(*c));
+  // The crowd stays connected and idle; the admin port answers all the same.
+  EXPECT_TRUE(eventually([&] { return admin_get_status(rb.admin_port(), "/healthz", 1s) == 200; }, 10s))
+      << "a liveness probe would have restarted the pod";
+  std::size_t refused = 0;
+  for (auto& c : crowd)
+    if (c.read_until_contains("overloaded", 20ms)) ++refused;
+  EXPECT_GE(refused, 250u) << "those past the room the descriptors leave are refused, not kept";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,15 +34,6 @@ ReboundOptions in_front_of(H2Peer& peer, const std::string& more = "") {
   return o;
 }
 
-/// VmRSS of a process in KiB.
-std::size_t rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  return 0;
-}
-
 ProcessResult attack(const std::vector<std::string>& args) {
   std::vector<std::string> argv{"/usr/bin/python3", attack_script};
   argv.insert(argv.end(), args.begin(), args.end());

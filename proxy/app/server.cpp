@@ -101,10 +101,24 @@ void run_guarded(net::io_context& ioc, const observe::logger& log, const char* w
   }
 }
 
-/// Starts a session for an accepted client, or refuses it past limits.max_connections.
+/** The client connections the descriptor limit (RLIMIT_NOFILE, read at each accept: an operator
+    may change it) leaves room for: each client may need an upstream socket too, and a reserve
+    stays for the admin listener, the store, logs and the listeners, so that a crowd of idle
+    clients can never take the descriptor a liveness probe needs (HAProxy derives its maxconn
+    from ulimit-n the same way). */
+std::size_t descriptor_cap() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  auto const reserve = std::min<rlim_t>(64, lim.rlim_cur / 4);
+  return static_cast<std::size_t>((lim.rlim_cur - reserve) / 2);
+}
+
+/// Starts a session for an accepted client, or refuses it past limits.max_connections (or
+/// what the descriptor limit allows, when that is less).
 void start_session(worker& w, const http::session_context& ctx, tcp::socket socket) {
   auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
-  if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cfg.limits.max_connections) {
+  auto const cap = std::min(cfg.limits.max_connections, descriptor_cap());
+  if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cap) {
     net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
     return;
   }
@@ -512,6 +526,15 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     wp->thread = std::thread([wp, &log] { run_guarded(wp->ioc, log, "worker"); });
   }
   state.ready = true;
+  if (auto const cap = descriptor_cap(); cap < cfg->limits.max_connections) {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    log.warn("max_connections_clamped", {{"configured", cfg->limits.max_connections},
+                                         {"effective", cap},
+                                         {"nofile", static_cast<unsigned long long>(lim.rlim_cur)},
+                                         {"message", "the descriptor limit leaves room for fewer client connections: "
+                                                     "two descriptors each, and a reserve for the admin port"}});
+  }
   log.info("listening", {{"listen", to_string(ep)},
                          {"inbound", cfg->inbound.configured ? to_string(inbound_ep) : std::string()},
                          {"admin", to_string(admin_acceptor.local_endpoint())},
