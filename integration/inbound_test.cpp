@@ -372,4 +372,23 @@ TEST(Inbound, AHugeDeclaredLengthOnAKeyedRouteIs413AtOnce) {
   EXPECT_EQ(post_refund(port, "big-2", "{}").status, 201u) << "the listener still serves";
 }
 
+// Issue 29, defect 11: a reload that adds keyed routes to a process started without a store
+// was accepted with a warning, and then `require: true` was not enforced: duplicates reached
+// the app. Such routes answer 503 until a restart opens the store.
+TEST(Inbound, R6_KeyedRoutesAddedByAReloadWithoutAStoreAre503NotUnprotected) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  ReboundOptions o;
+  o.extra = "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() + "\n";
+  ReboundProcess rb(o);
+  auto const port = inbound_port(rb);
+  write_file(rb.config_path(), rb.config_text() + "  routes:\n" + refunds);
+  rb.signal(SIGHUP);
+  ASSERT_TRUE(rb.wait_for_log("\"config_restart_needed\""));
+  auto const r = post_refund(port, "k-no-store", "{}");
+  EXPECT_EQ(r.status, 503u) << r.body;
+  EXPECT_EQ(r.header("Rebound-Error").value_or(""), "store_unavailable");
+  EXPECT_EQ(app.request_count(), 0u) << "never let through unprotected";
+}
+
 }  // namespace itest

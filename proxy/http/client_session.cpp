@@ -307,7 +307,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       co_await run_tunnel(ctx, client, buffer, t, v.dependency);
       co_return;
     }
-    if (ctx.inbound && ctx.store) {
+    if (ctx.inbound) {
       auto const& req = parser.get();
       std::string_view const method(req.method_string().data(), req.method_string().size());
       auto const* ir = cfg.inbound.route_for(method, loggable_path(v.target.origin_form));

@@ -231,6 +231,13 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     co_return co_await send(client, res, idle);
   };
 
+  // A reload can add keyed routes to a process that opened no store at start-up: such a
+  // route is refused until a restart opens one, never let through unprotected.
+  if (!ctx.store)
+    co_return co_await refuse(503, "store_unavailable", "missing",
+                              "this route keeps idempotency keys or event ids, but rebound started without a store: "
+                              "restart it to open one");
+
   std::string key;
   std::string scope;
   if (keyed) {
