@@ -233,5 +233,22 @@ TEST(Layers, MalformedRequestTimeoutIsAnswered400WithoutAnAttempt) {
   EXPECT_EQ(up.request_count(), 0u);
 }
 
+// Issue 29, defect 16: two fields mean "the shortest wins", and one field holding both values
+// comma-separated is the same list (RFC 9110 section 5.3); it was refused 400.
+TEST(Layers, RequestTimeoutListInOneFieldIsReadLikeTwoFields) {
+  ScriptedUpstream up;
+  up.on("/ok", answer(200));
+  auto c = chain(up.port(), 1);
+  auto r = raw_exchange(c.entry().port(), get("/ok", "X-Request-Timeout: 5, 2\r\n"), 20s);
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u) << describe(r);
+  ASSERT_EQ(up.request_count(), 1u);
+  auto const ms = sent_ms(up.requests()[0].header("X-Request-Timeout"));
+  EXPECT_GT(ms, 0);
+  EXPECT_LE(ms, 2000) << "the shorter of the two";
+  auto bad = raw_exchange(c.entry().port(), get("/ok", "X-Request-Timeout: 5, abc\r\n"), 10s);
+  EXPECT_TRUE(IsReboundError(bad, 400, {"bad_request"})) << "one bad element spoils the list: " << describe(bad);
+}
+
 }  // namespace
 }  // namespace itest

@@ -10,6 +10,7 @@
 #include "proxy/http/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
+#include "proxy/retry/field_value.hpp"
 #include "proxy/retry/hedge.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/retry/request_timeout.hpp"
@@ -271,13 +272,30 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
 std::optional<error_reply> take_caller_deadline(retry::request_facts& facts, const bhttp::request<bhttp::buffer_body>& req,
                                                 std::string_view dependency, std::chrono::steady_clock::time_point now) {
   std::optional<std::chrono::milliseconds> least;
-  auto const [first, last] = req.equal_range(retry::request_timeout_header);
-  for (auto it = first; it != last; ++it) {
-    auto const v = retry::parse_request_timeout(std::string_view(it->value().data(), it->value().size()));
+  auto take = [&](std::string_view value) -> std::optional<error_reply> {
+    auto const v = retry::parse_request_timeout(value);
     if (auto const* bad = std::get_if<retry::malformed_timeout>(&v))
       return error_reply{400, error_type::bad_request, bad->why, std::string(dependency), 0};
     auto const ms = std::get<std::chrono::milliseconds>(v);
     if (!least || ms < *least) least = ms;
+    return std::nullopt;
+  };
+  auto const [first, last] = req.equal_range(retry::request_timeout_header);
+  for (auto it = first; it != last; ++it) {
+    std::string_view rest(it->value().data(), it->value().size());
+    // `1, 2` in one field is the same list as two fields (RFC 9110 section 5.3); an element
+    // left empty by a stray comma says nothing. A field that is empty as a whole is malformed.
+    if (rest.find(',') == std::string_view::npos) {
+      if (auto refusal = take(rest)) return refusal;
+      continue;
+    }
+    while (!rest.empty()) {
+      auto const comma = rest.find(',');
+      auto const element = retry::trim_ows(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (element.empty()) continue;
+      if (auto refusal = take(element)) return refusal;
+    }
   }
   if (!least) return std::nullopt;
   if (least->count() == 0)
