@@ -225,6 +225,8 @@ TEST(Forwarding, EarlyHintsAndProcessingReachAnHttp11Client) {
   auto hints = c.read_response();
   ASSERT_TRUE(hints) << c.last_error();
   EXPECT_EQ(hints->status, 103u);
+  EXPECT_EQ(hints->reason, "Early Hints") << "the upstream's reason, not Beast's <unknown-status> (issue 29, 16)";
+  EXPECT_EQ(processing->reason, "Processing");
   EXPECT_EQ(hints->header("Link").value_or(""), "</style.css>; rel=preload");
   auto r = c.read_response();
   ASSERT_TRUE(r) << c.last_error();

@@ -151,6 +151,11 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
   bhttp::response<bhttp::empty_body> interim;
   interim.version(11);
   interim.result(head.result_int());  // by number: Beast 1.81's status enum has no 103
+  // Nor a reason for it ("<unknown-status>"): the upstream's own goes on, else RFC 8297's.
+  if (!head.reason().empty())
+    interim.reason(head.reason());
+  else if (head.result_int() == 103)
+    interim.reason("Early Hints");
   for (auto const& f : head) interim.insert(f.name_string(), f.value());
   strip_hop_by_hop(interim.base());
   client.expires_after(idle);
