@@ -3,6 +3,7 @@
 // gate, 50 identical requests at once, restarts, and the seed 004 refund example.
 #include "async_helpers.hpp"
 
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -389,6 +390,48 @@ TEST(Inbound, R6_KeyedRoutesAddedByAReloadWithoutAStoreAre503NotUnprotected) {
   EXPECT_EQ(r.status, 503u) << r.body;
   EXPECT_EQ(r.header("Rebound-Error").value_or(""), "store_unavailable");
   EXPECT_EQ(app.request_count(), 0u) << "never let through unprotected";
+}
+
+// Issue 29, defect 10: an answer larger than inbound.max_body was neither pinned nor protected
+// (the key was freed and a duplicate ran the app again), and was held whole up to 64 MiB
+// although it would not be pinned. Now it streams through, and the key keeps that it
+// completed: a duplicate is refused with a clear error.
+TEST(Inbound, R6_AnAnswerTooLargeToPinStreamsAndItsKeyStillRefusesADuplicate) {
+  ScriptedUpstream app;
+  auto big = created(std::string(3u << 20, 'r'));
+  app.on("/refunds", big);
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const first = post_refund(port, "large-1", R"({"amount":1})");
+  EXPECT_EQ(first.status, 201u);
+  EXPECT_EQ(first.body.size(), 3u << 20) << "streamed whole to the client";
+  auto const again = post_refund(port, "large-1", R"({"amount":1})");
+  EXPECT_EQ(again.status, 409u) << again.body;
+  EXPECT_NE(again.body.find("idempotency.answer_not_kept"), std::string::npos) << again.body;
+  EXPECT_NE(again.body.find("201"), std::string::npos) << "says how the first one ended: " << again.body;
+  EXPECT_EQ(app.request_count("/refunds"), 1u) << "the app ran it once";
+}
+
+TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
+  ScriptedUpstream app;
+  app.on("/refunds", created(std::string(30u << 20, 'r')));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const before = rss_kib(rb.pid(), true);
+  std::vector<std::thread> clients;
+  std::atomic<int> whole{0};
+  for (int i = 0; i < 5; ++i)
+    clients.emplace_back([port, i, &whole] {
+      whole += post_refund(port, "large-" + std::to_string(i), "{}").body.size() == (30u << 20);
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(whole.load(), 5);
+  // The peak, not the RSS after: a body held whole is freed once its answer has gone.
+  auto const peak = rss_kib(rb.pid(), true);
+  std::cerr << "five 30 MB answers: peak RSS " << before << " -> " << peak << " KiB\n";
+  EXPECT_LT(peak, before + 60 * 1024) << "5 x 30 MB held whole would be 150 MB";
 }
 
 }  // namespace itest

@@ -65,11 +65,12 @@ int RefusingPort::start_listening() {
   return fd_;
 }
 
-std::size_t rss_kib(pid_t pid) {
+std::size_t rss_kib(pid_t pid, bool peak) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string const field = peak ? "VmHWM:" : "VmRSS:";
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
+    if (line.rfind(field, 0) == 0) return std::stoul(line.substr(field.size()));
   return 0;
 }
 

@@ -40,8 +40,9 @@ class RefusingPort {
 
 // A fresh directory under $TMPDIR (or /tmp); removed with remove_tree().
 std::string make_temp_dir();
-// VmRSS of a process in KiB, from /proc/<pid>/status; 0 if it cannot be read.
-std::size_t rss_kib(pid_t pid);
+// VmRSS of a process in KiB, from /proc/<pid>/status (with `peak`, VmHWM: the most it ever
+// held); 0 if it cannot be read.
+std::size_t rss_kib(pid_t pid, bool peak = false);
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);

@@ -61,9 +61,11 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
                                    {"reason", reason}});
 }
 
-/** Streams the last attempt's response to the client, then pools its connection. Its own
-    coroutine: the serializer and relay state exist only while a response streams, not
-    in the frame of every request waiting for a retry. */
+
+}  // namespace
+
+// Its own coroutine: the serializer and relay state exist only while a response streams,
+// not in the frame of every request waiting for a retry.
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const retry::request_facts& facts, bool is_head, unsigned client_version,
                                           bool keep, unsigned attempts, bool gave_up, const std::string& key) {
@@ -87,8 +89,6 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   }
   co_return client_keep_alive;
 }
-
-}  // namespace
 
 net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
                                           std::string& out, std::size_t limit, std::chrono::milliseconds idle,

@@ -67,6 +67,14 @@ std::optional<error_reply> unmet_expectation(const bhttp::request<bhttp::buffer_
 /// false when the client cannot take it.
 net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milliseconds idle);
 
+/** Streams an exchange's response (its head read, its body not) to the client, then pools the
+    upstream connection when the exchange ended cleanly; returns whether the client
+    connection may carry another request. `facts` name the request in the log of a body cut
+    short; `attempts` and `gave_up` go in Rebound-Attempts and Rebound-Retried. */
+net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
+                                          const retry::request_facts& facts, bool is_head, unsigned client_version,
+                                          bool keep, unsigned attempts, bool gave_up, const std::string& key);
+
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
                                 std::chrono::milliseconds idle);

@@ -23,9 +23,12 @@ using wall = store::wall_clock;
 
 /// The longest key taken (seed 004); a longer one is refused, never truncated.
 constexpr std::size_t max_key = 64;
-/// An app answer larger than this is not relayed through the gate at all (502): the gate holds
-/// answers whole, to pin them. Answers up to inbound.max_body are pinned.
+/// An answer without a Content-Length is read whole (to pin it) up to this; larger: 502. One
+/// whose Content-Length passes inbound.max_body is streamed instead, never held.
 constexpr std::size_t max_answer = 64 << 20;
+/// Marks a key whose request completed with an answer too large to keep (inbound.max_body):
+/// what is pinned is only its status, and a duplicate is refused rather than run again.
+constexpr std::string_view not_kept_field = "Rebound-Answer-Not-Kept";
 
 /** The key as sent: a Structured Field string (`"..."`, RFC 9651, as the IETF draft has it)
     or a bare token (as Stripe's clients send it). Empty when absent; nullopt when malformed. */
@@ -94,6 +97,10 @@ struct app_answer {
   http::error_reply failure;
   /// Without a response: whether the app may have seen the request (its key must then stay held).
   bool may_have_reached = true;
+  /// An answer whose Content-Length passes inbound.max_body: its head is read, its body is
+  /// streamed to the client from the connection, never held (`pool_key` is where it goes after).
+  std::unique_ptr<upstream::exchange> too_large{};
+  std::string pool_key{};
 };
 
 app_answer failed(const http::dependency_route& route, http::error_type type, std::string message,
@@ -101,10 +108,12 @@ app_answer failed(const http::dependency_route& route, http::error_type type, st
   return {std::nullopt, {http::default_status(type), type, std::move(message), route.name, 1}, may_have_reached};
 }
 
-/// The request goes to the app once (one layer retries: the caller's), its answer read whole by `deadline`.
+/** The request goes to the app once (one layer retries: the caller's), its answer read whole
+    by `deadline`, unless its Content-Length says it is larger than `max_body`. */
 net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::request<bhttp::buffer_body>& req,
                                    const std::string& body, const http::request_target& t,
-                                   const http::dependency_route& route, std::chrono::steady_clock::time_point deadline) {
+                                   const http::dependency_route& route, std::chrono::steady_clock::time_point deadline,
+                                   std::uint64_t max_body) {
   auto const key = http::pool_key(t, route.tls);
   bool const is_head = req.method() == bhttp::verb::head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
@@ -113,6 +122,12 @@ net::awaitable<app_answer> ask_app(const http::session_context& ctx, bhttp::requ
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, body, is_head, deadline);
   if (!attempt) co_return failed(route, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
   auto& ex = **attempt;
+  if (auto const cl = ex.response->content_length(); cl && *cl > max_body) {
+    app_answer large;
+    large.too_large = std::move(*attempt);
+    large.pool_key = key;
+    co_return large;
+  }
   store::pinned_response r;
   r.status = ex.response->get().result_int();
   if (!co_await upstream::read_response_body(*ctx.pool, key, ex, r.body, max_answer, deadline))
@@ -188,6 +203,21 @@ class answer_on_timeout {
   std::shared_ptr<state> state_;
 };
 
+/// Streams an answer too large to keep (ask_app's `too_large`) to the client, as the
+/// forwarding path streams any answer.
+net::awaitable<bool> relay_unkept(const http::session_context& ctx, beast::tcp_stream& client, app_answer& answer,
+                                  const http::dependency_route& route, const bhttp::request<bhttp::buffer_body>& req,
+                                  unsigned version, bool keep) {
+  retry::request_facts facts;
+  facts.dependency = route.name;
+  facts.method = req.method_string();
+  facts.path = http::loggable_path(req.target());
+  route.guard->answered(answer.too_large->response->get().result_int());
+  co_return co_await http::relay_final_response(ctx, client, *answer.too_large, facts,
+                                                req.method() == bhttp::verb::head, version, keep, 1, false,
+                                                answer.pool_key);
+}
+
 void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,
               std::string_view hash, std::string_view from, std::string_view to) {
   ctx.log->info("idempotency", {{"dependency", route.name},
@@ -195,6 +225,33 @@ void log_move(const http::session_context& ctx, const http::dependency_route& ro
                                 {"payload_hash", hash},
                                 {"from_state", from},
                                 {"to_state", to}});
+}
+
+/** What the app's answer does to a held key. 5xx and 429 say "try again": pinning them would
+    answer every retry with the failure, so the key is freed; an event is kept only once the
+    app took it (2xx). Any other answer completes the key: pinned whole when `whole` (it fits
+    inbound.max_body), else only its status under `not_kept_field`, so that a duplicate is
+    refused instead of run again. Returns the answer's Idempotency-Status. */
+net::awaitable<std::string_view> settle_key(const http::session_context& ctx, const http::dependency_route& route,
+                                            const config::inbound_route& ir, const std::string& scope,
+                                            const std::string& key, const std::string& hash, bool event,
+                                            const store::pinned_response& pinned, bool whole) {
+  bool const pin = event ? pinned.status / 100 == 2 : pinned.status < 500 && pinned.status != 429;
+  bool done = false;
+  if (pin) {
+    auto const ttl = event ? ir.dedupe.ttl : ir.idempotency.ttl;
+    auto [ce, completed] = co_await store::async_complete_key(*ctx.store, scope, pinned, wall::now() + ttl, use_tuple);
+    done = !ce && completed;
+  }
+  if (!done) {
+    auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
+    log_move(ctx, route, key, hash, "pending", "absent");
+    route.guard->idempotent("not_stored");
+    co_return "not-stored";
+  }
+  log_move(ctx, route, key, hash, "pending", "complete");
+  route.guard->idempotent(whole ? "stored" : "not_kept");
+  co_return whole ? "stored" : "not-stored";
 }
 
 }  // namespace
@@ -314,6 +371,16 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
         co_return co_await refuse(ir.idempotency.mismatch_status, "idempotency.payload_mismatch", "mismatch",
                                   "this key was used with another payload; a new request needs a new key");
       case store::key_state::replay: {
+        if (!event && std::any_of(claim.response.headers.begin(), claim.response.headers.end(),
+                                  [](const auto& f) { return beast::iequals(f.first, not_kept_field); })) {
+          // The app ran it; its answer could not be kept. Running it again is what R-6 forbids.
+          log_move(ctx, route, key, hash, "complete", "mismatch");
+          std::string const why = "a request with this key completed with status " +
+                                  std::to_string(claim.response.status) +
+                                  ", but its answer was larger than inbound.max_body and was not kept; a new request "
+                                  "needs a new key";
+          co_return co_await refuse(409, "idempotency.answer_not_kept", "conflict", why);
+        }
         log_move(ctx, route, key, hash, "complete", "replayed");
         guard.idempotent("replayed");
         // A repeated event is acknowledged, not answered again: the app already took it.
@@ -336,7 +403,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     req.erase(bhttp::field::content_length);
   auto const answer_by = started + route.policy->attempt_timeout;
   if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one
-    auto answer = co_await ask_app(ctx, req, body, target, route, answer_by);
+    auto answer = co_await ask_app(ctx, req, body, target, route, answer_by, cfg.inbound.max_body);
+    if (answer.too_large) co_return co_await relay_unkept(ctx, client, answer, route, req, version, keep);
     if (!answer.response) {
       guard.answered(answer.failure.status);
       co_await http::send_error(client, answer.failure, keep, idle);
@@ -356,9 +424,18 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
                                                  "until it does, and its answer is pinned",
                                                  route.name, 1},
                                idle, answer_by);
-  auto answer = co_await ask_app(ctx, req, body, target, route, started + cfg.inbound.claim_lease);
+  auto answer = co_await ask_app(ctx, req, body, target, route, started + cfg.inbound.claim_lease, cfg.inbound.max_body);
   bool const client_answered = co_await on_timeout.settle();
   if (client_answered) guard.answered(504);
+  if (answer.too_large) {
+    // Streamed, never held: what the key keeps is that it completed, and with which status.
+    // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
+    store::pinned_response const status_only{
+        answer.too_large->response->get().result_int(), {{std::string(not_kept_field), "1"}}, {}};
+    co_await settle_key(ctx, route, ir, scope, key, hash, event, status_only, false);
+    if (client_answered) co_return false;
+    co_return co_await relay_unkept(ctx, client, answer, route, req, version, keep);
+  }
   if (!answer.response) {
     if (answer.may_have_reached) {
       // The app may have acted on it: a duplicate must not run it again before the lease ends.
@@ -373,27 +450,10 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     co_return keep;
   }
   auto& r = *answer.response;
-  std::string_view word = "stored";
-  {
-    // 5xx and 429 say "try again": pinning them would answer every retry with the failure.
-    // An event is kept only once the app took it (2xx).
-    bool const pin = event ? r.status / 100 == 2 : r.status < 500 && r.status != 429;
-    bool const fits = r.body.size() <= cfg.inbound.max_body;
-    if (pin && fits) {
-      auto const ttl = event ? ir.dedupe.ttl : ir.idempotency.ttl;
-      auto [ce, done] = co_await store::async_complete_key(*ctx.store, scope, r, wall::now() + ttl, use_tuple);
-      if (ce || !done) word = "not-stored";
-    } else {
-      word = "not-stored";
-    }
-    if (word == "not-stored") {
-      auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
-      log_move(ctx, route, key, hash, "pending", "absent");
-    } else {
-      log_move(ctx, route, key, hash, "pending", "complete");
-    }
-    guard.idempotent(word == "stored" ? "stored" : "not_stored");
-  }
+  bool const fits = r.body.size() <= cfg.inbound.max_body;
+  store::pinned_response status_only;
+  if (!fits) status_only = {r.status, {{std::string(not_kept_field), "1"}}, {}};
+  auto const word = co_await settle_key(ctx, route, ir, scope, key, hash, event, fits ? r : status_only, fits);
   if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
   guard.answered(r.status);
   auto res = from_pinned(r, word, version, keep, is_head);
