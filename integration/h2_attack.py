@@ -13,9 +13,9 @@ attacker does. Every mode prints one JSON line with what it saw.
       STREAMS requests whose bodies never end: DATA is sent on every stream for as long as
       rebound grants flow-control credit; after SECONDS the bytes sent are written to
       DONE_FILE and the connection is held open for HOLD seconds (default: until killed).
-  h2_attack.py zero-window PORT AUTHORITY PATH STREAMS SECONDS
-      STREAMS requests sent whole, with an initial window of 0 that is never opened: the
-      answers can never be sent. Reads what comes for SECONDS.
+  h2_attack.py zero-window PORT AUTHORITY PATH STREAMS SECONDS [SIZE]
+      STREAMS calls of a SIZE-byte message (default 5), with an initial window of 0 that is
+      never opened: the answers can never be sent. Reads what comes for SECONDS.
 
 The output names `goaway` (the error code of a GOAWAY received, or null), `closed` (the
 server closed the connection), `responses` (response heads received, by status) and `resets`
@@ -24,6 +24,7 @@ server closed the connection), `responses` (response heads received, by status) 
 import json
 import os
 import socket
+import struct
 import sys
 import time
 
@@ -188,17 +189,37 @@ def hold_bodies(port, authority, path, streams, seconds, done_file, hold):
     return seen.report(sent=sent)
 
 
-def zero_window(port, authority, path, streams, seconds):
+def zero_window(port, authority, path, streams, seconds, size):
     s, c = _connect(port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     seen = _Seen()
     _pump(s, c, seen, 0.5)
+    message = struct.pack(">BI", 0, size) + b"m" * size
+    left = {}
     for _ in range(streams):
         sid = c.get_next_available_stream_id()
         c.send_headers(sid, _head(authority, path), end_stream=False)
-        c.send_data(sid, b"\x00\x00\x00\x00\x05hello", end_stream=True)
+        left[sid] = memoryview(message)
     s.sendall(c.data_to_send())
-    # Reads (so TCP never pushes back) but never grants a byte of window.
-    _drain(s, c, seen, seconds)
+    # The requests go out as fast as rebound's credit allows; the answers can never come back.
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not seen.closed:
+        for sid in list(left):
+            try:
+                n = min(len(left[sid]), c.local_flow_control_window(sid), c.max_outbound_frame_size)
+                if n > 0 or not left[sid]:
+                    c.send_data(sid, bytes(left[sid][:n]), end_stream=(n == len(left[sid])))
+                    left[sid] = left[sid][n:]
+                    if not left[sid]:
+                        del left[sid]
+            except h2.exceptions.H2Error:
+                left.pop(sid, None)
+        try:
+            s.sendall(c.data_to_send())
+        except OSError:
+            seen.closed = True
+            break
+        # Reads (so TCP never pushes back) but never grants a byte of window.
+        _pump(s, c, seen, 0.01 if left else 0.1)
     return seen.report()
 
 
@@ -211,7 +232,7 @@ if __name__ == "__main__":
     elif mode == "hold-bodies":
         out = hold_bodies(int(a[0]), a[1], a[2], int(a[3]), float(a[4]), a[5], float(a[6]) if len(a) > 6 else None)
     elif mode == "zero-window":
-        out = zero_window(int(a[0]), a[1], a[2], int(a[3]), float(a[4]))
+        out = zero_window(int(a[0]), a[1], a[2], int(a[3]), float(a[4]), int(a[5]) if len(a) > 5 else 5)
     else:
         raise SystemExit(__doc__)
     print(json.dumps(out))
