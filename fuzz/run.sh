@@ -18,11 +18,9 @@ targets=("$@")
 
 scripts/install-deps --fuzz
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
-if [[ ! -f "$build/build.ninja" ]]; then
-  cmake -S . -B "$build" -G Ninja -DREBOUND_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
-    -DSANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREBOUND_WERROR=ON
-fi
-ninja -C "$build" $(printf 'fuzz_%s ' "${targets[@]}")
+# Through scripts/build, so the fuzz build shares its ccache settings (hits across clones).
+BUILD_DIR="$build" scripts/build -DREBOUND_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
+  -DSANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/rebound-fuzz.XXXXXX")"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1"
