@@ -201,6 +201,8 @@ TEST(Layers, RequestTimeoutEndsTheRequestAtTheCallersDeadline) {
   auto const took = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_TRUE(IsReboundError(r, 504, {"deadline_exceeded"})) << describe(r);
+  EXPECT_NE(r->body.find("the caller's deadline"), std::string::npos)
+      << "names whose deadline it was, not total_timeout (issue 29, 13): " << r->body;
   EXPECT_LT(took, 3s);
 }
 

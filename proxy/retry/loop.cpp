@@ -53,7 +53,10 @@ next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time
   // request is out of time.
   if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
-    failure = upstream::attempt_failure{error_type::deadline_exceeded, "total_timeout reached"};
+    failure = upstream::attempt_failure{
+        error_type::deadline_exceeded, facts.deadline && *facts.deadline == st.total_deadline
+                                           ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
+                                           : "total_timeout reached"};
   attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
   result.failure = failure;
   auto const took =
