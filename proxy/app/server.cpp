@@ -460,6 +460,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
     throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
+  // A secret others can read is no secret: said at start, where an operator looks.
+  if (struct stat st{}; !cfg->admin_token_file.empty() && ::stat(cfg->admin_token_file.c_str(), &st) == 0 &&
+                        (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+    log.warn("admin_token_file_exposed",
+             {{"file", cfg->admin_token_file},
+              {"message", "admin.token_file can be read by other users than its owner; chmod 600 it"}});
   std::string admin_base;
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
