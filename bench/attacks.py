@@ -6,8 +6,8 @@ do the same job. Each attack runs against a fresh process.
   bench/attacks.py [--rebound BIN]... [--nginx] [ATTACK...]
 
 Attacks (all by default):
-  h2-bodies     20 HTTP/2 connections x 100 streams whose request bodies never end, sent for
-                as long as the server grants flow-control credit (4 s)
+  h2-bodies     5 HTTP/2 connections x 100 streams whose request bodies never end, sent for
+                as long as the server grants flow-control credit (10 s)
   zero-window   3 HTTP/2 connections x 100 calls of 1 MiB whose answers the client never
                 opens a window for (4 s)
   admin-noauth  200 connections each POSTing a 2 MiB body to the admin API without its token
@@ -111,7 +111,7 @@ def start_rebound(binary, workdir, extra):
     port, admin = free_port(), free_port()
     cfg = os.path.join(workdir, "rebound.yaml")
     with open(cfg, "w") as f:
-        f.write("listen: 127.0.0.1:%d\nadmin: %s\nworkers: 1\nlog_level: warn\n%s" % (port, admin_spec(workdir, admin), extra))
+        f.write("listen: 127.0.0.1:%d\nadmin: %s\nworkers: 2\nlog_level: warn\n%s" % (port, admin_spec(workdir, admin), extra))
     proc = Proc([binary, "--config", cfg], workdir)
     wait_port(port)
     return proc, port, admin
@@ -168,7 +168,7 @@ def h2_bodies(target, workdir):
         server, port, _ = start_rebound(target, workdir, "dependencies:\n  peer:\n    hosts: [peer.test]\n"
                                         "    origin: http://127.0.0.1:%d\n    context: grpc\n" % up.port)
         pids = lambda: [server.p.pid]  # noqa: E731
-    attackers = run_h2_attackers(20, lambda d: ["hold-bodies", str(port), "peer.test", "/peer.Svc/Hold", "100", "4", d], 4)
+    attackers = run_h2_attackers(5, lambda d: ["hold-bodies", str(port), "peer.test", "/peer.Svc/Hold", "100", "10", d], 10)
     peak = peak_kib(pids())
     for a in attackers:
         a.kill()
