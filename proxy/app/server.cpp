@@ -178,6 +178,7 @@ net::awaitable<void> sweep_pool(worker& w) {
     auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) co_return;
     w.pool.sweep();
+    w.h2_pool.sweep(pool_idle_timeout);
   }
 }
 

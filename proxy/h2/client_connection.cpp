@@ -56,6 +56,7 @@ struct client_connection::impl {
   bool goaway = false;
   bool shutting_down = false;
   bool protocol_failed = false;
+  clock::time_point idle_since = clock::now();  ///< when the last stream ended
 
   std::shared_ptr<client_stream> find(std::int32_t id) {
     auto it = streams.find(id);
@@ -229,6 +230,7 @@ struct client_connection::impl {
     if (it == i.streams.end()) return 0;
     auto st = std::move(it->second);
     i.streams.erase(it);
+    if (i.streams.empty()) i.idle_since = clock::now();
     std::optional<failure> f;
     if (error_code == NGHTTP2_REFUSED_STREAM)
       f = make_failure(failure_kind::refused, "the upstream refused the stream; it was not processed");
@@ -278,6 +280,10 @@ bool client_connection::can_take_stream() const {
 }
 
 std::size_t client_connection::active_streams() const { return impl_->streams.size(); }
+
+clock::duration client_connection::idle_for(clock::time_point now) const {
+  return impl_->streams.empty() ? now - impl_->idle_since : clock::duration::zero();
+}
 
 bool client_connection::closed() const { return impl_->closed; }
 
@@ -414,6 +420,18 @@ net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstrea
   auto c = client_connection::start(std::move(*opened.conn));
   conns_[to.pool_key].push_back(c);
   co_return c;
+}
+
+void client_pool::sweep(clock::duration idle_timeout) {
+  auto const now = clock::now();
+  for (auto& [key, list] : conns_)
+    std::erase_if(list, [&](const std::shared_ptr<client_connection>& c) {
+      if (c->closed()) return true;
+      if (c->idle_for(now) < idle_timeout) return false;
+      c->shut_down();  // GOAWAY; with no stream left it closes at once
+      return true;
+    });
+  std::erase_if(conns_, [](const auto& kv) { return kv.second.empty(); });
 }
 
 void client_pool::shut_down() {

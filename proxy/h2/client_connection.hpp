@@ -74,6 +74,8 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   bool can_take_stream() const;
   /// Streams in flight.
   std::size_t active_streams() const;
+  /// How long it has had no stream in flight (zero while it has one).
+  clock::duration idle_for(clock::time_point now) const;
   /// The connection has ended: nothing more goes on it.
   bool closed() const;
   /// Sends GOAWAY and closes once the streams in flight end.
@@ -101,6 +103,9 @@ class client_pool {
       const upstream::destination& to, clock::time_point deadline);
   /// Shuts every connection down (a drain).
   void shut_down();
+  /** Shuts down the connections that have had no stream for `idle_timeout`, as the HTTP/1.1
+      pool closes its idle ones: otherwise each upstream a worker ever called keeps one open. */
+  void sweep(clock::duration idle_timeout);
 
  private:
   /// A connect under way, and the timers of the calls waiting for it: each is cancelled (a

@@ -293,3 +293,46 @@ TEST(Http2Client, ConnectionLostMidStreamIsReportedAsSuch) {
 }
 
 }  // namespace
+
+struct pool_state {
+  h2::client_pool pool;
+  std::vector<std::shared_ptr<h2::client_connection>> got;
+  int ended = 0;
+  std::size_t gets = 0;
+};
+
+net::awaitable<void> take_from_pool(pool_state& st, const upstream::destination& to) {
+  auto c = co_await st.pool.get(to, clock::now() + 5s);
+  if (c) st.got.push_back(*c);
+  ++st.ended;
+}
+
+net::awaitable<void> burst_then_sweep(test_server& s, pool_state& st, bool* closed_after_sweep) {
+  std::string const key = "h2://127.0.0.1:" + std::to_string(s.port());
+  std::string const host = "127.0.0.1";
+  upstream::destination const to{key, host, s.port()};
+  auto ex = co_await net::this_coro::executor;
+  // Ten calls arrive before the first connect is done: they wait for it.
+  for (int i = 0; i < 10; ++i) net::co_spawn(ex, take_from_pool(st, to), test_server::ignore{});
+  while (st.ended < 10) co_await sleep_for(1ms);
+  // Idle (no stream) past the sweep's timeout: shut down, as the HTTP/1.1 pool closes its own.
+  st.pool.sweep(0ms);
+  for (int i = 0; i < 100 && !(st.got.empty() || st.got.front()->closed()); ++i) co_await sleep_for(10ms);
+  *closed_after_sweep = !st.got.empty() && st.got.front()->closed();
+  st.gets = st.got.size();
+  st.got.clear();
+}
+
+// Issue 29, defect 8: a burst before the first connect opened a connection per call, and
+// idle ones stayed open for good.
+TEST(Http2ClientPool, ABurstSharesThePendingConnectAndIdleConnectionsAreSweptAway) {
+  net::io_context ioc;
+  test_server s(ioc, [](h2::message m) { return echo(std::move(m)); });
+  s.start();
+  pool_state st;
+  bool closed = false;
+  run(ioc, burst_then_sweep(s, st, &closed), &s);
+  EXPECT_EQ(st.gets, 10u);
+  EXPECT_EQ(s.accepted, 1) << "one connection for the ten calls";
+  EXPECT_TRUE(closed) << "the idle connection was shut down by the sweep";
+}
