@@ -30,7 +30,7 @@ import time
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-from http_bench import free_port  # noqa: E402
+from http_bench import content_length, free_port  # noqa: E402
 
 PY = "/usr/bin/python3"  # Debian's, with python3-h2
 attack_script = os.path.join(root, "integration", "h2_attack.py")
@@ -91,12 +91,7 @@ async def slow_http_upstream(port, delay):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value.strip())
-                await reader.readexactly(length)
+                await reader.readexactly(content_length(head))
                 await asyncio.sleep(delay)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 await writer.drain()

@@ -31,14 +31,18 @@ class Upstream:
             writer.close()
 
 
+def content_length(head):
+    """The Content-Length of a message head (bytes up to the blank line), 0 without one."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
+
+
 async def read_response(reader):
     """Reads one answer with a Content-Length body; returns its status."""
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    await reader.readexactly(length)
+    await reader.readexactly(content_length(head))
     return status

@@ -3,15 +3,15 @@
 // metrics are told. Each copy is a timer: the test lasts as long as its fastest answers.
 #include "proxy/retry/hedge.hpp"
 
+#include "tests/proxy/retry/recording_gate.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
-#include <sstream>
 #include <vector>
 
 using namespace rebound;
@@ -61,18 +61,6 @@ class scripted_copy final : public attempt_runner {
   tally& t_;
 };
 
-struct recording_gate final : dependency_gate {
-  bool grant = true;
-  unsigned asked = 0;
-  unsigned failures = 0;
-  retry_permit allow_retry() override {
-    ++asked;
-    if (grant) return {};
-    return {false, error_type::budget_exhausted, "retry budget exhausted (R-7)"};
-  }
-  void record(bool failed) override { failures += failed; }
-};
-
 struct recording_observer final : attempt_observer {
   std::vector<attempt_report> reports;
   std::vector<std::string> hedges, suppressed;
@@ -81,13 +69,10 @@ struct recording_observer final : attempt_observer {
   void hedge_suppressed(std::string_view reason) override { suppressed.emplace_back(reason); }
 };
 
-struct fixture {
-  std::ostringstream log_text;
-  observe::logger log{
-      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(log_text))};
+struct fixture : retry_test::log_capture {
   config::policy policy;
   request_facts facts;
-  recording_gate gate;
+  retry_test::recording_gate gate;
   recording_observer observer;
   tally t;
   std::vector<copy_script> scripts;

@@ -3,6 +3,8 @@
 // dependency's breaker and budget (nothing), and that nobody is retried for a caller who left.
 #include "proxy/retry/loop.hpp"
 
+#include "tests/proxy/retry/recording_gate.hpp"
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -10,9 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
-#include <sstream>
 
 using namespace rebound;
 using namespace rebound::retry;
@@ -43,33 +43,16 @@ class scripted_attempt final : public attempt_runner {
   error_type failure_;
 };
 
-struct recording_gate final : dependency_gate {
-  unsigned asked = 0;
-  unsigned recorded = 0;
-  unsigned failures = 0;
-  retry_permit allow_retry() override {
-    ++asked;
-    return {};
-  }
-  void record(bool failed) override {
-    ++recorded;
-    failures += failed;
-  }
-};
-
 struct recording_observer final : attempt_observer {
   unsigned attempts = 0, retries = 0;
   void attempt_done(const attempt_report&) override { ++attempts; }
   void retry_scheduled(duration) override { ++retries; }
 };
 
-struct fixture {
-  std::ostringstream log_text;
-  observe::logger log{
-      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(log_text))};
+struct fixture : retry_test::log_capture {
   config::policy policy;
   request_facts facts;
-  recording_gate gate;
+  retry_test::recording_gate gate;
   recording_observer observer;
   std::mt19937_64 rng{1};
 
