@@ -220,9 +220,11 @@ net::awaitable<void> record(const http::session_context& ctx, delivery_state& st
 }
 
 /** A task that can never be sent (a target that does not parse, a field no HTTP/1.1 head can
-    carry): kept where a person looks, with R-8's alert, instead of dropped or left IN_FLIGHT. */
+    carry): kept where a person looks, with R-8's alert, instead of dropped or left IN_FLIGHT.
+    `reason` is a view: a by-value string built in the co_await expression is destroyed twice
+    by GCC 12. */
 net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, delivery_state& state,
-                                            const store::retry_task& task, std::string reason) {
+                                            const store::retry_task& task, std::string_view reason) {
   store::attempt_log const none{task.id, task.attempts + 1, wall::now(), 0, "bad_request", {}};
   if (auto notice = alert_task(ctx, task, "unsendable", none.number))
     ctx.store->submit_accept(std::move(*notice), [](std::optional<store::store_error>, bool) {});
@@ -330,7 +332,7 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
   } catch (const std::exception& e) {
     why = std::string("the stored call cannot be sent: ") + e.what();
   }
-  co_await dead_letter_unsendable(ctx, *state, task, std::move(why));
+  co_await dead_letter_unsendable(ctx, *state, task, why);
 }
 
 }  // namespace
