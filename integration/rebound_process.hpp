@@ -43,6 +43,13 @@ std::string make_temp_dir();
 // VmRSS of a process in KiB, from /proc/<pid>/status (with `peak`, VmHWM: the most it ever
 // held); 0 if it cannot be read.
 std::size_t rss_kib(pid_t pid, bool peak = false);
+// ThreadSanitizer keeps ~4 bytes of shadow for every byte the process touches, and RSS counts
+// them: a memory bound a test asserts is scaled by this in that build.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr std::size_t shadow_factor = 5;
+#else
+inline constexpr std::size_t shadow_factor = 1;
+#endif
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
