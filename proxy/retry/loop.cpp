@@ -285,9 +285,8 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
       co_return std::move(st.result);
     }
     if (ended == wait_end::cancelled) {
-      // A drain cut the wait short. The failed
-      // attempt's response went with its connection, so the client learns what it was from
-      // the message.
+      // A drain cut the wait short. The failed attempt's response went with its connection,
+      // so the client learns what it was from the message.
       if (!st.result.failure)
         st.result.failure =
             upstream::attempt_failure{error_type::deadline_exceeded,
