@@ -31,9 +31,6 @@ using steady = std::chrono::steady_clock;
 
 /// A delivery's answer is read to its end (to reuse the connection) only up to this size.
 constexpr std::size_t max_settled_body = 1 << 20;
-/// What an attempt's lease must have left beyond its attempt_timeout when it starts: the
-/// record of its outcome is written under the same lease.
-constexpr std::chrono::seconds lease_margin{1};
 
 /// What becomes of a task after one attempt, as decide said it.
 struct next_state {
@@ -242,7 +239,7 @@ net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, de
 }
 
 net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_task& task,
-                                  std::shared_ptr<delivery_state> state, wall::time_point lease_until) {
+                                  std::shared_ptr<delivery_state> state) {
   auto const& owner = state->options.owner;
   auto const& log = *ctx.log;
   std::string host;
@@ -263,29 +260,19 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto const& policy = is_alert ? alert_policy() : registered ? *registered : *route.policy;
   auto& guard = *route.guard;
 
-  // The attempt must end (and be recorded) before the task's lease does, or another instance
-  // takes the task over and delivers it too: one that would start too late (a worker that
-  // fell behind its claims) is put back for a fresh lease, not sent. Then R-7: a breaker or
-  // budget that says no postpones the attempt; it is not counted, dropped or dead-lettered early.
+  // a breaker or budget that says no postpones the attempt; it is not counted, dropped or
+  // dead-lettered early.
   std::optional<std::chrono::milliseconds> postpone;
-  std::string_view why = "budget or circuit breaker (R-7)";
-  // (Only where a fresh lease would do: a registered policy may name a longer attempt_timeout
-  // than the lease, and such a task must still be delivered.)
-  bool const lease_can_cover = state->options.lease >= policy.attempt_timeout + lease_margin;
-  if (lease_can_cover && wall::now() + policy.attempt_timeout + lease_margin > lease_until) {
-    postpone = std::chrono::milliseconds(0);
-    why = "the lease would run out during the attempt: put back for a fresh one";
-  } else if (auto const a = guard.admit(); !a.allowed) {
+  if (auto const a = guard.admit(); !a.allowed)
     postpone = std::chrono::duration_cast<std::chrono::milliseconds>(a.retry_after);
-  } else if (task.attempts > 0 && !guard.allow_retry().granted) {
+  else if (task.attempts > 0 && !guard.allow_retry().granted)
     postpone = std::chrono::duration_cast<std::chrono::milliseconds>(policy.backoff.cap);
-  }
   if (postpone) {
     auto const until = wall::now() + *postpone;
     auto [e, ok] = co_await store::async_postpone(*ctx.store, owner, task.id, until, use_tuple);
     log.info("task_postponed", {{"task_id", task.id},
                                 {"dependency", route.name},
-                                {"reason", why},
+                                {"reason", "budget or circuit breaker (R-7)"},
                                 {"next_in_ms", static_cast<long long>(postpone->count())}});
     co_return;
   }
@@ -336,12 +323,11 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
 /** One delivery. One that throws (Beast refuses a stored field of 64 KiB or more while the
     request is built) would throw again at every claim: it is a final failure, dead-lettered
     with R-8's alert, not a task IN_FLIGHT forever. */
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state,
-                             wall::time_point lease_until) {
+net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
   in_flight_slot const slot(state);
   std::string why;
   try {
-    co_await deliver_once(ctx, task, state, lease_until);
+    co_await deliver_once(ctx, task, state);
     co_return;
   } catch (const std::exception& e) {
     why = std::string("the stored call cannot be sent: ") + e.what();
@@ -395,13 +381,12 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
     bool full = false;
     if (room > 0) {
       auto const now = wall::now();
-      auto const lease_until = now + opts.lease;
-      auto [e, tasks] = co_await store::async_claim(*ctx.store, opts.owner, now, lease_until, room, use_tuple);
+      auto [e, tasks] = co_await store::async_claim(*ctx.store, opts.owner, now, now + opts.lease, room, use_tuple);
       if (e && !store_down) ctx.log->error("store_unavailable", {{"message", e->message}});
       store_down = static_cast<bool>(e);
       full = !e && tasks.size() == room;  // more may be due at once
       for (auto& t : tasks)
-        net::co_spawn(executor, deliver(ctx, std::move(t), state, lease_until), [log = ctx.log](std::exception_ptr x) {
+        net::co_spawn(executor, deliver(ctx, std::move(t), state), [log = ctx.log](std::exception_ptr x) {
           if (!x) return;
           try {
             std::rethrow_exception(x);
