@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <random>
 #include <stdexcept>
@@ -105,19 +106,25 @@ void run_guarded(net::io_context& ioc, const observe::logger& log, const char* w
     may change it) leaves room for: each client may need an upstream socket too, and a reserve
     stays for the admin listener, the store, logs and the listeners, so that a crowd of idle
     clients can never take the descriptor a liveness probe needs (HAProxy derives its maxconn
-    from ulimit-n the same way). */
-std::size_t descriptor_cap() {
+    from ulimit-n the same way). `nofile`: the soft limit, none when unlimited. */
+std::size_t descriptor_cap(std::optional<rlim_t> nofile) {
+  if (!nofile) return SIZE_MAX;
+  auto const reserve = std::min<rlim_t>(64, *nofile / 4);
+  return static_cast<std::size_t>((*nofile - reserve) / 2);
+}
+
+/// The soft descriptor limit, read once per accept wake-up; none when unlimited or unknown.
+std::optional<rlim_t> nofile_limit() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-  auto const reserve = std::min<rlim_t>(64, lim.rlim_cur / 4);
-  return static_cast<std::size_t>((lim.rlim_cur - reserve) / 2);
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return lim.rlim_cur;
 }
 
 /// Starts a session for an accepted client, or refuses it past limits.max_connections (or
 /// what the descriptor limit allows, when that is less).
-void start_session(worker& w, const http::session_context& ctx, tcp::socket socket) {
+void start_session(worker& w, const http::session_context& ctx, tcp::socket socket, std::optional<rlim_t> nofile) {
   auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
-  auto const cap = std::min(cfg.limits.max_connections, descriptor_cap());
+  auto const cap = std::min(cfg.limits.max_connections, descriptor_cap(nofile));
   if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cap) {
     net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
     return;
@@ -133,11 +140,10 @@ constexpr int accept_batch = 64;
     need an upstream connection too: while descriptors are short, a batch would take the
     ones its own requests need and answer them 503 `overloaded`, so it takes at most an
     eighth of what is left, and none near the limit. */
-int accept_room(int fd) {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return accept_batch - 1;
+int accept_room(int fd, std::optional<rlim_t> nofile) {
+  if (!nofile) return accept_batch - 1;
   auto const used = static_cast<rlim_t>(fd < 0 ? 0 : fd);
-  auto const left = lim.rlim_cur > used ? lim.rlim_cur - used : 0;
+  auto const left = *nofile > used ? *nofile - used : 0;
   return static_cast<int>(std::min<rlim_t>(accept_batch - 1, left / 8));
 }
 
@@ -155,8 +161,9 @@ net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::sessi
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    int const room = nb_ec ? 0 : accept_room(socket.native_handle());
-    start_session(w, ctx, std::move(socket));
+    auto const nofile = nofile_limit();  // once for the whole batch
+    int const room = nb_ec ? 0 : accept_room(socket.native_handle(), nofile);
+    start_session(w, ctx, std::move(socket), nofile);
     // One accept per turn of the scheduler let a burst of 1,000 connects wait behind every
     // other ready handler for each one: clients connected at once waited seconds for their
     // first byte (bench/run.sh c1000: wrk timeouts, p99 ~1 s). Whatever else is queued is
@@ -166,7 +173,7 @@ net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::sessi
       tcp::socket more(w.ioc);
       acceptor.accept(more, aec);
       if (aec) break;  // would_block: the queue is empty; anything else shows on the next async_accept
-      start_session(w, ctx, std::move(more));
+      start_session(w, ctx, std::move(more), nofile);
     }
   }
 }
@@ -533,7 +540,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     wp->thread = std::thread([wp, &log] { run_guarded(wp->ioc, log, "worker"); });
   }
   state.ready = true;
-  if (auto const cap = descriptor_cap(); cap < cfg->limits.max_connections) {
+  if (auto const cap = descriptor_cap(nofile_limit()); cap < cfg->limits.max_connections) {
     rlimit lim{};
     ::getrlimit(RLIMIT_NOFILE, &lim);
     log.warn("max_connections_clamped", {{"configured", cfg->limits.max_connections},
