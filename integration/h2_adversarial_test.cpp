@@ -97,7 +97,9 @@ TEST(Http2Adversarial, AnHpackBombEndsTheConnection) {
 // default): five connections of 100 never-ending bodies hold at most ~40 MiB.
 TEST(Http2Adversarial, BodiesThatNeverEndAreBoundedPerConnection) {
   H2Peer peer;
-  ReboundProcess rb(in_front_of(peer));
+  auto options = in_front_of(peer);
+  options.measures_memory = true;
+  ReboundProcess rb(options);
   auto const before = rss_kib(rb.pid());
   std::vector<std::unique_ptr<ChildProcess>> attackers;
   std::vector<std::string> done;

@@ -417,7 +417,9 @@ TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
   ScriptedUpstream app;
   app.on("/refunds", created(std::string(8u << 20, 'r')));
   store_dir store;
-  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto options = in_front_of(app, store, refunds);
+  options.measures_memory = true;
+  ReboundProcess rb(options);
   auto const port = inbound_port(rb);
   auto const before = rss_kib(rb.pid(), true);
   std::vector<std::thread> clients;
@@ -437,7 +439,9 @@ TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
   // The peak, not the RSS after: a body held whole is freed once its answer has gone.
   auto const peak = rss_kib(rb.pid(), true);
   std::cerr << "three 8 MB answers: peak RSS " << before << " -> " << peak << " KiB\n";
-  EXPECT_LT(peak, before + shadow_factor * 12 * 1024) << "3 x 8 MB held whole would be 24 MB";
+  // Streamed, the growth is ~3 MiB (~10 MiB under AddressSanitizer, whose allocator keeps
+  // redzones and per-thread caches); held whole it would be 24 MiB and more.
+  EXPECT_LT(peak, before + shadow_factor * 16 * 1024) << "3 x 8 MB held whole would be 24 MB";
 }
 
 }  // namespace itest

@@ -264,7 +264,13 @@ bool ReboundProcess::launch() {
   yaml_ = y.str();
   std::string path = dir_ + "/rebound.yaml";
   write_file(path, yaml_);
-  pid_ = spawn({REBOUND_BINARY, "--config", path}, make_env({}), dir_ + "/stdout.log", dir_ + "/stderr.log");
+  std::vector<std::string> env;
+  if (options_.measures_memory) {
+    char const* asan = std::getenv("ASAN_OPTIONS");
+    env.push_back(std::string("ASAN_OPTIONS=") + (asan && *asan ? std::string(asan) + ":" : "") +
+                  "quarantine_size_mb=0");
+  }
+  pid_ = spawn({REBOUND_BINARY, "--config", path}, make_env(env), dir_ + "/stdout.log", dir_ + "/stderr.log");
   return wait_ready(15s);
 }
 
