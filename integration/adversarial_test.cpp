@@ -239,6 +239,7 @@ TEST(AdversarialResources, PipeliningClientThatNeverReadsDoesNotGrowMemoryAndOth
   up.on("/pipe", big);
   ReboundOptions o;
   o.workers = 1;
+  o.measures_memory = true;
   ReboundProcess rb(o);
   ASSERT_TRUE(IsHealthy(rb, up));
   auto const rss_before = rss_kib(rb.pid());
@@ -298,6 +299,7 @@ TEST(AdversarialResources, StalledDownloadOfAHugeBodyIsNotBufferedInMemory) {
   ScriptedUpstream up;
   ReboundOptions o;
   o.workers = 1;
+  o.measures_memory = true;
   ReboundProcess rb(o);
   ASSERT_TRUE(IsHealthy(rb, up));
   auto const rss_before = rss_kib(rb.pid());
@@ -468,6 +470,33 @@ TEST(AdversarialResources, RequestsDuringDescriptorExhaustionDoNotOpenTheUpstrea
   auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/after"), 5s);
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u) << r->header("Rebound-Error").value_or("") << " " << r->body;
+}
+
+// Issue 29, defect 14: idle upstream connections were bounded per host only. An app calling
+// many distinct hosts (a webhook sender) kept one idle connection per host for idle_timeout,
+// and once they held every descriptor each new host was refused 503 overloaded (nofile 1,024:
+// 1,490 of 2,500 hosts). The least recently used idle connection now gives its descriptor up.
+TEST(AdversarialResources, ManyDistinctHostsAreServedWhenIdleConnectionsHoldTheDescriptors) {
+  std::vector<std::unique_ptr<ScriptedUpstream>> hosts;
+  for (int i = 0; i < 40; ++i) hosts.push_back(std::make_unique<ScriptedUpstream>());
+  ReboundOptions o;
+  o.workers = 1;
+  ReboundProcess rb(o);
+  RawConnection client(rb.port());
+  ASSERT_TRUE(client.send(absolute_request("GET", hosts[0]->authority(), "/warm")));
+  ASSERT_TRUE(client.read_response(5s)) << client.last_error();
+  rlimit lim{};
+  lim.rlim_cur = lim.rlim_max = limit_leaving(rb.pid(), 12);
+  ASSERT_EQ(::prlimit(rb.pid(), RLIMIT_NOFILE, &lim, nullptr), 0) << std::strerror(errno);
+  std::map<std::string, int> answers;
+  for (auto& h : hosts) {
+    ASSERT_TRUE(client.send(absolute_request("GET", h->authority(), "/hook")));
+    auto r = client.read_response(5s);
+    ASSERT_TRUE(r) << client.last_error();
+    ++answers[std::to_string(r->status) + " " + r->header("Rebound-Error").value_or("")];
+  }
+  for (auto const& [answer, count] : answers) std::cerr << "[distinct hosts] " << count << " x " << answer << "\n";
+  EXPECT_EQ(answers["200 "], 40) << "every host is served: idle connections to others give way";
 }
 
 // Issue 29, defect 14: max_connections (10,000) was not reconciled with the descriptor limit,

@@ -49,6 +49,8 @@ constexpr std::chrono::seconds pool_idle_timeout{30};
 /// three connections in four after answering and opened them again for the next requests
 /// (bench/run.sh c1000: 2.4x HAProxy's CPU per request).
 constexpr std::size_t pool_max_idle_per_upstream = 1024;
+/// Until the first sweep sets it from the descriptor limit (idle_upstream_cap).
+constexpr std::size_t pool_max_idle_at_start = 256;
 
 /// Member order is destruction order in reverse: the pool and the acceptor go before the
 /// io_context they use; the registry outlives it, since destroying the io_context destroys
@@ -57,7 +59,7 @@ struct worker {
   http::session_registry sessions;
   http::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
   net::io_context ioc{1};
-  upstream::pool pool{pool_max_idle_per_upstream, pool_idle_timeout};
+  upstream::pool pool{pool_max_idle_per_upstream, pool_max_idle_at_start, pool_idle_timeout};
   h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
@@ -111,6 +113,15 @@ std::size_t descriptor_cap(std::optional<rlim_t> nofile) {
   if (!nofile) return SIZE_MAX;
   auto const reserve = std::min<rlim_t>(64, *nofile / 4);
   return static_cast<std::size_t>((*nofile - reserve) / 2);
+}
+
+/** Idle pooled upstream connections one worker may keep: its share of a quarter of the
+    descriptors, so idle connections to many distinct hosts never take what clients and
+    their active upstream connections need. Without a limit, 4,096 a worker. */
+std::size_t idle_upstream_cap(std::optional<rlim_t> nofile, std::size_t workers) {
+  if (!nofile) return 4096;
+  auto const reserve = std::min<rlim_t>(64, *nofile / 4);
+  return std::max<std::size_t>(4, static_cast<std::size_t>((*nofile - reserve) / 4) / std::max<std::size_t>(1, workers));
 }
 
 /// The soft descriptor limit, read once per accept wake-up; none when unlimited or unknown.
@@ -178,9 +189,11 @@ net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::sessi
   }
 }
 
-net::awaitable<void> sweep_pool(worker& w) {
+net::awaitable<void> sweep_pool(worker& w, std::size_t workers) {
   net::steady_timer timer(w.ioc);
   for (;;) {
+    // The limit first: an operator may change the descriptor limit while rebound runs.
+    w.pool.set_max_idle_total(idle_upstream_cap(nofile_limit(), workers));
     timer.expires_after(std::chrono::seconds(5));
     auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) co_return;
@@ -533,7 +546,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
       }
       net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), report_failure{&log, "delivery"});
     }
-    net::co_spawn(w->ioc, sweep_pool(*w), report_failure{&log, "pool_sweep"});
+    net::co_spawn(w->ioc, sweep_pool(*w, workers.size()), report_failure{&log, "pool_sweep"});
   }
   for (auto& w : workers) {
     worker* wp = w.get();

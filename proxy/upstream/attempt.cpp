@@ -141,6 +141,11 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
     bool const reused = out->stream.has_value();
     if (!out->stream) {
       auto c = co_await open_connection(to.host, to.port, to.tls, deadline);
+      // Out of descriptors while idle connections to other hosts hold some: one of those
+      // (the least recently used) gives its descriptor to this call instead of the call
+      // being refused.
+      while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
+        c = co_await open_connection(to.host, to.port, to.tls, deadline);
       if (!c.conn) co_return attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }

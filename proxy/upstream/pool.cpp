@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace rebound::upstream {
@@ -17,51 +18,73 @@ bool still_open(connection& s) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+void close(connection& s) {
+  boost::system::error_code ec;
+  s.socket().close(ec);
+}
+
 }  // namespace
 
-std::optional<connection> pool::take(const std::string& key) {
-  auto it = idle_.find(key);
-  if (it == idle_.end()) return std::nullopt;
-  auto& q = it->second;
-  auto const now = now_();
-  while (!q.empty()) {
-    idle entry = std::move(q.back());
-    q.pop_back();
-    auto const idle_for = now - entry.since;
-    if (idle_for < idle_timeout_ && still_open(entry.stream)) return std::move(entry.stream);
-    boost::system::error_code ec;
-    entry.stream.socket().close(ec);
+void pool::drop(entry e) {
+  auto it = by_key_.find(e->key);
+  if (it != by_key_.end()) {
+    auto& q = it->second;
+    if (auto pos = std::find(q.begin(), q.end(), e); pos != q.end()) q.erase(pos);
+    if (q.empty()) by_key_.erase(it);
   }
-  return std::nullopt;
+  close(e->stream);
+  lru_.erase(e);
+}
+
+std::optional<connection> pool::take(const std::string& key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return std::nullopt;
+  auto const now = now_();
+  std::optional<connection> out;
+  auto& q = it->second;
+  while (!q.empty() && !out) {
+    auto const e = q.back();
+    q.pop_back();
+    if (now - e->since < idle_timeout_ && still_open(e->stream))
+      out.emplace(std::move(e->stream));
+    else
+      close(e->stream);
+    lru_.erase(e);
+  }
+  if (q.empty()) by_key_.erase(it);
+  return out;
 }
 
 void pool::put(const std::string& key, connection stream) {
-  auto& q = idle_[key];
-  if (q.size() >= max_idle_per_key_) {
-    boost::system::error_code ec;
-    q.front().stream.socket().close(ec);
-    q.pop_front();
+  if (max_idle_per_key_ == 0 || max_idle_total_ == 0) {
+    close(stream);
+    return;
   }
-  q.push_back(idle{std::move(stream), now_()});
+  if (auto it = by_key_.find(key); it != by_key_.end() && it->second.size() >= max_idle_per_key_)
+    drop(it->second.front());
+  auto const e = lru_.insert(lru_.end(), idle{key, std::move(stream), now_()});
+  by_key_[key].push_back(e);
+  while (lru_.size() > max_idle_total_) drop(lru_.begin());
+}
+
+bool pool::close_oldest() {
+  if (lru_.empty()) return false;
+  drop(lru_.begin());
+  return true;
+}
+
+void pool::set_max_idle_total(std::size_t n) {
+  max_idle_total_ = n;
+  while (lru_.size() > max_idle_total_) drop(lru_.begin());
 }
 
 void pool::sweep() {
   auto const now = now_();
-  for (auto it = idle_.begin(); it != idle_.end();) {
-    auto& q = it->second;
-    while (!q.empty() && (now - q.front().since >= idle_timeout_ || !still_open(q.front().stream))) {
-      boost::system::error_code ec;
-      q.front().stream.socket().close(ec);
-      q.pop_front();
-    }
-    it = q.empty() ? idle_.erase(it) : std::next(it);
+  for (auto e = lru_.begin(); e != lru_.end();) {
+    auto const next = std::next(e);
+    if (now - e->since >= idle_timeout_ || !still_open(e->stream)) drop(e);
+    e = next;
   }
-}
-
-std::size_t pool::idle_count() const {
-  std::size_t n = 0;
-  for (auto const& [k, q] : idle_) n += q.size();
-  return n;
 }
 
 }  // namespace rebound::upstream

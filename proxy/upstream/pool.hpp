@@ -4,12 +4,19 @@
 
     A worker's sessions run on its single-threaded io_context, so the pool needs no lock.
     Only connections that finished a whole exchange cleanly come back here: a timed-out,
-    failed or cancelled Beast stream is unusable and is closed instead. */
+    failed or cancelled Beast stream is unusable and is closed instead.
+
+    Idle connections are bounded per key and in total. The total matters for an app that
+    calls many distinct hosts (a webhook sender with an endpoint per subscriber): one idle
+    connection per host would otherwise hold every descriptor until its idle timeout, and
+    each new host would be refused. Past the total, the least recently used idle connection
+    is closed (Envoy's dynamic forward proxy bounds its hosts the same way, `max_hosts`). */
 #include "proxy/upstream/connection.hpp"
 
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <list>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -21,9 +28,12 @@ class pool {
   using clock = std::chrono::steady_clock;
 
   /// `now` is the clock idle times are measured with (tests pass their own).
-  pool(std::size_t max_idle_per_key, std::chrono::milliseconds idle_timeout,
+  pool(std::size_t max_idle_per_key, std::size_t max_idle_total, std::chrono::milliseconds idle_timeout,
        std::function<clock::time_point()> now = &clock::now)
-      : max_idle_per_key_(max_idle_per_key), idle_timeout_(idle_timeout), now_(std::move(now)) {}
+      : max_idle_per_key_(max_idle_per_key),
+        max_idle_total_(max_idle_total),
+        idle_timeout_(idle_timeout),
+        now_(std::move(now)) {}
 
   /** The most recently used live connection for `key`, if any. Every connection is
       checked first, however briefly it sat idle: one the peer has closed (or sent
@@ -35,20 +45,37 @@ class pool {
 
   void put(const std::string& key, connection stream);
 
-  /// Closes connections idle for longer than the idle timeout.
+  /// Closes connections idle for longer than the idle timeout, or closed by their peer.
   void sweep();
 
-  std::size_t idle_count() const;
+  /** Closes the least recently used idle connection, giving its descriptor back: what a
+      connect that found no descriptor left does before it tries once more. False when
+      nothing was idle. */
+  bool close_oldest();
+
+  /// A new total bound (the descriptor limit it derives from can change while running);
+  /// connections past it are closed, oldest first.
+  void set_max_idle_total(std::size_t n);
+
+  std::size_t idle_count() const { return lru_.size(); }
 
  private:
   struct idle {
+    std::string key;
     connection stream;
     clock::time_point since;
   };
+  using entry = std::list<idle>::iterator;
+  void drop(entry e);
+
   std::size_t max_idle_per_key_;
+  std::size_t max_idle_total_;
   std::chrono::milliseconds idle_timeout_;
   std::function<clock::time_point()> now_;
-  std::unordered_map<std::string, std::deque<idle>> idle_;
+  std::list<idle> lru_;  ///< oldest first, every key
+  /// Each key's entries, oldest first: the same order as in lru_, since both are appended
+  /// to when a connection comes back and taken from where it went in.
+  std::unordered_map<std::string, std::deque<entry>> by_key_;
 };
 
 }  // namespace rebound::upstream

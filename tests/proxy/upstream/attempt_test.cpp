@@ -120,7 +120,7 @@ TEST(Exchange, ReturnsTheFinalHeadPastInterimAnswersAndTheBodyWentWithTheHead) {
   scripted_server server(ioc);
   server.replies = {{"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n" + ok}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
   ASSERT_TRUE(r.has_value()) << r.error().message;
@@ -137,7 +137,7 @@ TEST(Exchange, APooledConnectionFoundDeadIsReplacedOnceAndTheWholeRequestGoesAga
   // a byte of answer, as an upstream whose keep-alive timer fired just then does.
   server.replies = {{""}, {ok}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   p.put("http://orders.internal:80", pooled_connection_to(ioc, server));
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
@@ -154,7 +154,7 @@ TEST(Exchange, ARequestThatMayNotBeRepeatedNeverRidesAPooledConnection) {
   server.replies = {{ok}};
   server.start();
   scripted_server other(ioc);  // the pooled connection goes here: it must see nothing
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   p.put("http://orders.internal:80", pooled_connection_to(ioc, other));
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, false);
@@ -168,7 +168,7 @@ TEST(Exchange, ARequestThatMayNotBeRepeatedIsNotSentAgainWhenItsConnectionDies) 
   scripted_server server(ioc);
   server.replies = {{""}, {ok}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, false);
   ASSERT_FALSE(r.has_value());
@@ -181,7 +181,7 @@ TEST(Exchange, AFreshConnectionThatDiesIsNotRetriedWithinTheAttempt) {
   scripted_server server(ioc);
   server.replies = {{""}, {ok}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
   ASSERT_FALSE(r.has_value()) << "only a pooled connection earns the in-attempt resend; the loop decides the rest";
@@ -196,7 +196,7 @@ TEST(Exchange, AResponseHeadOverTheLimitIsAProtocolError) {
   for (int i = 0; i < 20; ++i) huge += "X-Filler-" + std::to_string(i) + ": " + std::string(4000, 'f') + "\r\n";
   server.replies = {{huge + "Content-Length: 0\r\n\r\n"}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
   ASSERT_FALSE(r.has_value());
@@ -208,7 +208,7 @@ TEST(Exchange, SwitchingProtocolsUnaskedIsAProtocolError) {
   scripted_server server(ioc);
   server.replies = {{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
   ASSERT_FALSE(r.has_value());
@@ -220,7 +220,7 @@ TEST(Exchange, AnUpstreamSilentPastTheDeadlineIsAnAttemptTimeout) {
   scripted_server server(ioc);
   server.replies = {reply{"", true}};
   server.start();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true, 200ms);
   ASSERT_FALSE(r.has_value());
@@ -235,7 +235,7 @@ TEST(Exchange, NothingListeningIsConnectRefused) {
   holder.open(tcp::v4());
   holder.bind(tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
   auto const port = holder.local_endpoint().port();
-  upstream::pool p(8, 30s);
+  upstream::pool p(8, 64, 30s);
   auto req = post_request(body.size());
   auto r = run(ioc, p, "127.0.0.1", port, req, body, true);
   ASSERT_FALSE(r.has_value());

@@ -49,7 +49,7 @@ TEST(Pool, ReturnsTheConnectionPutForTheSameKeyOnly) {
   net::io_context ioc;
   connected_pair c(ioc);
   auto const local = c.client.socket().local_endpoint();
-  pool p(8, 30s);
+  pool p(8, 64, 30s);
   p.put("http://a:80", rebound::upstream::connection(std::move(c.client)));
   EXPECT_FALSE(p.take("http://b:80"));
   auto s = p.take("http://a:80");
@@ -61,7 +61,7 @@ TEST(Pool, ReturnsTheConnectionPutForTheSameKeyOnly) {
 TEST(Pool, ConnectionClosedByThePeerWhileIdleIsNeverHandedOut) {
   net::io_context ioc;
   connected_pair c(ioc);
-  pool p(8, 30s);
+  pool p(8, 64, 30s);
   rebound::upstream::connection conn(std::move(c.client));
   c.server.close();
   ASSERT_TRUE(readable(conn)) << "the FIN never arrived";
@@ -74,7 +74,7 @@ TEST(Pool, ConnectionClosedByThePeerWhileIdleIsNeverHandedOut) {
 TEST(Pool, ConnectionWithUnsolicitedBytesIsNotReused) {
   net::io_context ioc;
   connected_pair c(ioc);
-  pool p(8, 30s);
+  pool p(8, 64, 30s);
   rebound::upstream::connection conn(std::move(c.client));
   net::write(c.server, net::buffer(std::string_view("HTTP/1.1 200 OK\r\n\r\n")));
   ASSERT_TRUE(readable(conn));
@@ -86,7 +86,7 @@ TEST(Pool, EvenARecentlyUsedConnectionIsCheckedBeforeReuse) {
   net::io_context ioc;
   connected_pair c(ioc);
   manual_clock time;
-  pool p(8, 30s, time.fn());
+  pool p(8, 64, 30s, time.fn());
   rebound::upstream::connection conn(std::move(c.client));
   c.server.close();  // an upstream restarting: every idle connection ends at once
   ASSERT_TRUE(readable(conn));
@@ -99,7 +99,7 @@ TEST(Pool, AConnectionIdleUpToTheIdleTimeoutIsKeptAndPastItDropped) {
   net::io_context ioc;
   connected_pair a(ioc), b(ioc);
   manual_clock time;
-  pool p(8, 30s, time.fn());
+  pool p(8, 64, 30s, time.fn());
   p.put("k", rebound::upstream::connection(std::move(a.client)));
   time.t += 29'999ms;
   auto kept = p.take("k");
@@ -117,7 +117,7 @@ TEST(Pool, KeepsAtMostTheLimitPerKeyDroppingTheOldest) {
   net::io_context ioc;
   connected_pair a(ioc), b(ioc), c(ioc);
   auto const newest = c.client.socket().local_endpoint();
-  pool p(2, 30s);
+  pool p(2, 64, 30s);
   p.put("k", rebound::upstream::connection(std::move(a.client)));
   p.put("k", rebound::upstream::connection(std::move(b.client)));
   p.put("k", rebound::upstream::connection(std::move(c.client)));
@@ -125,4 +125,54 @@ TEST(Pool, KeepsAtMostTheLimitPerKeyDroppingTheOldest) {
   auto s = p.take("k");
   ASSERT_TRUE(s);
   EXPECT_EQ(s->socket().local_endpoint(), newest);
+}
+
+// Issue 29, defect 14: idle connections were bounded per host only, so an app calling many
+// distinct hosts kept one per host until every descriptor was idle in the pool. Past the
+// total, the least recently used one goes, whatever its host.
+TEST(Pool, KeepsAtMostTheTotalLimitAcrossKeysDroppingTheLeastRecentlyUsed) {
+  net::io_context ioc;
+  connected_pair a(ioc), b(ioc), c(ioc);
+  auto const b_local = b.client.socket().local_endpoint();
+  pool p(8, 2, 30s);
+  p.put("http://a:80", rebound::upstream::connection(std::move(a.client)));
+  p.put("http://b:80", rebound::upstream::connection(std::move(b.client)));
+  p.put("http://c:80", rebound::upstream::connection(std::move(c.client)));
+  EXPECT_EQ(p.idle_count(), 2u);
+  EXPECT_FALSE(p.take("http://a:80")) << "the least recently used went";
+  auto kept = p.take("http://b:80");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->socket().local_endpoint(), b_local);
+  EXPECT_TRUE(p.take("http://c:80"));
+  EXPECT_EQ(p.idle_count(), 0u);
+}
+
+TEST(Pool, CloseOldestGivesBackTheLeastRecentlyUsedDescriptor) {
+  net::io_context ioc;
+  connected_pair a(ioc), b(ioc);
+  pool p(8, 64, 30s);
+  EXPECT_FALSE(p.close_oldest()) << "nothing idle";
+  p.put("http://a:80", rebound::upstream::connection(std::move(a.client)));
+  p.put("http://b:80", rebound::upstream::connection(std::move(b.client)));
+  ASSERT_TRUE(p.close_oldest());
+  EXPECT_EQ(p.idle_count(), 1u);
+  // The server's end sees the close: the descriptor really went.
+  char byte;
+  boost::system::error_code ec;
+  a.server.read_some(net::buffer(&byte, 1), ec);
+  EXPECT_EQ(ec, net::error::eof);
+  EXPECT_TRUE(p.take("http://b:80"));
+}
+
+TEST(Pool, ALowerTotalLimitClosesTheOldestAtOnce) {
+  net::io_context ioc;
+  connected_pair a(ioc), b(ioc), c(ioc);
+  pool p(8, 64, 30s);
+  p.put("k", rebound::upstream::connection(std::move(a.client)));
+  p.put("k", rebound::upstream::connection(std::move(b.client)));
+  p.put("j", rebound::upstream::connection(std::move(c.client)));
+  p.set_max_idle_total(1);
+  EXPECT_EQ(p.idle_count(), 1u);
+  EXPECT_FALSE(p.take("k"));
+  EXPECT_TRUE(p.take("j"));
 }
