@@ -14,7 +14,7 @@ Checked check(const std::string& yaml, bool json) {
   auto const dir = make_temp_dir();
   auto const path = dir + "/c.yaml";
   write_file(path, yaml);
-  std::vector<std::string> argv{REBOUND_BINARY, "check", path};
+  std::vector<std::string> argv{rebound_binary(), "check", path};
   if (json) argv.insert(argv.end(), {"--format", "json"});
   Checked c{run_process(argv, {}, std::chrono::seconds(10)), std::nullopt};
   if (json) c.json = parse_json(c.run.out);

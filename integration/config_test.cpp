@@ -56,7 +56,7 @@ TEST(Config, MalformedYamlExits2WithPosition) {
 }
 
 TEST(Config, MissingFileExits2) {
-  auto r = run_process({REBOUND_BINARY, "--config", "/nonexistent/rebound-it.yaml"}, {}, 10s);
+  auto r = run_process({rebound_binary(), "--config", "/nonexistent/rebound-it.yaml"}, {}, 10s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/rebound-it.yaml"), std::string::npos) << r.err;
 }

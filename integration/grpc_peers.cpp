@@ -15,8 +15,8 @@ using namespace std::chrono_literals;
 // Debian's interpreter, where python3-grpcio and python3-h2 are installed (a python3 earlier
 // on PATH, a pyenv one say, has neither).
 const std::string python = "/usr/bin/python3";
-const std::string grpc_script = std::string(REBOUND_SOURCE_DIR) + "/integration/grpc_peer.py";
-const std::string h2_script = std::string(REBOUND_SOURCE_DIR) + "/integration/h2_peer.py";
+const std::string grpc_script = source_path("integration/grpc_peer.py");
+const std::string h2_script = source_path("integration/h2_peer.py");
 
 }  // namespace
 

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string attack_script = std::string(REBOUND_SOURCE_DIR) + "/integration/h2_attack.py";
+const std::string attack_script = source_path("integration/h2_attack.py");
 
 std::string seen_upstream(std::uint16_t rebound_port, const std::string& path) {
   auto r = grpc_call(rebound_port, "peer.test", "/peer.Svc/Seen", {"--meta", "x-of=" + path});

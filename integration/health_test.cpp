@@ -6,7 +6,7 @@ namespace itest {
 namespace {
 
 ProcessResult health(std::vector<std::string> args) {
-  args.insert(args.begin(), {REBOUND_BINARY, "health"});
+  args.insert(args.begin(), {rebound_binary(), "health"});
   return run_process(args, {}, std::chrono::seconds(10));
 }
 

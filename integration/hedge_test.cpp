@@ -212,7 +212,7 @@ TEST(Hedge, CheckRefusesAHedgeOnAPostRoute) {
              "dependencies:\n  pay:\n    hosts: [p]\n    routes:\n"
              "      - match: {path_prefix: /v1/payments, methods: [POST]}\n"
              "        hedge: {after: 50ms}\n");
-  auto const refused = run_process({REBOUND_BINARY, "check", path}, {}, std::chrono::seconds(10));
+  auto const refused = run_process({rebound_binary(), "check", path}, {}, std::chrono::seconds(10));
   EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
   auto const all = refused.out + refused.err;
   EXPECT_NE(all.find("c.yaml:6:16: dependencies.pay.routes[0].hedge: this route's methods include POST"),
@@ -223,7 +223,7 @@ TEST(Hedge, CheckRefusesAHedgeOnAPostRoute) {
   write_file(path,
              "dependencies:\n  pay:\n    hosts: [p]\n    hedge: {after: 50ms}\n    routes:\n"
              "      - match: {path_prefix: /v1/payments, methods: [POST]}\n");
-  auto const inherited = run_process({REBOUND_BINARY, "check", path}, {}, std::chrono::seconds(10));
+  auto const inherited = run_process({rebound_binary(), "check", path}, {}, std::chrono::seconds(10));
   EXPECT_EQ(inherited.exit_code, 0) << inherited.out << inherited.err;
   EXPECT_NE((inherited.out + inherited.err).find("warning: dependencies.pay.routes[0].hedge"), std::string::npos)
       << inherited.out << inherited.err;

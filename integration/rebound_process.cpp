@@ -270,7 +270,7 @@ bool ReboundProcess::launch() {
     env.push_back(std::string("ASAN_OPTIONS=") + (asan && *asan ? std::string(asan) + ":" : "") +
                   "quarantine_size_mb=0");
   }
-  pid_ = spawn({REBOUND_BINARY, "--config", path}, make_env(env), dir_ + "/stdout.log", dir_ + "/stderr.log");
+  pid_ = spawn({rebound_binary(), "--config", path}, make_env(env), dir_ + "/stdout.log", dir_ + "/stderr.log");
   return wait_ready(15s);
 }
 
@@ -351,7 +351,7 @@ BadConfigRun run_with_config(const std::string& yaml, std::chrono::milliseconds 
   BadConfigRun out;
   out.path = dir + "/bad.yaml";
   write_file(out.path, yaml);
-  auto r = run_process({REBOUND_BINARY, "--config", out.path}, {}, timeout);
+  auto r = run_process({rebound_binary(), "--config", out.path}, {}, timeout);
   out.exit_code = r.exit_code;
   out.err = r.err;
   remove_tree(dir);

@@ -1,4 +1,4 @@
-// Runs the real `rebound` binary (REBOUND_BINARY) on a generated config, each test its own
+// Runs the real `rebound` binary (rebound_binary()) on a generated config, each test its own
 // process, ports picked free on 127.0.0.1. Also: a generic child-process runner (used by the
 // curl helper) and a one-shot run on a config expected to be refused.
 #pragma once
@@ -37,6 +37,12 @@ class RefusingPort {
   int fd_ = -1;
   std::uint16_t port_ = 0;
 };
+
+// The rebound binary under test, and a file of the source tree (a helper script). Defined in
+// paths.cpp, the one file compiled with these absolute paths: a clone at another path then
+// recompiles that file alone, and ccache serves every other one.
+const std::string& rebound_binary();
+std::string source_path(const std::string& relative);
 
 // A fresh directory under $TMPDIR (or /tmp); removed with remove_tree().
 std::string make_temp_dir();
