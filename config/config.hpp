@@ -292,6 +292,10 @@ struct config {
     /// How long a task that ended (delivered, cancelled, an alert exhausted) stays readable on
     /// the admin API before it is deleted; dead letters stay until replayed or deleted.
     duration retention = std::chrono::hours(24);
+    /** What the store may hold (tasks, attempts, inbound keys and their answers), in bytes:
+        past it a new task or key is refused with 507 and /readyz says so, until deliveries
+        and retention make room. 0: no bound (the disk is the bound). */
+    std::uint64_t max_size = std::uint64_t{1} << 30;
     bool configured = false;  ///< `store:` was written
     bool operator==(const store_settings&) const = default;
   } store;

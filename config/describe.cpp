@@ -234,6 +234,7 @@ std::string effective_config_json(const config& cfg) {
         st.string("path", cfg.store.path);
       }
       st.string("retention", format_duration(cfg.store.retention));
+      st.string("max_size", format_size(cfg.store.max_size));
     }
     if (cfg.inbound.configured) {
       auto const& in = cfg.inbound;

@@ -68,8 +68,11 @@ class reader : public yaml_reader {
     typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
     if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
     if (auto n = root["store"]; n && expect_map(n, "store")) {
-      check_keys(n, "store", {"type", "path", "dsn", "password_file", "pool", "lease", "retention"});
+      check_keys(n, "store", {"type", "path", "dsn", "password_file", "pool", "lease", "retention", "max_size"});
       read_store(n, c.store);
+      typed(n, "max_size", "store", c.store.max_size, parse_size);
+      if (n["max_size"] && c.store.max_size != 0 && c.store.max_size < (std::uint64_t{1} << 20))
+        error(n["max_size"], "store.max_size", "must be 0 (no bound) or at least 1MiB");
       typed(n, "retention", "store", c.store.retention, parse_duration);
       if (n["retention"] &&
           (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))

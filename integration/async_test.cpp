@@ -382,3 +382,60 @@ TEST(Async, R8_TwentyKillsAtRandomMomentsLoseNoAcceptedCall) {
 
 }  // namespace
 }  // namespace itest
+
+namespace itest {
+
+// Issue 29, defect 15: nothing bounded the store (498 MiB of tasks in 20 s), and /readyz said
+// ready while every hand-over was refused. Past store.max_size a hand-over gets 507 store_full
+// with Retry-After, logged once; /readyz says why; calls that are not handed over go on.
+TEST(Async, PastStoreMaxSizeHandOversGet507AndReadinessSaysTheStoreIsFull) {
+  ScriptedUpstream up;
+  up.on("/hook", respond(503));  // nothing is delivered: the store only fills
+  up.on("/sync", respond(200));
+  store_dir store;
+  ReboundOptions o;
+  o.extra = "store: {path: " + store.dir + "/rebound.db, max_size: 1MiB}\n" +
+            "dependencies:\n  hooks:\n    hosts: [\"" + up.authority() +
+            "\"]\n    routes:\n      - match: {path_prefix: /hook}\n        context: webhook\n"
+            "        backoff: {base: 1h, cap: 1h}\n";
+  ReboundProcess rb(o);
+  std::string const body(64 * 1024, 'x');
+  std::optional<Response> refused;
+  int accepted = 0;
+  for (int i = 0; i < 64 && !refused; ++i) {
+    auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", body));
+    ASSERT_TRUE(r) << last_exchange_error();
+    if (r->status == 202) ++accepted;
+    else refused = r;
+  }
+  ASSERT_TRUE(refused) << "64 x 64 KiB went into a 1 MiB store";
+  EXPECT_GE(accepted, 8);
+  EXPECT_EQ(refused->status, 507u) << refused->body;
+  EXPECT_EQ(refused->header("Rebound-Error").value_or(""), "store_full");
+  EXPECT_EQ(refused->header("Retry-After").value_or(""), "30");
+  for (int i = 0; i < 3; ++i) {
+    auto again = raw_exchange(rb.port(), post(up.authority(), "/hook", body));
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->status, 507u);
+  }
+  HttpClient admin(rb.admin_port());
+  auto const ready = admin.get("/readyz");
+  EXPECT_EQ(ready.status, 503u);
+  EXPECT_NE(ready.body.find("store full"), std::string::npos) << ready.body;
+  EXPECT_EQ(admin.get("/healthz").status, 200u) << "alive: nothing to restart";
+  auto const api = HttpClient(rb.admin_port())
+                       .request("POST", "/retry-tasks", {{"Content-Type", "application/json"}},
+                                R"({"target":"http://)" + up.authority() + R"(/hook","body":"x"})");
+  EXPECT_EQ(api.status, 507u) << api.body;
+  auto sync = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/sync"));
+  ASSERT_TRUE(sync);
+  EXPECT_EQ(sync->status, 200u) << "calls that are not stored still flow";
+  auto const log = rb.stdout_text();
+  std::size_t warnings = 0;
+  for (auto at = log.find("\"event\":\"store_full\""); at != std::string::npos;
+       at = log.find("\"event\":\"store_full\"", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << "one warning for the episode, not one per refused call\n" << log;
+}
+
+}  // namespace itest

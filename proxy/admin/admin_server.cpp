@@ -71,6 +71,9 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     // Handed-over calls would be refused (503 store_unavailable): say so, and why.
     if (auto why = state.store ? state.store->unavailable() : std::nullopt)
       return make(bhttp::status::service_unavailable, "text/plain", "not ready: store unavailable: " + *why + "\n");
+    // New tasks and keys would be refused (507 store_full) until deliveries make room.
+    if (auto why = state.store ? state.store->full() : std::nullopt)
+      return make(bhttp::status::service_unavailable, "text/plain", "not ready: store full: " + *why + "\n");
     return make(bhttp::status::ok, "text/plain", "ready\n");
   }
   if (path == "/dependencies" && state.guards)

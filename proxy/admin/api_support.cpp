@@ -30,6 +30,11 @@ response answers::error(bhttp::status s, std::string_view type, std::string_view
 }
 
 response answers::unavailable(const store::store_error& e) const {
+  if (e.full) {
+    auto res = error(bhttp::status::insufficient_storage, "store_full", e.message);
+    res.set(bhttp::field::retry_after, std::to_string(store::full_retry_after_s));
+    return res;
+  }
   return error(bhttp::status::service_unavailable, "store_unavailable", e.message);
 }
 

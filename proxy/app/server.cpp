@@ -447,11 +447,12 @@ std::unique_ptr<store::task_store> open_store(const config::config& cfg, observe
                                               observe::logger& log) {
   auto on_commit = [&metrics](std::chrono::nanoseconds took, std::size_t) { metrics.store_commit(took); };
   if (cfg.store.type != config::config::store_settings::kind::postgres)
-    return std::make_unique<store::sqlite_store>(cfg.store.path, on_commit);
+    return std::make_unique<store::sqlite_store>(cfg.store.path, on_commit, cfg.store.max_size);
   store::postgres_store::options o;
   o.dsn = cfg.store.dsn;
   o.password = read_password(cfg.store.password_file);
   o.pool = cfg.store.pool;
+  o.max_size = cfg.store.max_size;
   o.on_commit = on_commit;
   o.on_state = [&log](const std::string& why) {
     if (why.empty())

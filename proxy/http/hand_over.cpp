@@ -147,6 +147,12 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
   prepare_upstream_request(req, parser, target, ctx.instance_token);
   auto task = make_task(req, target, route, *id, key, std::move(body));
   auto [failed, stored] = co_await store::async_accept(*ctx.store, std::move(task), use_tuple);
+  if (failed && failed->full) {
+    if (failed->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", failed->message}});
+    error_reply const full{507, error_type::store_full, "the call was not stored: " + failed->message, {}, 0,
+                           store::full_retry_after_s};
+    co_return co_await refuse(full, keep);
+  }
   if (failed || !stored) {
     std::string const why = failed ? failed->message : "not stored";
     ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});

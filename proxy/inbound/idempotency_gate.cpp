@@ -285,6 +285,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
     auto res = gate_error(status, type, message, version, keep && parser.is_done());
     if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
+    if (type == "store_full") res.set(bhttp::field::retry_after, std::to_string(store::full_retry_after_s));
     co_return co_await send(client, res, idle);
   };
 
@@ -354,6 +355,11 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     // only once the lease has run out.
     auto const lease = now + cfg.inbound.claim_lease;
     auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
+    if (e && e->full) {
+      // No room to remember the key: the request is not let through unprotected.
+      if (e->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", e->message}});
+      co_return co_await refuse(507, "store_full", "not_stored", e->message);
+    }
     if (e) {
       std::string const why = "the key store is unavailable: " + e->message;
       co_return co_await refuse(503, "store_unavailable", "conflict", why);

@@ -40,6 +40,8 @@ std::string_view to_string(error_type t) {
       return "overloaded";
     case error_type::store_unavailable:
       return "store_unavailable";
+    case error_type::store_full:
+      return "store_full";
   }
   return "upstream_protocol_error";
 }
@@ -60,6 +62,8 @@ unsigned default_status(error_type t) {
       return 403;
     case error_type::loop_detected:
       return 508;
+    case error_type::store_full:
+      return 507;
     default:
       return 502;
   }

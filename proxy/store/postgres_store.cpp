@@ -592,8 +592,26 @@ void postgres_store::listen() {
   }
 }
 
+void postgres_store::measure(pg_connection& c) {
+  using namespace std::chrono;
+  auto const now = duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+  auto last = measured_at_ms_.load(std::memory_order_relaxed);
+  if (now - last < 5000 || !measured_at_ms_.compare_exchange_strong(last, now)) return;
+  auto r = c.run("SELECT pg_database_size(current_database())", {});
+  // A failed measure fails the call it rode with (the transaction is aborted): rare, and
+  // the call is answered as any store failure is.
+  if (!c.failed && r.rows() > 0) guard_.measured(static_cast<std::uint64_t>(r.integer(0, 0)));
+}
+
+std::optional<store_error> postgres_store::refuse_new(pg_connection& c) {
+  measure(c);
+  if (c.failed) return store_error{c.error};
+  return guard_.refuse_new();
+}
+
 void postgres_store::submit_accept(retry_task task, callback<bool> done) {
-  enqueue<bool>(std::move(done), [task = std::move(task)](pg_connection& c, const callback<bool>& done) {
+  enqueue<bool>(std::move(done), [this, task = std::move(task)](pg_connection& c, const callback<bool>& done) {
+    if (auto refused = refuse_new(c)) return answer<bool>(done, std::move(refused), false);
     static const std::string sql =
         "INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, policy_id, "
         "attempts, next_attempt_at, created_at, status) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
@@ -609,8 +627,12 @@ void postgres_store::submit_accept(retry_task task, callback<bool> done) {
 
 void postgres_store::submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                                   std::size_t limit, callback<std::vector<retry_task>> done) {
-  enqueue<std::vector<retry_task>>(std::move(done), [owner = std::move(owner), now, lease_until, limit](
+  enqueue<std::vector<retry_task>>(std::move(done), [this, owner = std::move(owner), now, lease_until, limit](
                                                         pg_connection& c, const callback<std::vector<retry_task>>& done) {
+    // Claims come every poll: what keeps the size (and /readyz) current while nothing new
+    // arrives, as deliveries and retention make room.
+    measure(c);
+    if (c.failed) return failure<std::vector<retry_task>>(done, c.error);
     // SKIP LOCKED: rows another instance is claiming right now are passed over, not waited
     // for, so a fleet's claims never queue behind each other. The leases that ran out first
     // (their holder died mid-attempt; the attempt count is kept), then the due tasks.
@@ -819,8 +841,17 @@ void postgres_store::submit_get_policy(std::string id, callback<std::optional<st
 
 void postgres_store::submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                                       wall_clock::time_point lease_until, callback<key_claim> done) {
-  enqueue<key_claim>(std::move(done), [scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now,
+  enqueue<key_claim>(std::move(done), [this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now,
                                        lease_until](pg_connection& c, const callback<key_claim>& done) {
+    // Only a key that is new needs room; one held or answered is found whatever the size.
+    // So the full check comes first only when the key is unknown (the insert below).
+    if (guard_.full()) {
+      auto r = c.run("SELECT 1 FROM idempotency_keys WHERE scope_key = $1", {text(scope_key)});
+      if (c.failed) return failure<key_claim>(done, c.error);
+      if (r.rows() == 0) {
+        if (auto refused = refuse_new(c)) return answer<key_claim>(done, std::move(refused), key_claim{});
+      }
+    }
     // Never seen: the insert takes it. Two instances inserting at once: the second waits for
     // the first's commit and inserts nothing, then reads what the first holds.
     auto ins = c.run(

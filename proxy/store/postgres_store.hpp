@@ -11,7 +11,7 @@
     the NOTIFY each commit that made tasks due sends, to wake idle schedulers across the
     fleet. The schema is versioned; migrations run under an advisory lock, so a fleet that
     starts at once migrates once. */
-#include "proxy/store/task_store.hpp"
+#include "proxy/store/store_support.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -43,6 +43,9 @@ class postgres_store final : public task_store {
     /// The reconnect waits: from `reconnect_min`, doubling to `reconnect_max`, jittered.
     std::chrono::milliseconds reconnect_min{100};
     std::chrono::milliseconds reconnect_max{5000};
+    /// store.max_size: past it (pg_database_size, measured every few seconds) new tasks and
+    /// keys are refused. 0: no bound.
+    std::uint64_t max_size = 0;
   };
 
   /// Starts the connection threads; they connect (and migrate) in the background, so a
@@ -80,6 +83,7 @@ class postgres_store final : public task_store {
   void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
 
   std::optional<std::string> unavailable() const override;
+  std::optional<std::string> full() const override { return guard_.full(); }
   void set_due_listener(std::function<void()> wake) override;
 
   /// Transactions committed: fewer than the calls when groups formed.
@@ -107,6 +111,12 @@ class postgres_store final : public task_store {
   void connection_up();
   /// Waits up to `d` unless the store is stopping; false when it is.
   bool pause(std::chrono::milliseconds d);
+  /** Measures the database's size on `c` when the last measure is a few seconds old (one
+      thread measures; the others go on with the last figure): a fleet shares the database,
+      so what the others wrote counts too. */
+  void measure(detail::pg_connection& c);
+  /// measure(), then the error a new task or key gets when there is no room.
+  std::optional<store_error> refuse_new(detail::pg_connection& c);
 
   options options_;
   mutable std::mutex mutex_;
@@ -120,6 +130,8 @@ class postgres_store final : public task_store {
   std::string down_reason_ = "connecting to the database";
   std::function<void()> due_listener_;
   std::atomic<std::uint64_t> commits_{0};
+  support::size_guard guard_{options_.max_size};
+  std::atomic<std::int64_t> measured_at_ms_{-1'000'000};  ///< steady clock, when last measured
   std::vector<std::thread> threads_;  // last: started once everything they use exists
 };
 

@@ -185,6 +185,23 @@ class database {
   }
   bool run(const std::string& sql) { return prepare(sql).run(); }
   int changes() const { return sqlite3_changes(raw); }
+  /// Whether the last failure was SQLite's "database or disk is full".
+  bool disk_full() const { return (sqlite3_extended_errcode(raw) & 0xff) == SQLITE_FULL; }
+
+  /** The bytes the database's pages in use take, this transaction's included: three reads
+      of the file's header, cheap enough for every new task. Nothing when it cannot be read. */
+  std::optional<std::uint64_t> used_bytes() {
+    auto value = [this](const char* sql) -> std::optional<std::int64_t> {
+      auto s = prepare(sql);
+      if (s.step() != SQLITE_ROW) return std::nullopt;
+      return s.integer(0);
+    };
+    auto const pages = value("PRAGMA page_count");
+    auto const free = value("PRAGMA freelist_count");
+    auto const size = value("PRAGMA page_size");
+    if (!pages || !free || !size || *pages < *free) return std::nullopt;
+    return static_cast<std::uint64_t>(*pages - *free) * static_cast<std::uint64_t>(*size);
+  }
   std::string error() const { return sqlite3_errmsg(raw); }
 
   /// While set, every statement fails: a transaction could not begin.
@@ -322,9 +339,11 @@ void bind_filter(statement& s, const task_filter& f, task_status status) {
 }  // namespace
 
 sqlite_store::sqlite_store(const std::string& path,
-                           std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit)
-    : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)) {
+                           std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit,
+                           std::uint64_t max_size)
+    : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)), guard_(max_size) {
   open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
+  if (auto used = db_->used_bytes()) guard_.measured(*used);
   // Counted once here, then kept as calls move tasks (database::moved).
   status_counts counts{};
   auto s = db_->prepare("SELECT status, count(*) FROM retry_tasks GROUP BY status");
@@ -379,10 +398,18 @@ void sqlite_store::run() {
       auto const started = std::chrono::steady_clock::now();
       if (sqlite3_exec(db_->raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
         failed = store_error{"commit failed: " + db_->error()};
+        if (db_->disk_full()) {
+          guard_.disk_full(true);
+          failed = guard_.refusal(failed->message);
+        }
         sqlite3_exec(db_->raw, "ROLLBACK", nullptr, nullptr, nullptr);
         db_->committed(false);
       } else {
         db_->committed(true);
+        // What ended or was purged gives room back: measured after every commit, so the
+        // store takes new work again (and /readyz says so) without waiting for a new task.
+        if (auto used = db_->used_bytes()) guard_.measured(*used);
+        guard_.disk_full(false);
         commits_.fetch_add(1, std::memory_order_relaxed);
         if (on_commit_) on_commit_(std::chrono::steady_clock::now() - started, jobs.size());
       }
@@ -391,8 +418,20 @@ void sqlite_store::run() {
   }
 }
 
+std::optional<store_error> sqlite_store::refuse_new(database& db) {
+  if (auto used = db.used_bytes()) guard_.measured(*used);
+  return guard_.refuse_new();
+}
+
+std::optional<store_error> sqlite_store::write_failed(database& db, std::string message) {
+  if (!db.disk_full()) return store_error{std::move(message)};
+  guard_.disk_full(true);
+  return guard_.refusal(std::move(message));
+}
+
 void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
-  enqueue([task = std::move(task), done = std::move(done)](database& db) {
+  enqueue([this, task = std::move(task), done = std::move(done)](database& db) {
+    if (auto full = refuse_new(db)) return answer<bool>(done, std::move(full), false);
     auto insert = db.prepare(
         "INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, policy_id, "
         "attempts, next_attempt_at, created_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
@@ -401,7 +440,7 @@ void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
     insert.bind(8, task.policy_id).bind(9, static_cast<std::int64_t>(task.attempts));
     insert.bind(10, to_ms(task.next_attempt_at)).bind(11, to_ms(task.created_at)).bind(12, to_string(task.status));
     // One task refused (a duplicate id) fails alone: the statement, not the transaction, aborts.
-    if (!insert.run()) return failure<bool>(done, insert.error());
+    if (!insert.run()) return answer<bool>(done, write_failed(db, insert.error()), false);
     db.moved(std::nullopt, task.status);
     return answer<bool>(done, std::nullopt, true);
   });
@@ -641,7 +680,7 @@ void sqlite_store::submit_get_policy(std::string id, callback<std::optional<stor
 
 void sqlite_store::submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                                     wall_clock::time_point lease_until, callback<key_claim> done) {
-  enqueue([scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now, lease_until,
+  enqueue([this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now, lease_until,
            done = std::move(done)](database& db) {
     auto s = db.prepare(
         "SELECT fingerprint, state, lease_expires, expires_at, status, headers, body FROM idempotency_keys "
@@ -666,11 +705,14 @@ void sqlite_store::submit_claim_key(std::string scope_key, std::string fingerpri
       }
     }
     if (!free) return answer<key_claim>(done, std::nullopt, std::move(found));
+    // A key already held or answered is found above even when the store is full: only a
+    // new claim needs room.
+    if (auto full = refuse_new(db)) return answer<key_claim>(done, std::move(full), key_claim{});
     auto claim = db.prepare(
         "INSERT OR REPLACE INTO idempotency_keys (scope_key, fingerprint, state, lease_expires, expires_at) "
         "VALUES (?1, ?2, 'pending', ?3, ?3)");
     claim.bind(1, scope_key).bind(2, fingerprint).bind(3, to_ms(lease_until));
-    if (!claim.run()) return failure<key_claim>(done, claim.error());
+    if (!claim.run()) return answer<key_claim>(done, write_failed(db, claim.error()), key_claim{});
     return answer<key_claim>(done, std::nullopt, key_claim{});
   });
 }

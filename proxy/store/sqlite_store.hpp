@@ -4,7 +4,7 @@
     records) are carried by the next transaction together, one fsync for the group, so
     durability caps neither the accept nor the delivery rate. The schema is versioned (`PRAGMA
     user_version`); migrations run at open. */
-#include "proxy/store/task_store.hpp"
+#include "proxy/store/store_support.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -29,7 +29,8 @@ class sqlite_store final : public task_store {
       `on_commit`, when set, is told how long each commit (its fsync) took and how many
       calls it carried; it runs on the store's thread. */
   explicit sqlite_store(const std::string& path,
-                        std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit = {});
+                        std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit = {},
+                        std::uint64_t max_size = 0);
   /// Finishes the queued work, then closes the file.
   ~sqlite_store() override;
   sqlite_store(const sqlite_store&) = delete;
@@ -61,6 +62,8 @@ class sqlite_store final : public task_store {
   void submit_release_key(std::string scope_key, callback<bool> done) override;
   void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
 
+  std::optional<std::string> full() const override { return guard_.full(); }
+
   /// Transactions committed: fewer than the calls when groups formed.
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
 
@@ -74,9 +77,14 @@ class sqlite_store final : public task_store {
 
   void run();
   void enqueue(work w);
+  /// store.max_size or a full disk, measured now: the error a new task or key gets.
+  std::optional<store_error> refuse_new(detail::database& db);
+  /// The error of a write that failed; a full disk is noted (and said) as such.
+  std::optional<store_error> write_failed(detail::database& db, std::string message);
 
   std::unique_ptr<detail::database> db_;
   std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit_;
+  support::size_guard guard_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<work> work_;

@@ -3,6 +3,7 @@
     one reads the same from the other. */
 #include "proxy/store/task_store.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -47,5 +48,50 @@ template <class T>
 reply failure(task_store::callback<T> done, std::string message) {
   return answer<T>(std::move(done), store_error{std::move(message)}, T{});
 }
+
+/** The bound on what a store holds (store.max_size). New tasks and new inbound keys are
+    refused once the database uses that much, or once a write failed for want of disk; calls
+    that move, end or purge what is there go on, so deliveries and retention drain it and it
+    takes new work again by itself. Both stores share it; each measures its own way (SQLite:
+    the pages in use, PostgreSQL: pg_database_size). Thread-safe: /readyz reads it. */
+class size_guard {
+ public:
+  explicit size_guard(std::uint64_t max_bytes) : max_(max_bytes) {}
+
+  /// The database now uses `bytes`.
+  void measured(std::uint64_t bytes) {
+    used_.store(bytes, std::memory_order_relaxed);
+    if (!full()) announced_.store(false, std::memory_order_relaxed);
+  }
+  /// A write failed because the disk is full (true), or a write went through (false).
+  void disk_full(bool full) {
+    disk_full_.store(full, std::memory_order_relaxed);
+    if (!this->full()) announced_.store(false, std::memory_order_relaxed);
+  }
+
+  /// Why a new task or key cannot be taken now; nothing: it can.
+  std::optional<std::string> full() const {
+    if (disk_full_.load(std::memory_order_relaxed)) return std::string("the disk under the store is full");
+    auto const used = used_.load(std::memory_order_relaxed);
+    if (max_ > 0 && used >= max_)
+      return "the store holds " + std::to_string(used) + " bytes, store.max_size is " + std::to_string(max_);
+    return std::nullopt;
+  }
+  /// full() as the error a refused call answers with.
+  std::optional<store_error> refuse_new() {
+    if (auto why = full()) return refusal("store full: " + *why);
+    return std::nullopt;
+  }
+  /// A refusal for want of room, `first` set on the first since the store last had room.
+  store_error refusal(std::string message) {
+    return store_error{std::move(message), true, !announced_.exchange(true, std::memory_order_relaxed)};
+  }
+
+ private:
+  std::uint64_t max_;  ///< 0: no bound
+  std::atomic<std::uint64_t> used_{0};
+  std::atomic<bool> disk_full_{false};
+  std::atomic<bool> announced_{false};  ///< a refusal since the store last had room
+};
 
 }  // namespace rebound::store::support

@@ -26,7 +26,17 @@ namespace rebound::store {
 /// What a store call reports besides its value: nothing (ok) or why it failed.
 struct store_error {
   std::string message;
+  /// The store refused a new task or key for want of room (store.max_size, or a full disk),
+  /// not for want of a database: 507 with Retry-After rather than 503.
+  bool full = false;
+  /// The first such refusal since the store last had room: what is logged, so a full store
+  /// is one warning, not one per call (each refused call is still answered and counted).
+  bool first = false;
 };
+
+/// The Retry-After of a call refused because the store is full: deliveries and retention
+/// make room over minutes, not milliseconds.
+inline constexpr unsigned full_retry_after_s = 30;
 
 /** Which tasks a listing or a bulk replay takes: one status, optionally one dependency and a
     span of when they last moved (for a dead letter: when it was dead-lettered), ordered by
@@ -131,6 +141,9 @@ class task_store {
   /// Why the store takes no calls now (its database is unreachable, say); nothing: it does.
   /// /readyz answers 503 with it. Safe from any thread.
   virtual std::optional<std::string> unavailable() const { return std::nullopt; }
+  /// Why the store takes no new tasks or keys now (store.max_size reached, the disk full);
+  /// nothing: it does. /readyz answers 503 with it. Safe from any thread.
+  virtual std::optional<std::string> full() const { return std::nullopt; }
   /** `wake` is called, on a store thread, when tasks became due that this process did not
       write (another instance of a fleet accepted or replayed them), so the scheduler claims
       at once rather than at its next poll. A store one process owns never calls it. */

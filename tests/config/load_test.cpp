@@ -263,6 +263,14 @@ store: {type: postgres, dsn: "host=db.internal dbname=rebound user=rebound", pas
   EXPECT_TRUE(c.needs_store());
 }
 
+TEST(Load, StoreMaxSizeIsOneGibByDefaultZeroForNoBoundAndAtLeastOneMib) {
+  EXPECT_EQ(load_config_text("store: {path: /tmp/x.db}\n", "t.yaml").store.max_size, 1ull << 30);
+  EXPECT_EQ(load_config_text("store: {path: /tmp/x.db, max_size: 20GiB}\n", "t.yaml").store.max_size, 20ull << 30);
+  EXPECT_EQ(load_config_text("store: {path: /tmp/x.db, max_size: 0}\n", "t.yaml").store.max_size, 0u);
+  EXPECT_EQ(errors_of("store: {path: /tmp/x.db, max_size: 512KiB}\n").at(0).path, "store.max_size");
+  EXPECT_EQ(errors_of("store: {path: /tmp/x.db, max_size: lots}\n").at(0).path, "store.max_size");
+}
+
 TEST(Load, R9_APasswordInTheDsnIsRefused) {
   auto const d = errors_of("store: {type: postgres, dsn: \"host=db user=r password=hunter2\"}\n");
   ASSERT_EQ(d.size(), 1u);

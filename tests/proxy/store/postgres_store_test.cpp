@@ -316,3 +316,33 @@ TEST(PostgresStore, APolicyIsRegisteredOnceAcrossTheFleet) {
   ASSERT_TRUE(got);
   EXPECT_EQ(got->spec, "max_retries: 3");
 }
+
+// Issue 29, defect 15, on the shared store: pg_database_size against store.max_size. A fresh
+// database already takes several MiB, so an instance bounded at 1 MiB refuses new work at
+// once, while one without a bound takes it; a key already held is still answered.
+TEST(PostgresStore, PastMaxSizeNewTasksAndKeysAreRefusedAsFullAndKnownKeysAnswered) {
+  itest::PgServer pg;
+  auto unbounded = open(pg);
+  auto o = options_for(pg);
+  o.max_size = 1u << 20;
+  postgres_store bounded(o);
+  ASSERT_TRUE(wait_until_available(bounded));
+  auto [e, ok] = wait_for<bool>([&](auto cb) { bounded.submit_accept(make_task("refused"), cb); });
+  ASSERT_TRUE(e) << "a database of several MiB is past a 1 MiB bound";
+  EXPECT_TRUE(e->full) << e->message;
+  EXPECT_TRUE(e->first);
+  ASSERT_TRUE(bounded.full());
+  EXPECT_NE(bounded.full()->find("store.max_size"), std::string::npos) << *bounded.full();
+  EXPECT_TRUE(accept(*unbounded, make_task("taken"))) << "the bound is the instance's own setting";
+  EXPECT_FALSE(unbounded->full());
+
+  auto [ke, held] = wait_for<key_claim>([&](auto cb) { unbounded->submit_claim_key("known", "h", t0, t0 + 30s, cb); });
+  ASSERT_FALSE(ke);
+  ASSERT_EQ(held.state, key_state::claimed);
+  auto [be, seen] = wait_for<key_claim>([&](auto cb) { bounded.submit_claim_key("known", "h", t0, t0 + 30s, cb); });
+  ASSERT_FALSE(be) << be->message;
+  EXPECT_EQ(seen.state, key_state::in_flight) << "a held key is found whatever the size";
+  auto [ne, fresh] = wait_for<key_claim>([&](auto cb) { bounded.submit_claim_key("new", "h", t0, t0 + 30s, cb); });
+  ASSERT_TRUE(ne);
+  EXPECT_TRUE(ne->full);
+}

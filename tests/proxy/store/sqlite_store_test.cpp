@@ -473,3 +473,62 @@ TEST(Store, R8_EveryCommittedTaskSurvivesSigkill) {
     EXPECT_GT(checked, 0u) << "round " << round << " committed nothing before the kill";
   }
 }
+
+// Issue 29, defect 15: nothing bounded the store (498 MiB of tasks in 20 s through the API).
+// Past store.max_size a new task is refused as full (507 upstream of here), the first refusal
+// marked for the log; once delivered tasks are purged, the room is back by itself.
+TEST(Store, PastMaxSizeNewTasksAreRefusedAsFullUntilPurgingMakesRoom) {
+  temp_db db;
+  sqlite_store s(db.path(), {}, 1u << 20);
+  EXPECT_FALSE(s.full());
+  auto big = [](int i) {
+    auto t = make_task("big-" + std::to_string(i));
+    t.body = std::string(64 * 1024, 'x');
+    return t;
+  };
+  int accepted = 0;
+  std::optional<store_error> refused;
+  for (int i = 0; i < 64 && !refused; ++i) {
+    auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(big(i), cb); });
+    if (e) refused = e;
+    else accepted += ok;
+  }
+  ASSERT_TRUE(refused) << "64 x 64 KiB went into a 1 MiB store";
+  EXPECT_TRUE(refused->full) << refused->message;
+  EXPECT_TRUE(refused->first);
+  EXPECT_GE(accepted, 10) << "about 1 MiB of tasks fits";
+  EXPECT_LE(accepted, 16);
+  ASSERT_TRUE(s.full());
+  EXPECT_NE(s.full()->find("store.max_size"), std::string::npos) << *s.full();
+  auto [again, ok] = wait_for<bool>([&](auto cb) { s.submit_accept(big(100), cb); });
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->full);
+  EXPECT_FALSE(again->first) << "one warning per episode, not one per call";
+
+  // What is there still moves: deliveries finish, and retention purges them.
+  auto const claimed = claim(s, "w1", t0);
+  ASSERT_EQ(claimed.size(), static_cast<std::size_t>(accepted));
+  for (auto const& t : claimed)
+    ASSERT_TRUE(finish(s, "w1", attempt_log{t.id, 1, t0, 200, "", 1ms}, task_status::succeeded, t0));
+  auto [pe, purged] = wait_for<std::uint64_t>([&](auto cb) { s.submit_purge(t0 + 1h, 100, cb); });
+  ASSERT_FALSE(pe);
+  EXPECT_EQ(purged, static_cast<std::uint64_t>(accepted));
+  EXPECT_FALSE(s.full()) << "measured after the purge's commit";
+  EXPECT_TRUE(accept(s, big(200)));
+}
+
+TEST(Store, R6_PastMaxSizeANewKeyIsRefusedButAKnownOneIsStillAnswered) {
+  temp_db db;
+  sqlite_store s(db.path(), {}, 1u << 20);
+  ASSERT_EQ(claim_key(s, "known", "h", t0).state, key_state::claimed);
+  for (int i = 0; i < 64 && !s.full(); ++i) {
+    auto t = make_task("fill-" + std::to_string(i));
+    t.body = std::string(64 * 1024, 'x');
+    accept(s, std::move(t));
+  }
+  ASSERT_TRUE(s.full());
+  auto [e, c] = wait_for<key_claim>([&](auto cb) { s.submit_claim_key("new", "h", t0, t0 + 30s, cb); });
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->full);
+  EXPECT_EQ(claim_key(s, "known", "h", t0).state, key_state::in_flight) << "a held key is still found";
+}
