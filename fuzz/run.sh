@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(request response config retry_after jwt request_target timeouts)
+[[ ${#targets[@]} -eq 0 ]] && targets=(request response config retry_after jwt request_target timeouts h2_server task_json)
 
 scripts/install-deps --fuzz
 build="${FUZZ_BUILD_DIR:-build-fuzz}"

@@ -430,6 +430,11 @@ TEST(Async, PastStoreMaxSizeHandOversGet507AndReadinessSaysTheStoreIsFull) {
   auto sync = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/sync"));
   ASSERT_TRUE(sync);
   EXPECT_EQ(sync->status, 200u) << "calls that are not stored still flow";
+  // The log is written by its own thread: wait for the warning, then for a line logged after
+  // every refusal (the shutdown's), so the count is of all of them.
+  ASSERT_TRUE(rb.wait_for_log("\"event\":\"store_full\"", 5s)) << rb.stdout_text();
+  rb.signal(SIGTERM);
+  ASSERT_TRUE(rb.wait_exit(10s));
   auto const log = rb.stdout_text();
   std::size_t warnings = 0;
   for (auto at = log.find("\"event\":\"store_full\""); at != std::string::npos;

@@ -2,7 +2,7 @@
 
 #include "config/config.hpp"
 #include "proxy/admin/api_support.hpp"
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/admin/task_submission.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
@@ -12,11 +12,8 @@
 #include "proxy/store/task_store.hpp"
 
 #include <boost/beast/core/string.hpp>
-#include <boost/json/parse.hpp>
-#include <boost/json/value.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <iterator>
@@ -104,100 +101,36 @@ net::awaitable<response> cancel_task(const answers& a, store::task_store& store,
                     "only a PENDING task can be cancelled; this one is " + std::string(store::to_string(task->status)));
 }
 
-/// The field names a submitted task may not set: framing and hop-by-hop fields, which rebound writes.
-bool reserved_field(std::string_view name) {
-  for (std::string_view r : {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-                             "upgrade", "proxy-connection", "expect"})
-    if (beast::iequals(name, r)) return true;
-  return false;
-}
-
-bool valid_field(std::string_view name, std::string_view value) {
-  if (name.empty()) return false;
-  for (unsigned char c : name)
-    if (c <= 32 || c >= 127 ||
-        std::string_view("\"(),/:;<=>?@[\\]{}").find(static_cast<char>(c)) != std::string_view::npos)
-      return false;
-  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
-
 /** POST /retry-tasks: a task submitted through the API (seed 001), stored as a handed-over
     call would be and delivered by the same scheduler. JSON: target (an absolute http:// URL),
     method (POST), headers (an object of strings), body (a string), policy_id, idempotency_key
     (else one is made). Answers 201 with the task id once it is committed. */
 net::awaitable<response> submit_task(const answers& a, const task_api_context& ctx, const std::string& text) {
-  boost::system::error_code jec;
-  auto const doc = boost::json::parse(text, jec);
-  if (jec || !doc.is_object())
-    co_return a.error(bhttp::status::bad_request, "bad_request", "the body must be a JSON object");
-  auto const& o = doc.as_object();
-  auto str = [&](std::string_view k) -> std::optional<std::string> {
-    auto const* v = o.if_contains(k);
-    if (!v || !v->is_string()) return std::nullopt;
-    return std::string(v->as_string());
-  };
-  for (auto const& kv : o) {
-    std::string_view const k = kv.key();
-    if (k != "target" && k != "method" && k != "headers" && k != "body" && k != "policy_id" && k != "idempotency_key")
-      co_return a.error(bhttp::status::bad_request, "bad_request", "unknown field \"" + std::string(k) + "\"");
-    if (k != "headers" && !kv.value().is_string())
-      co_return a.error(bhttp::status::bad_request, "bad_request", "\"" + std::string(k) + "\" must be a string");
-  }
-  auto const url = str("target");
-  if (!url || !url->starts_with("http://"))
-    co_return a.error(bhttp::status::bad_request, "bad_request",
-                      "target must be an absolute http:// URL (an https origin is a dependency's `origin:`)");
-  std::string const method = str("method").value_or("POST");
-  if (method.empty() || method == "CONNECT" ||
-      !std::all_of(method.begin(), method.end(), [](char c) { return std::isupper(static_cast<unsigned char>(c)); }))
-    co_return a.error(bhttp::status::bad_request, "bad_request", "method must be an HTTP method other than CONNECT");
-  auto parsed = http::parse_request_target(method, *url, "", 0, 11);
-  if (!parsed.value) co_return a.error(bhttp::status::bad_request, "bad_request", "target: " + parsed.error);
-  auto target = *parsed.value;
+  auto read = read_task_submission(text, ctx.cfg.async.max_body, ctx.cfg.limits.max_request_head);
+  if (auto const* refused = std::get_if<submission_error>(&read))
+    co_return a.error(refused->status, refused->type, refused->message);
+  auto& sub = std::get<task_submission>(read);
+  auto& target = sub.target;
   auto const absolute = "http://" + target.authority + target.origin_form;
-  auto const route = http::route_request(ctx.cfg, target, method, false);
+  auto const route = http::route_request(ctx.cfg, target, sub.method, false);
   if (!route.dependency && ctx.cfg.unknown_hosts == config::unknown_hosts_policy::deny)
     co_return a.error(bhttp::status::forbidden, "unknown_host",
                       "unknown_hosts: deny, and no dependency lists this host");
 
   store::retry_task t;
-  t.body = str("body").value_or("");
-  if (t.body.size() > ctx.cfg.async.max_body)
-    co_return a.error(bhttp::status::payload_too_large, "bad_request", "body larger than async.max_body");
+  t.body = std::move(sub.body);
   auto const& key_header = route.policy->idempotency.header;
   t.headers.emplace_back("Host", target.authority);
-  // The proxy port's limits on a head (field_limits, limits.max_request_head): a task past
-  // them could never be sent, so it is refused here rather than dead-lettered later.
-  std::size_t head_bytes = 0;
-  if (auto const* h = o.if_contains("headers")) {
-    if (!h->is_object()) co_return a.error(bhttp::status::bad_request, "bad_request", "headers must be an object");
-    for (auto const& kv : h->as_object()) {
-      if (!kv.value().is_string())
-        co_return a.error(bhttp::status::bad_request, "bad_request", "header values must be strings");
-      std::string_view const name = kv.key();
-      std::string_view const value = kv.value().as_string();
-      if (!valid_field(name, value))
-        co_return a.error(bhttp::status::bad_request, "bad_request", "invalid header \"" + std::string(name) + "\"");
-      if (name.size() + value.size() > http::field_limits{}.max_field)
-        co_return a.error(bhttp::status::bad_request, "bad_request",
-                          "header \"" + std::string(name) + "\" is larger than one field may be (" +
-                              std::to_string(http::field_limits{}.max_field) + " bytes)");
-      head_bytes += name.size() + value.size() + 4;  // ": " and CRLF
-      if (head_bytes > ctx.cfg.limits.max_request_head)
-        co_return a.error(bhttp::status::bad_request, "bad_request", "headers larger than limits.max_request_head");
-      if (reserved_field(name) || beast::iequals(name, key_header)) continue;  // rebound writes these
-      t.headers.emplace_back(std::string(name), std::string(value));
-    }
+  for (auto& [name, value] : sub.headers) {
+    if (reserved_field(name) || beast::iequals(name, key_header)) continue;  // rebound writes these
+    t.headers.emplace_back(std::move(name), std::move(value));
   }
   auto id = idempotency::new_key();
-  auto key = str("idempotency_key");
-  if (!key) key = idempotency::new_key();
+  auto key = sub.idempotency_key ? sub.idempotency_key : idempotency::new_key();
   if (!id || !key)
     co_return a.error(bhttp::status::service_unavailable, "store_unavailable", "no id could be generated");
-  if (auto problem = idempotency::key_problem(*key))
-    co_return a.error(bhttp::status::bad_request, "bad_request", "idempotency_key: " + *problem);
   t.headers.emplace_back(key_header, *key);
-  if (auto p = str("policy_id")) {
+  if (auto const& p = sub.policy_id) {
     auto [pe, policy] = co_await store::async_get_policy(ctx.store, *p, use_tuple);
     if (pe) co_return a.unavailable(*pe);
     if (!policy)
@@ -208,7 +141,7 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   t.id = *id;
   t.idempotency_key = *key;
   t.dependency = route.name;
-  t.method = method;
+  t.method = sub.method;
   t.target = absolute;
   t.created_at = t.next_attempt_at = t.window_start = store::wall_clock::now();
   auto [e, stored] = co_await store::async_accept(ctx.store, t, use_tuple);

@@ -14,6 +14,9 @@ namespace rebound::http {
 
 class session_registry {
   struct entry {
+    // A constructor, not aggregate init: emplace of an aggregate with parentheses is C++20
+    // that clang 14 (the fuzz build's compiler) does not have.
+    entry(boost::beast::tcp_stream* s, bool i) : stream(s), idle(i) {}
     boost::beast::tcp_stream* stream;
     bool idle;
     /// Cuts a pending retry wait short when a drain begins; emitting with nothing waiting does nothing.
