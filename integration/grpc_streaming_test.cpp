@@ -1,6 +1,7 @@
 // Streaming gRPC calls through rebound (issue 21): server, client and bidirectional streams
 // between a real grpcio client and server (integration/grpc_peer.py), relayed message by
 // message. Retried only before the upstream answered; never once its answer has begun.
+#include "client.hpp"
 #include "grpc_peers.hpp"
 
 #include <gtest/gtest.h>
@@ -183,4 +184,31 @@ TEST(GrpcStreaming, R3_CallersDeadlineEndsALongStream) {
   EXPECT_NE(r.body.find("m0|m1"), std::string::npos) << r.raw;
   auto after = call(rebound.port(), "/test.Peer/Count", "server-stream", {"--payload", "2"});
   EXPECT_EQ(after.code, 0) << "rebound serves the next stream: " << after.raw;
+}
+
+// Issue 29, defect 13: every gRPC answer is HTTP 200, so proxy_requests_total{code} said 200
+// for a streaming call that ended UNAVAILABLE (and for every failed unary call). A call is
+// counted by its grpc-status, mapped as google.rpc.Code maps to HTTP, once it is over.
+TEST(GrpcStreaming, CallsAreCountedByTheirGrpcStatusNotTheirHttpStatus) {
+  GrpcServer server;
+  ReboundProcess rebound(with(streaming_dependency(server.port())));
+  auto failed = call(rebound.port(), "/test.Peer/Count", "server-stream",
+                     {"--payload", "5", "--meta", "x-call-id=m1", "--meta", "x-fail-after=2"});
+  EXPECT_EQ(failed.code, 14) << failed.raw;
+  auto fine = call(rebound.port(), "/test.Peer/Count", "server-stream", {"--payload", "2"});
+  EXPECT_EQ(fine.code, 0) << fine.raw;
+  auto not_found = grpc_call(rebound.port(), "peer.test", "/test.Peer/Fail",
+                             {"--meta", "x-call-id=m2", "--meta", "x-fail-times=9", "--meta", "x-fail-code=5"});
+  EXPECT_EQ(not_found.code, 5) << not_found.raw;
+  auto const text = HttpClient(rebound.admin_port()).get("/metrics").body;
+  auto const count = [&](const std::string& code) {
+    auto const series = "proxy_requests_total{code=\"" + code + "\",dependency=\"peer\"";
+    auto const at = text.find(series);
+    if (at == std::string::npos) return std::string("none");
+    auto const end = text.find('\n', at);
+    return text.substr(text.rfind(' ', end) + 1, end - text.rfind(' ', end) - 1);
+  };
+  EXPECT_EQ(count("503"), "1") << "UNAVAILABLE after two messages\n" << text;
+  EXPECT_EQ(count("200"), "1") << text;
+  EXPECT_EQ(count("404"), "1") << "NOT_FOUND, a unary call\n" << text;
 }

@@ -133,6 +133,27 @@ TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
   EXPECT_EQ(r.trailing["rebound-attempts"], "2") << r.raw;
 }
 
+// Issue 29, defect 13: a message over limits.max_request_body (or metadata over
+// max_request_head) got a bare HTTP 413/431, which grpcio reports as UNKNOWN with no reason.
+// It is RESOURCE_EXHAUSTED with rebound-error, and nothing reaches the server.
+TEST(Grpc, AnOversizedMessageIsResourceExhaustedWithTheErrorType) {
+  GrpcServer server;
+  ReboundOptions o = with(dependency(server.port()));
+  o.max_request_body = "1KiB";
+  o.max_request_head = "4KiB";
+  ReboundProcess rebound(o);
+  auto big = call(rebound.port(), "/test.Peer/Echo", {"--payload", std::string(4096, 'm')});
+  EXPECT_EQ(big.code, 8) << big.raw;
+  EXPECT_EQ(big.trailing["rebound-error"], "bad_request") << big.raw;
+  EXPECT_NE(big.details.find("limits.max_request_body"), std::string::npos) << big.raw;
+  auto heavy = call(rebound.port(), "/test.Peer/Echo", {"--meta", "x-big=" + std::string(6000, 'h')});
+  EXPECT_EQ(heavy.code, 8) << heavy.raw;
+  EXPECT_NE(heavy.details.find("limits.max_request_head"), std::string::npos) << heavy.raw;
+  auto fine = call(rebound.port(), "/test.Peer/Echo", {"--payload", "small"});
+  EXPECT_EQ(fine.code, 0) << "the connection and the dependency are fine: " << fine.raw;
+  EXPECT_EQ(fine.trailing["x-attempt"], "1") << "the refused calls never reached the server";
+}
+
 // HTTP/1.1 clients on the same listener are unaffected by the HTTP/2 preface check.
 TEST(Grpc, Http1RequestsOnTheSameListenerStillWork) {
   GrpcServer server;

@@ -89,7 +89,16 @@ def _pump(s, c, seen, timeout):
         elif isinstance(e, h2.events.StreamReset):
             seen.resets += 1
         elif isinstance(e, h2.events.ResponseReceived):
-            status = dict(e.headers).get(":status", "?")
+            head = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                    for k, v in e.headers}
+            # A trailers-only gRPC answer is counted by its grpc-status ("grpc-8"), and by
+            # rebound-error when it has one ("grpc-8 bad_request").
+            if "grpc-status" in head:
+                status = "grpc-" + head["grpc-status"]
+                if "rebound-error" in head:
+                    status += " " + head["rebound-error"]
+            else:
+                status = head.get(":status", "?")
             seen.responses[status] = seen.responses.get(status, 0) + 1
     try:
         s.sendall(c.data_to_send())

@@ -134,14 +134,14 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
 
 std::optional<h2::message> refused_before_attempts(call_plan& plan) {
   if (plan.refusal) {
-    if (plan.route.guard) plan.route.guard->answered(200);
+    if (plan.route.guard) plan.route.guard->answered(counted_status(plan.refusal->head, {}));
     return std::move(plan.refusal);
   }
   auto& guard = *plan.route.guard;
   if (auto refusal = http::refused_by_breaker(guard)) {
-    guard.answered(200);
     auto answer = trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
     say_what_this_layer_did(answer.head, {}, refusal->type);
+    guard.answered(counted_status(answer.head, {}));
     return answer;
   }
   return std::nullopt;
@@ -156,9 +156,9 @@ h2::message failed_answer(const http::session_context& ctx, call_plan& plan, con
   auto const& f = result.failure ? *result.failure
                                  : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
   http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
-  plan.route.guard->answered(200);
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
   say_what_this_layer_did(failed.head, result, f.type);
+  plan.route.guard->answered(counted_status(failed.head, {}));
   return failed;
 }
 

@@ -52,4 +52,26 @@ h2::message trailers_only(code status, std::string_view message, std::string_vie
   return m;
 }
 
+unsigned counted_status(const h2::fields& head, const h2::fields& trailers) {
+  auto const* status = h2::message::find_in(head, ":status");
+  if (!status) return 502;
+  if (*status != "200") {
+    unsigned n = 0;
+    for (char c : *status) n = c >= '0' && c <= '9' && n < 1000 ? n * 10 + static_cast<unsigned>(c - '0') : 1000;
+    return n >= 100 && n <= 599 ? n : 502;
+  }
+  auto const* grpc = h2::message::find_in(head, "grpc-status");
+  if (!grpc) grpc = h2::message::find_in(trailers, "grpc-status");
+  if (!grpc || grpc->empty() || grpc->size() > 2) return 502;
+  unsigned n = 0;
+  for (char c : *grpc) {
+    if (c < '0' || c > '9') return 502;
+    n = n * 10 + static_cast<unsigned>(c - '0');
+  }
+  // google.rpc.Code's HTTP mapping (googleapis/google/rpc/code.proto).
+  static constexpr unsigned http[] = {200, 499, 500, 400, 504, 404, 409, 403, 429,
+                                      400, 409, 400, 501, 500, 503, 500, 401};
+  return n < std::size(http) ? http[n] : 500;
+}
+
 }  // namespace rebound::grpc

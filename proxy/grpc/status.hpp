@@ -44,4 +44,12 @@ h2::fields status_fields(code status, std::string_view message, std::string_view
 /// A trailers-only answer with `status` and `message`, naming `error` in `rebound-error`.
 h2::message trailers_only(code status, std::string_view message, std::string_view error);
 
+/** The `code` a gRPC answer is counted under in proxy_requests_total: every gRPC answer is
+    HTTP 200, so it is its grpc-status mapped as google.rpc.Code maps to HTTP (UNAVAILABLE 503,
+    DEADLINE_EXCEEDED 504, RESOURCE_EXHAUSTED 429, INTERNAL 500, ...), so that a dashboard
+    of error rates reads gRPC calls as it reads HTTP ones. The grpc-status is read from the
+    head (trailers-only) or the trailers; a non-200 :status counts as itself, an answer with no
+    readable grpc-status as 502. */
+unsigned counted_status(const h2::fields& head, const h2::fields& trailers);
+
 }  // namespace rebound::grpc

@@ -117,8 +117,8 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   }
   auto head = std::move(attempt.answer_head);
   say_what_this_layer_did(head, result);
-  guard.answered(status_number(h2::message::find_in(head, ":status")).value_or(502));
   if (attempt.trailers_only()) {
+    guard.answered(counted_status(head, {}));
     call.body->abandon();
     h2::message whole;
     whole.head = std::move(head);
@@ -128,10 +128,22 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   // The upstream lost mid-answer: the client gets a status, not a bare stream reset.
   attempt.response->trailers_on_failure =
       status_fields(code::unavailable, "the upstream's stream failed after its answer began", "connect_reset");
+  auto const* status = h2::message::find_in(head, ":status");
+  h2::fields const head_status{{":status", status ? *status : std::string("502")}};
   responder.respond(std::move(head), attempt.response);
   // The call now runs between the two connections; it may last as long as the caller's
   // deadline allows (total_timeout bounds the retrying, not a stream's life).
-  if (co_await wait_for_end(deadline)) responder.cancel();
+  bool const cut_at_deadline = co_await wait_for_end(deadline);
+  if (cut_at_deadline) responder.cancel();
+  // Counted once the call is over: its grpc-status comes in the trailers, at the end. One
+  // the upstream lost mid-answer ends UNAVAILABLE; one the deadline cut, DEADLINE_EXCEEDED;
+  // one its client reset before the end, CANCELLED.
+  auto const& response = *attempt.response;
+  static const h2::fields cancelled{{"grpc-status", "1"}};
+  auto const& ended_with = response.failed()  ? response.trailers_on_failure
+                           : response.ended() ? response.trailers()
+                                              : cancelled;
+  guard.answered(cut_at_deadline ? 504u : counted_status(head_status, ended_with));
   call.body->abandon();
   attempt.response->abandon();
 }

@@ -70,7 +70,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   if (result.failure || !attempt.last) co_return failed_answer(ctx, plan, result);
   auto answer = std::move(*attempt.last);
   say_what_this_layer_did(answer.head, result);
-  guard.answered(status_number(answer.find(":status")).value_or(502));
+  guard.answered(counted_status(answer.head, answer.trailers));
   co_return answer;
 }
 

@@ -1,5 +1,6 @@
 #include "proxy/h2/server_connection.hpp"
 
+#include "proxy/grpc/status.hpp"
 #include "proxy/h2/nghttp2_session.hpp"
 #include "proxy/http/session_registry.hpp"
 
@@ -46,6 +47,7 @@ struct server_stream {
   std::size_t header_bytes = 0;
   bool head_too_large = false;
   bool body_too_large = false;
+  bool grpc = false;  ///< content-type application/grpc...: rebound's refusals are gRPC statuses
   bool refused_early = false;  ///< answered before its request ended (413, 408): the rest is not wanted
   bool request_complete = false;
   bool answered = false;
@@ -66,6 +68,15 @@ message status_only(const char* status) {
   message m;
   m.head.push_back({":status", status});
   return m;
+}
+
+/** rebound's own refusal of a stream (too large, too slow). A gRPC call gets a gRPC status in
+    a trailers-only answer, with `rebound-error` as every other refusal of a call has: a gRPC
+    client reads a bare HTTP 413 or 431 as UNKNOWN or UNAVAILABLE, with no reason. Anything
+    else gets the HTTP status alone. */
+message refusal(const server_stream& ss, const char* http_status, grpc::code code, std::string_view why) {
+  if (!ss.grpc) return status_only(http_status);
+  return grpc::trailers_only(code, why, retry::to_string(retry::error_type::bad_request));
 }
 
 class server_state {
@@ -358,7 +369,8 @@ class server_state {
           ss->request = {};
           release_held(*ss);
           ss->refused_early = true;
-          ss->response = status_only("408");
+          ss->response = refusal(*ss, "408", grpc::code::deadline_exceeded,
+                                 "the request message did not arrive within limits.body_timeout");
           answer(*ss);
         }
         continue;
@@ -390,7 +402,8 @@ class server_state {
     ss.request_complete = true;
     if (ss.answered) return;  // a 413 went out already
     if (ss.head_too_large) {
-      ss.response = status_only("431");
+      ss.response = refusal(ss, "431", grpc::code::resource_exhausted,
+                            "the request metadata is larger than limits.max_request_head");
       answer(ss);
       return;
     }
@@ -419,6 +432,10 @@ class server_state {
     if (!ss || frame->hd.type != NGHTTP2_HEADERS) return 0;
     // RFC 9113 section 6.5.2 counts 32 bytes of overhead per field.
     ss->header_bytes += namelen + valuelen + 32;
+    if (frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
+        std::string_view(reinterpret_cast<const char*>(name), namelen) == "content-type" &&
+        std::string_view(reinterpret_cast<const char*>(value), valuelen).starts_with("application/grpc"))
+      ss->grpc = true;  // noted even when the head is too large to keep: its refusal is a gRPC one
     if (ss->header_bytes > header_bomb_factor * st.limits_.max_header_list) {
       // Decoding the rest of the block would cost what the attacker wants it to: stop here.
       nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
@@ -457,7 +474,8 @@ class server_state {
       ss->refused_early = true;
       ss->request.body = std::string();
       st.release_held(*ss);
-      ss->response = status_only("413");
+      ss->response = refusal(*ss, "413", grpc::code::resource_exhausted,
+                             "the request message is larger than limits.max_request_body");
       st.answer(*ss);
       return 0;
     }

@@ -35,3 +35,21 @@ TEST(GrpcStatus, TrailersOnlyAnswerCarriesStatusAndErrorType) {
   EXPECT_TRUE(m.body.empty());
   EXPECT_TRUE(m.trailers.empty());
 }
+
+TEST(GrpcStatus, AnAnswerIsCountedByItsGrpcStatusMappedToHttp) {
+  using rebound::grpc::counted_status;
+  rebound::h2::fields const ok_head{{":status", "200"}, {"content-type", "application/grpc"}};
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "0"}}), 200u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "14"}}), 503u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "4"}}), 504u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "8"}}), 429u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "1"}}), 499u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "16"}}), 401u);
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "17"}}), 500u) << "a code gRPC does not define";
+  // Trailers-only: the status is in the head.
+  EXPECT_EQ(counted_status({{":status", "200"}, {"grpc-status", "5"}}, {}), 404u);
+  EXPECT_EQ(counted_status(ok_head, {}), 502u) << "no grpc-status: the upstream broke the protocol";
+  EXPECT_EQ(counted_status(ok_head, {{"grpc-status", "x1"}}), 502u);
+  EXPECT_EQ(counted_status({{":status", "503"}}, {}), 503u) << "an HTTP error counts as itself";
+  EXPECT_EQ(counted_status({{":status", "2000"}}, {}), 502u);
+}
