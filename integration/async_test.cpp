@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -246,6 +247,30 @@ TEST(Async, AnUnauthorizedAdminWriteIsRefusedOnItsHeadAndAdminConnectionsAreCapp
   for (auto const end = std::chrono::steady_clock::now() + 5s; health != 200 && std::chrono::steady_clock::now() < end;)
     health = HttpClient(rb.admin_port()).get("/healthz").status;
   EXPECT_EQ(health, 200u) << "a probe gets in once they are gone";
+}
+
+// Issue 29, defect 16: a token path that became a directory made reading it throw inside
+// the admin session, so write connections were dropped without an answer or a log line.
+// A write is now answered 503 (its body still on the wire is read off before the close, so
+// the answer is not lost to a reset) and each refusal is logged.
+TEST(Async, AnAdminTokenFileThatBecameADirectoryRefusesWritesWith503AndSaysWhy) {
+  store_dir store;
+  auto const token = store.dir + "/admin-token";
+  write_file(token, "s3cret-admin-token\n");
+  ReboundOptions o;
+  o.extra = store.yaml();
+  o.admin_token_file = token;
+  ReboundProcess rb(o);
+  std::filesystem::remove(token);
+  std::filesystem::create_directory(token);
+  HttpClient admin(rb.admin_port());
+  auto const r = admin.request("POST", "/retry-tasks",
+                               {{"Authorization", "Bearer s3cret-admin-token"}, {"Content-Type", "application/json"}},
+                               R"({"target":"http://127.0.0.1:1/x"})");
+  EXPECT_EQ(r.status, 503u) << r.body;
+  EXPECT_NE(r.body.find("admin.token_file"), std::string::npos) << r.body;
+  EXPECT_TRUE(rb.wait_for_log("\"admin_token_unreadable\"", 5s)) << rb.stdout_text();
+  EXPECT_EQ(HttpClient(rb.admin_port()).get("/healthz").status, 200u);
 }
 
 TEST(Async, AnExpectContinueCallGetsRebound100AndAnyOtherExpectationIs417) {

@@ -89,6 +89,26 @@ TEST(Fleet, ThreeInstancesDeliverEveryTaskOnceBetweenThem) {
   EXPECT_GE(delivering, 2) << "one instance delivered everything";
 }
 
+// Issue 29, defect 16: every healthy start on PostgreSQL logged an error-level
+// store_unavailable ("connecting to the database") from the scheduler's first claim, so an
+// alert on that event paged on every pod start; libpq's NOTICEs went to stderr.
+TEST(Fleet, AHealthyStartLogsNoErrorAndNothingOutsideTheJsonLog) {
+  PgServer pg;
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  auto rb = std::make_unique<ReboundProcess>(fleet_member(pg, up));
+  ASSERT_TRUE(rb->wait_for_log("\"store_connected\""));
+  {
+    HttpClient proxy(rb->port());
+    ASSERT_EQ(hand_over(proxy, up, "healthy-1"), 202u);
+  }
+  ASSERT_TRUE(rb->wait_for_log("\"task_delivered\"")) << "the scheduler claimed and delivered";
+  rb->signal(SIGTERM);
+  ASSERT_TRUE(rb->wait_exit(10s));
+  EXPECT_EQ(lines_with(rb->stdout_text(), "\"level\":\"error\""), 0u) << rb->stdout_text();
+  EXPECT_EQ(rb->stderr_text(), "") << "libpq's notices stay out of stderr";
+}
+
 TEST(Fleet, AnInstanceKilledMidDeliveryHasItsTasksFinishedByTheOthersAfterItsLease) {
   PgServer pg;
   ScriptedUpstream up;

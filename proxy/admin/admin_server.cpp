@@ -1,6 +1,7 @@
 #include "proxy/admin/admin_server.hpp"
 
 #include "proxy/admin/task_api.hpp"
+#include "proxy/http/client_session.hpp"
 #include "proxy/store/task_store.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -133,6 +134,11 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
       // The token is checked on the head: an unauthorized write is answered before its body
       // is read; a body still on the wire then ends the connection.
       if (auto refused = refuse_unauthorized(parser.get(), *cfg)) {
+        if (refused->result() == bhttp::status::service_unavailable)
+          log.error("admin_token_unreadable",
+                    {{"file", cfg->admin_token_file},
+                     {"message", "admin.token_file cannot be read (removed, emptied, or not a file): writes are "
+                                 "refused with 503 until it can"}});
         refused->keep_alive(parser.is_done() && parser.get().keep_alive());
         auto [wec, wn] = co_await bhttp::async_write(stream, *refused, use_tuple);
         if (wec || !refused->keep_alive()) break;
@@ -164,8 +170,9 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     auto [wec, wn] = co_await bhttp::async_write(stream, res, use_tuple);
     if (wec || !res.keep_alive()) break;
   }
-  error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  // A write refused before its body was read leaves that body on the wire: closed at once,
+  // the kernel's reset could destroy the answer before the client reads it.
+  co_await http::lingering_close(stream);
 }
 
 }  // namespace

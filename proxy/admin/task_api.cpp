@@ -3,6 +3,7 @@
 #include "config/config.hpp"
 #include "proxy/admin/api_support.hpp"
 #include "proxy/admin/task_submission.hpp"
+#include "proxy/auth/secret_file.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
@@ -92,7 +93,8 @@ net::awaitable<response> list_attempts(const answers& a, store::task_store& stor
 
 /// DELETE /retry-tasks/{id}: cancels a task still waiting; one in flight or ended is a conflict.
 net::awaitable<response> cancel_task(const answers& a, store::task_store& store, const std::string& id) {
-  auto [e, cancelled] = co_await store::async_cancel(store, id, use_tuple);
+  auto const now = store::wall_clock::now();
+  auto [e, cancelled] = co_await store::async_cancel(store, id, now, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (cancelled) co_return a.json(bhttp::status::ok, "{\"id\":\"" + id + "\",\"status\":\"CANCELLED\"}\n");
   auto [ge, task] = co_await store::async_get(store, id, use_tuple);
@@ -167,14 +169,9 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
 
 /// The token file's content without surrounding whitespace; nullopt when unreadable or empty.
 std::optional<std::string> read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto const first = token.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return std::nullopt;
-  token.erase(token.find_last_not_of(" \t\r\n") + 1);
-  token.erase(0, first);
-  return token;
+  auto read = auth::read_secret_file(path);
+  if (!read.value || read.value->empty()) return std::nullopt;
+  return std::move(read.value);
 }
 
 /// In time independent of where the two differ: the token is a secret.

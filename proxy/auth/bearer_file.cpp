@@ -1,4 +1,5 @@
 #include "proxy/auth/bearer_file.hpp"
+#include "proxy/auth/secret_file.hpp"
 
 #include <sys/stat.h>
 
@@ -21,16 +22,10 @@ credential bearer_file::current(wall_clock::time_point now) {
                    static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
   std::lock_guard lock(mutex_);
   if (!(seen == stamp_)) {
-    std::ifstream in(path_, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) return {std::nullopt, "cannot read the token file " + path_};
-    auto token = text.str();
-    auto const end = token.find_last_not_of(" \t\r\n");
-    token.erase(end == std::string::npos ? 0 : end + 1);
-    token.erase(0, token.find_first_not_of(" \t\r\n"));
+    auto read = read_secret_file(path_);
+    if (!read.value) return {std::nullopt, "the token file " + read.error};
     stamp_ = seen;
-    token_ = std::move(token);
+    token_ = std::move(*read.value);
     expires_ = jwt_expiry(token_);
   }
   if (token_.empty()) return {std::nullopt, "the token file " + path_ + " is empty"};

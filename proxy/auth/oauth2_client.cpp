@@ -1,6 +1,7 @@
 #include "proxy/auth/oauth2_client.hpp"
 
 #include "proxy/auth/jwt.hpp"
+#include "proxy/auth/secret_file.hpp"
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/upstream/connect.hpp"
 #include "proxy/upstream/tls_client.hpp"
@@ -57,18 +58,13 @@ bool loggable_error_code(std::string_view s) {
 }
 
 std::string read_secret(const std::string& path, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    error = "cannot read client_secret_file " + path;
+  auto read = read_secret_file(path);
+  if (!read.value) {
+    error = "client_secret_file " + read.error;
     return {};
   }
-  auto s = text.str();
-  auto const end = s.find_last_not_of(" \t\r\n");
-  s.erase(end == std::string::npos ? 0 : end + 1);
-  if (s.empty()) error = "client_secret_file " + path + " is empty";
-  return s;
+  if (read.value->empty()) error = "client_secret_file " + path + " is empty";
+  return std::move(*read.value);
 }
 
 }  // namespace

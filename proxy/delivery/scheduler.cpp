@@ -382,7 +382,10 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
     if (room > 0) {
       auto const now = wall::now();
       auto [e, tasks] = co_await store::async_claim(*ctx.store, opts.owner, now, now + opts.lease, room, use_tuple);
-      if (e && !store_down) ctx.log->error("store_unavailable", {{"message", e->message}});
+      // A store that says it is unavailable (PostgreSQL still connecting at start, or gone)
+      // logged that itself, once (store_connected / store_unavailable): only a failure the
+      // store did not explain is logged here, so a healthy start logs no error.
+      if (e && !store_down && !ctx.store->unavailable()) ctx.log->error("store_unavailable", {{"message", e->message}});
       store_down = static_cast<bool>(e);
       full = !e && tasks.size() == room;  // more may be due at once
       for (auto& t : tasks)

@@ -156,25 +156,6 @@ class connection_slot {
   std::atomic<std::size_t>* count_;
 };
 
-/** Half-closes, then reads and drops what the client still sends for a moment before
-    closing: closing with unread bytes makes the kernel send a reset, which can destroy an
-    error answer the client has not read yet (the reason for nginx's lingering_close). */
-net::awaitable<void> lingering_close(beast::tcp_stream& client) {
-  error_code ec;
-  client.socket().shutdown(tcp::socket::shutdown_send, ec);
-  if (!ec && client.socket().is_open()) {
-    std::array<char, 4096> sink;
-    std::size_t total = 0;
-    client.expires_after(std::chrono::seconds(1));
-    while (total < (1u << 20)) {
-      auto [rec, n] = co_await client.async_read_some(net::buffer(sink), use_tuple);
-      if (rec) break;
-      total += n;
-    }
-  }
-  client.close();
-}
-
 /** Whether the client opened with HTTP/2's preface (h2c with prior knowledge: a gRPC channel
     that targets rebound). A first read shorter than the preface that still matches it is
     read on until it decides, by `due` (head_timeout from the first byte, as for an HTTP/1.1
@@ -220,6 +201,25 @@ net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client,
 }
 
 }  // namespace
+
+/** Half-closes, then reads and drops what the client still sends for a moment before
+    closing: closing with unread bytes makes the kernel send a reset, which can destroy an
+    error answer the client has not read yet (the reason for nginx's lingering_close). */
+net::awaitable<void> lingering_close(beast::tcp_stream& client) {
+  error_code ec;
+  client.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (!ec && client.socket().is_open()) {
+    std::array<char, 4096> sink;
+    std::size_t total = 0;
+    client.expires_after(std::chrono::seconds(1));
+    while (total < (1u << 20)) {
+      auto [rec, n] = co_await client.async_read_some(net::buffer(sink), use_tuple);
+      if (rec) break;
+      total += n;
+    }
+  }
+  client.close();
+}
 
 net::awaitable<void> refuse_connection(tcp::socket socket) {
   beast::tcp_stream client(std::move(socket));

@@ -155,7 +155,10 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
   }
   if (failed || !stored) {
     std::string const why = failed ? failed->message : "not stored";
-    ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});
+    // A store that is down logged so once itself; each call it refuses meanwhile is counted
+    // (proxy_requests_total 503), not logged again. A failure it did not explain is.
+    if (!ctx.store->unavailable())
+      ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});
     error_reply const down{503, error_type::store_unavailable, "the call could not be stored: " + why, {}, 0, 1};
     co_return co_await refuse(down, keep);
   }

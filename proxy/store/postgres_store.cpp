@@ -384,6 +384,9 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
     c.close();
     return false;
   }
+  // libpq prints the server's NOTICEs ("relation ... already exists, skipping" from the
+  // migrations' IF NOT EXISTS) to stderr, outside the JSON log. They are not errors: dropped.
+  PQsetNoticeProcessor(c.raw, [](void*, const char*) {}, nullptr);
   // A statement or transaction left hanging would hold the xmin horizon and every lock it
   // took: the server ends them, and the connection reconnects.
   if (!c.command("SET statement_timeout = '30s'; SET lock_timeout = '10s'; "
@@ -771,9 +774,12 @@ void postgres_store::submit_replay_matching(task_filter filter, wall_clock::time
       });
 }
 
-void postgres_store::submit_cancel(std::string id, callback<bool> done) {
-  enqueue<bool>(std::move(done), [id = std::move(id)](pg_connection& c, const callback<bool>& done) {
-    auto u = c.run("UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = $1 AND status = 'PENDING'", {text(id)});
+void postgres_store::submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) {
+  enqueue<bool>(std::move(done), [id = std::move(id), now](pg_connection& c, const callback<bool>& done) {
+    // next_attempt_at becomes when it ended, as for every finished task (submit_purge).
+    auto u = c.run("UPDATE retry_tasks SET status = 'CANCELLED', next_attempt_at = $2 WHERE id = $1 AND status = "
+                   "'PENDING'",
+                   {text(id), number(to_ms(now))});
     if (c.failed) return failure<bool>(done, c.error);
     return answer<bool>(done, std::nullopt, u.changes() > 0);
   });

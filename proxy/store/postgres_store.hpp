@@ -69,7 +69,7 @@ class postgres_store final : public task_store {
   void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) override;
   void submit_replay_matching(task_filter filter, wall_clock::time_point now,
                               callback<std::vector<std::string>> done) override;
-  void submit_cancel(std::string id, callback<bool> done) override;
+  void submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) override;
   void submit_delete_dead_letter(std::string id, callback<bool> done) override;
   void submit_counts(callback<status_counts> done) override;
   void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) override;

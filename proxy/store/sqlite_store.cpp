@@ -589,10 +589,12 @@ void sqlite_store::submit_replay_matching(task_filter filter, wall_clock::time_p
   });
 }
 
-void sqlite_store::submit_cancel(std::string id, callback<bool> done) {
-  enqueue([id = std::move(id), done = std::move(done)](database& db) {
-    auto s = db.prepare("UPDATE retry_tasks SET status = 'CANCELLED' WHERE id = ?1 AND status = 'PENDING'");
-    s.bind(1, id);
+void sqlite_store::submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) {
+  enqueue([id = std::move(id), now, done = std::move(done)](database& db) {
+    // next_attempt_at becomes when it ended, as for every finished task (submit_purge).
+    auto s = db.prepare(
+        "UPDATE retry_tasks SET status = 'CANCELLED', next_attempt_at = ?2 WHERE id = ?1 AND status = 'PENDING'");
+    s.bind(1, id).bind(2, to_ms(now));
     if (!s.run()) return failure<bool>(done, s.error());
     if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);
     db.moved(task_status::pending, task_status::cancelled);

@@ -113,7 +113,8 @@ class task_store {
   virtual void submit_replay_matching(task_filter filter, wall_clock::time_point now,
                                       callback<std::vector<std::string>> done) = 0;
   /// A PENDING task CANCELLED; false when there is none of that id (in flight, ended, unknown).
-  virtual void submit_cancel(std::string id, callback<bool> done) = 0;
+  /// `now` is when it ended: retention counts from it, not from a retry it had pending.
+  virtual void submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) = 0;
   /// A dead letter deleted with its attempts; false when there is no dead letter of that id.
   virtual void submit_delete_dead_letter(std::string id, callback<bool> done) = 0;
   virtual void submit_counts(callback<status_counts> done) = 0;
@@ -232,8 +233,8 @@ auto async_replay_matching(task_store& s, task_filter filter, wall_clock::time_p
 }
 
 template <class Token>
-auto async_cancel(task_store& s, std::string id, Token&& token) {
-  return detail::async_call<bool>([&s, i = std::move(id)](auto cb) { s.submit_cancel(i, cb); }, token);
+auto async_cancel(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
+  return detail::async_call<bool>([&s, i = std::move(id), now](auto cb) { s.submit_cancel(i, now, cb); }, token);
 }
 
 template <class Token>

@@ -73,7 +73,9 @@ TEST(Http2Server, TrailersOnlyAnswerEndsOnItsHeaders) {
   EXPECT_TRUE(r->trailers.empty());
 }
 
-TEST(Http2Server, RequestBodyOverLimitIsAnswered413WithoutTheHandler) {
+// A gRPC call over the limit gets RESOURCE_EXHAUSTED (issue 29, defect 13: a bare 413 reads
+// as UNKNOWN to a gRPC client); any other request the bare 413.
+TEST(Http2Server, RequestBodyOverLimitIsRefusedWithoutTheHandler) {
   net::io_context ioc;
   slow_state st;
   h2::server_limits limits;
@@ -82,6 +84,25 @@ TEST(Http2Server, RequestBodyOverLimitIsAnswered413WithoutTheHandler) {
   s.start();
   h2::exchange_result r = h2::failure{};
   run(ioc, one_call(s, grpc_request("/svc/M", std::string(5000, 'b')), &r), &s);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(*r->find(":status"), "200");
+  ASSERT_TRUE(r->find("grpc-status"));
+  EXPECT_EQ(*r->find("grpc-status"), "8");
+  EXPECT_EQ(*r->find("rebound-error"), "bad_request");
+  EXPECT_EQ(st.calls, 0);
+}
+
+TEST(Http2Server, NonGrpcRequestBodyOverLimitIsAnswered413WithoutTheHandler) {
+  net::io_context ioc;
+  slow_state st;
+  h2::server_limits limits;
+  limits.max_request_body = 100;
+  test_server s(ioc, [&st](h2::message m) { return slow(&st, std::move(m)); }, limits);
+  s.start();
+  auto plain = grpc_request("/upload", std::string(5000, 'b'));
+  std::erase_if(plain.head, [](const h2::field& f) { return f.name == "content-type"; });
+  h2::exchange_result r = h2::failure{};
+  run(ioc, one_call(s, plain, &r), &s);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(*r->find(":status"), "413");
   EXPECT_EQ(st.calls, 0);

@@ -245,7 +245,7 @@ TEST(PostgresStore, DeadLettersAreReplayedListedAndDeleted) {
   EXPECT_TRUE(deleted);
   EXPECT_FALSE(get(*s, "d2"));
   EXPECT_EQ(pg.query("SELECT count(*) FROM attempt_logs WHERE task_id = 'd2'"), "0") << "its attempts went with it";
-  auto [ce, cancelled] = wait_for<bool>([&](auto cb) { s->submit_cancel("d1", cb); });
+  auto [ce, cancelled] = wait_for<bool>([&](auto cb) { s->submit_cancel("d1", t0, cb); });
   EXPECT_TRUE(cancelled);
   EXPECT_EQ(count(*s, task_status::cancelled), 1u);
 }

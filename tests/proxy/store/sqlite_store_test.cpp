@@ -214,11 +214,11 @@ TEST(Store, OnlyAPendingTaskCanBeCancelled) {
   ASSERT_TRUE(accept(s, make_task("c2")));
   ASSERT_EQ(claim(s, "w1", t0).size(), 2u);
   ASSERT_TRUE(finish(s, "w1", attempt_log{"c1", 1, t0, 503, "", 1ms}, task_status::pending, t0 + 1s));
-  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c1", cb); });
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c1", t0, cb); });
   EXPECT_TRUE(ok);
   EXPECT_EQ(get(s, "c1")->status, task_status::cancelled);
   EXPECT_TRUE(claim(s, "w1", t0 + 2s).empty()) << "a cancelled task is never delivered";
-  auto [e2, in_flight] = wait_for<bool>([&](auto cb) { s.submit_cancel("c2", cb); });
+  auto [e2, in_flight] = wait_for<bool>([&](auto cb) { s.submit_cancel("c2", t0, cb); });
   EXPECT_FALSE(in_flight) << "a task in flight cannot be cancelled";
 }
 
@@ -326,7 +326,7 @@ TEST(Store, CountsByStatusFollowEveryMoveAndAreRecountedAtOpen) {
     ASSERT_TRUE(finish(s, "w1", attempt_log{"c", 1, t0, 503, "", 1ms}, task_status::pending, t0 + 1s));
     EXPECT_FALSE(finish(s, "other", attempt_log{"d", 1, t0, 200, "", 1ms}, task_status::succeeded, t0))
         << "a refused call moves nothing";
-    auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c", cb); });
+    auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("c", t0, cb); });
     ASSERT_TRUE(ok);
     EXPECT_EQ(count(s, task_status::succeeded), 1u);
     EXPECT_EQ(count(s, task_status::dead_lettered), 1u);
@@ -531,4 +531,19 @@ TEST(Store, R6_PastMaxSizeANewKeyIsRefusedButAKnownOneIsStillAnswered) {
   ASSERT_TRUE(e);
   EXPECT_TRUE(e->full);
   EXPECT_EQ(claim_key(s, "known", "h", t0).state, key_state::in_flight) << "a held key is still found";
+}
+
+// Issue 29, defect 16: a task cancelled while a retry was pending kept that retry's time as
+// its end, so it outlived store.retention by up to the retry's wait (4 h on a webhook route).
+TEST(Store, ACancelledTaskIsPurgedARetentionAfterItsCancelNotItsPendingRetry) {
+  temp_db db;
+  sqlite_store s(db.path());
+  ASSERT_TRUE(accept(s, make_task("later", t0 + 4h)));
+  auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_cancel("later", t0, cb); });
+  ASSERT_FALSE(e);
+  ASSERT_TRUE(ok);
+  auto [pe, purged] = wait_for<std::uint64_t>([&](auto cb) { s.submit_purge(t0 + 1h, 100, cb); });
+  ASSERT_FALSE(pe);
+  EXPECT_EQ(purged, 1u) << "a retention of 1 h after the cancel at t0";
+  EXPECT_FALSE(get(s, "later"));
 }
