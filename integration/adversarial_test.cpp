@@ -31,15 +31,6 @@ long ms_since(Clock::time_point start) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-// The descriptor numbers a process has open, from /proc/<pid>/fd.
-std::set<int> open_fds(pid_t pid) {
-  std::set<int> fds;
-  std::error_code ec;
-  for (auto const& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
-    fds.insert(std::stoi(e.path().filename().string()));
-  return fds;
-}
-
 // Polls (bounded) until `done` holds; true if it did.
 template <class Done>
 bool eventually(Done done, std::chrono::milliseconds timeout = 10s) {

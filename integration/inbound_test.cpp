@@ -413,6 +413,57 @@ TEST(Inbound, R6_AnAnswerTooLargeToPinStreamsAndItsKeyStillRefusesADuplicate) {
   EXPECT_EQ(app.request_count("/refunds"), 1u) << "the app ran it once";
 }
 
+// Issue 29, defect 12: a keyless upload over inbound.max_body on a route where a key is not
+// required got 413, though such a request goes to the app as it is. It is now streamed
+// through like any proxied request, whatever its size, and counted as unkeyed.
+TEST(Inbound, AKeylessUploadWhereNoKeyIsRequiredIsStreamedToTheAppWhateverItsSize) {
+  ScriptedUpstream app;
+  app.on("/uploads", respond(201));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, "    - match: {path_prefix: /uploads}\n      idempotency: {require: false}\n"));
+  auto const port = inbound_port(rb);
+  HttpClient c(port, 30s);
+  std::string const big(3u << 20, 'u');  // inbound.max_body is 1 MiB
+  auto const r = c.request("POST", "/uploads", {{"Content-Type", "application/octet-stream"}}, big);
+  EXPECT_EQ(r.status, 201u) << r.body;
+  ASSERT_EQ(app.request_count("/uploads"), 1u);
+  EXPECT_EQ(app.requests().back().body.size(), big.size()) << "the app got the whole body";
+  // A keyed one is held for its fingerprint, so inbound.max_body holds: refused on its head
+  // (the head alone is sent: the refusal closes the connection while a body would be on its way).
+  RawConnection keyed(port);
+  ASSERT_TRUE(keyed.send("POST /uploads HTTP/1.1\r\nHost: app\r\nIdempotency-Key: up-1\r\nContent-Length: " +
+                         std::to_string(big.size()) + "\r\n\r\n"));
+  auto const refused = keyed.read_response(5s);
+  ASSERT_TRUE(refused) << keyed.last_error();
+  EXPECT_EQ(refused->status, 413u);
+  auto const text = HttpClient(rb.admin_port()).get("/metrics").body;
+  EXPECT_NE(text.find("idempotent_requests_total{dependency=\"inbound\",outcome=\"unkeyed\""), std::string::npos)
+      << text;
+}
+
+// Issue 29, defect 12: a keyed request never takes a pooled app connection (were it dead,
+// whether the app took the request would be unknown), yet its connection was pooled after,
+// where nothing took it: 2,000 sequential keyed POSTs left 1,041 idle app connections.
+TEST(Inbound, KeyedRequestsLeaveNoIdleAppConnectionsBehind) {
+  ScriptedUpstream app;
+  app.on("/refunds", created(R"({"id":"rf_1"})"));
+  store_dir store;
+  ReboundProcess rb(in_front_of(app, store, refunds));
+  auto const port = inbound_port(rb);
+  auto const before = open_fds(rb.pid()).size();
+  HttpClient c(port);
+  for (int i = 0; i < 60; ++i) {
+    auto const r = c.request("POST", "/refunds",
+                             {{"Content-Type", "application/json"}, {"Authorization", "Bearer alice"},
+                              {"Idempotency-Key", "pool-" + std::to_string(i)}},
+                             "{}");
+    ASSERT_EQ(r.status, 201u) << i << ": " << r.body;
+  }
+  EXPECT_EQ(app.request_count("/refunds"), 60u);
+  auto const after = open_fds(rb.pid()).size();
+  EXPECT_LE(after, before + 3) << "descriptors: " << before << " before, " << after << " after 60 keyed requests";
+}
+
 TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
   ScriptedUpstream app;
   app.on("/refunds", created(std::string(8u << 20, 'r')));

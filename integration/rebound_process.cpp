@@ -74,6 +74,14 @@ std::size_t rss_kib(pid_t pid, bool peak) {
   return 0;
 }
 
+std::set<int> open_fds(pid_t pid) {
+  std::set<int> fds;
+  std::error_code ec;
+  for (auto const& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
+    fds.insert(std::stoi(e.path().filename().string()));
+  return fds;
+}
+
 std::string make_temp_dir() {
   const char* base = std::getenv("TMPDIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/rebound-it-XXXXXX";

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ std::string make_temp_dir();
 // VmRSS of a process in KiB, from /proc/<pid>/status (with `peak`, VmHWM: the most it ever
 // held); 0 if it cannot be read.
 std::size_t rss_kib(pid_t pid, bool peak = false);
+// The descriptor numbers a process has open, from /proc/<pid>/fd.
+std::set<int> open_fds(pid_t pid);
 // ThreadSanitizer keeps ~4 bytes of shadow for every byte the process touches, and RSS counts
 // them: a memory bound a test asserts is scaled by this in that build.
 #if defined(__SANITIZE_THREAD__)

@@ -311,11 +311,13 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       auto const& req = parser.get();
       std::string_view const method(req.method_string().data(), req.method_string().size());
       auto const* ir = cfg.inbound.route_for(method, loggable_path(v.target.origin_form));
-      if (ir && inbound::gate_applies(*ir, parser)) {
+      auto const use = ir ? inbound::gate_for(*ir, parser) : inbound::gate_use::none;
+      if (use == inbound::gate_use::gate) {
         auto& target = v.target;
         if (!co_await inbound::answer_through_gate(ctx, client, buffer, parser, target, v.dependency, *ir)) break;
         continue;
       }
+      if (use == inbound::gate_use::unkeyed) v.dependency.guard->idempotent("unkeyed");
     }
     if (!co_await forward(ctx, guard, client, buffer, parser, t, v.dependency)) break;
   }

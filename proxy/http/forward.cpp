@@ -83,7 +83,7 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
                          "response body cut short: " + rr.read_error.message());
     co_return false;
   }
-  if (upstream_keep_alive && ex.buffer.size() == 0) {
+  if (upstream_keep_alive && ex.buffer.size() == 0 && !key.empty()) {
     ex.stream->expires_never();
     ctx.pool->put(key, std::move(*ex.stream));
   }

@@ -70,7 +70,8 @@ net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milli
 /** Streams an exchange's response (its head read, its body not) to the client, then pools the
     upstream connection when the exchange ended cleanly; returns whether the client
     connection may carry another request. `facts` name the request in the log of a body cut
-    short; `attempts` and `gave_up` go in Rebound-Attempts and Rebound-Retried. */
+    short; `attempts` and `gave_up` go in Rebound-Attempts and Rebound-Retried. An empty `key`:
+    the connection is closed rather than pooled (one that is never taken from the pool). */
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const retry::request_facts& facts, bool is_head, unsigned client_version,
                                           bool keep, unsigned attempts, bool gave_up, const std::string& key);

@@ -17,9 +17,13 @@ class metrics;
 
 namespace rebound::inbound {
 
-/// Whether the gate handles this request: its route keeps keys for its method, or has
-/// `dedupe` and the request carries an event id. Any other request is forwarded as it is.
-bool gate_applies(const config::inbound_route& route, const http::request_parser& parser);
+/** What the gate does with a request. `gate`: its route keeps keys for its method and it
+    carries one (or must), or it carries the route's event id: answer_through_gate. `unkeyed`:
+    a keyed route where a key is not required, and the request has none: forwarded as it is,
+    streamed like any proxied request (its body is not held, whatever its size), and counted.
+    `none`: not the gate's. */
+enum class gate_use { none, unkeyed, gate };
+gate_use gate_for(const config::inbound_route& route, const http::request_parser& parser);
 
 /** Answers the request through the gate: refused (400 key missing or malformed, 409 in
     flight, 422/409 payload mismatch), replayed from the store, or forwarded to the app once
