@@ -25,6 +25,8 @@
 #   SOAK_BUILD=yes           yes: build with scripts/build if REBOUND_BIN does not exist
 #   REBOUND_BIN=build/rebound
 #   SOAK_KEEP=0              1: keep the temp dir (config, logs, samples) even on success
+#   SOAK_SIDE=auto           gRPC calls (some cancelled) and inbound keyed POSTs beside the load
+#                            (bench/soak_side.sh): auto = when Debian's python3-grpcio is there
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,6 +58,11 @@ FD_SLACK=${SOAK_FD_SLACK:-4}
 SEED=${SOAK_SEED:-$((RANDOM * 32768 + RANDOM))}
 BUILD=${SOAK_BUILD:-yes}
 KEEP=${SOAK_KEEP:-0}
+SIDE=${SOAK_SIDE:-auto}
+if [[ $SIDE == auto ]]; then
+  SIDE=no
+  /usr/bin/python3 -c 'import grpc' 2>/dev/null && SIDE=yes
+fi
 REBOUND_BIN=${REBOUND_BIN:-$root/build/rebound}
 
 for v in DURATION INTERVAL SETTLE RATE CLIENTS WORKERS UPSTREAM_IDLE RSS_PCT RSS_SLACK_MIB FD_SLACK SEED; do
@@ -166,6 +173,33 @@ done
 UP_PORT=$(<"$tmp/upstream.port")
 wait_port upstream "$UP_PORT"
 
+side_yaml=
+if [[ $SIDE == yes ]]; then
+  /usr/bin/python3 "$root/integration/grpc_peer.py" server "$tmp/grpc.port" >"$tmp/grpc.log" 2>&1 &
+  pids[grpc]=$!
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $tmp/grpc.port ]] && break
+    sleep 0.1
+  done
+  [[ -s $tmp/grpc.port ]] || die "the gRPC peer did not start: $(tail -n 5 "$tmp/grpc.log")"
+  GRPC_PORT=$(<"$tmp/grpc.port")
+  INBOUND_PORT=$(free_port)
+  side_yaml="  soak-grpc:
+    hosts: [grpc.soak]
+    origin: http://127.0.0.1:$GRPC_PORT
+    context: grpc
+    routes:
+      - match: {path_prefix: /test.Peer/Count}
+        grpc_streaming: true
+store: {path: $tmp/soak.db}
+inbound:
+  listen: 127.0.0.1:$INBOUND_PORT
+  app: 127.0.0.1:$UP_PORT
+  routes:
+    - match: {path_prefix: /upload/keyed}
+      idempotency: {require: true}"
+fi
+
 PROXY_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
 cat >"$tmp/rebound.yaml" <<EOF
@@ -193,6 +227,7 @@ dependencies:
         attempt_timeout: 10s
       - match: {path_prefix: /backoff}                    # always 503: clients leave during the wait
         backoff: {base: 500ms, cap: 2s, jitter: decorrelated}
+$side_yaml
 EOF
 "$tmp/rebound-under-test" check "$tmp/rebound.yaml" >"$tmp/check.out" 2>&1 ||
   die "rebound check refused the soak config: $(cat "$tmp/check.out")"
@@ -228,6 +263,11 @@ for ((c = 0; c < CLIENTS; c++)); do
   pids[load-$c]=$!
 done
 
+if [[ $SIDE == yes ]]; then
+  "$here/soak_side.sh" "$PROXY_PORT" "$INBOUND_PORT" $(($(date +%s) + DURATION)) "$tmp/side.txt" >"$tmp/side.log" 2>&1 &
+  pids[side]=$!
+fi
+
 clients_running() {
   local c
   for ((c = 0; c < CLIENTS; c++)); do
@@ -260,6 +300,8 @@ for ((c = 0; c < CLIENTS; c++)); do
     [[ -s $tmp/load-$c.json ]] || die "load generator $c wrote no result: $(tail -n 5 "$tmp/load-$c.log")"
   fi
 done
+# The side loads end at DURATION too, after the batch in hand.
+[[ $SIDE == yes ]] && stop_proc side 30
 load_end=$(awk -v s="$load_start" -v now="$EPOCHREALTIME" 'BEGIN {printf "%d", now - s + 0.999}')
 
 if [[ -z $death ]]; then
@@ -306,6 +348,7 @@ if [[ -n ${pids[rebound]:-} ]]; then
   fi
 fi
 stop_proc upstream 5
+[[ $SIDE == yes ]] && stop_proc grpc 5
 
 # Log events: count per event name, keep the first lines of anything that means a bug.
 python3 - "$tmp/rebound.log" "$tmp/log-events.tsv" "$tmp/log-bad-lines.txt" <<'EOF'
@@ -366,6 +409,16 @@ build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build_dir/CMakeCache.txt"
 
 report_rc=0
 python3 "$here/soak.py" report "$tmp" || report_rc=$?
+if [[ $SIDE == yes && -s $tmp/side.txt ]]; then
+  echo
+  echo "### Side loads (bench/soak_side.sh): batches by outcome"
+  echo
+  echo "gRPC codes as grpcio saw them (cancelled calls end CANCELLED, code 1); inbound HTTP statuses."
+  echo
+  echo '| batches | kind and outcome |'
+  echo '|---:|---|'
+  sort "$tmp/side.txt" | uniq -c | sort -rn | awk '{printf "| %s | `%s %s` |\n", $1, $2, $3}'
+fi
 if ((report_rc == 0)); then
   status=0
 else
