@@ -255,6 +255,11 @@ struct inbound_settings {
       with the same key, is one payout). At least `attempt_timeout`; unset: 60s or
       `attempt_timeout`, whichever is longer. */
   duration claim_lease{0};
+  /** Whose keys they are (`scope: principal`): a hash of this field's value. Authorization by
+      default; a caller without it shares one key space with every other such caller, so where
+      callers are told apart by something else (a cookie session, an auth gateway's X-User-Id),
+      name that field here. */
+  std::string principal_header = "Authorization";
   const inbound_route* route_for(std::string_view method, std::string_view path) const;
   bool needs_store() const;
 };

@@ -243,6 +243,7 @@ std::string effective_config_json(const config& cfg) {
       o.string("app", endpoint_text(in.app));
       o.string("attempt_timeout", format_duration(in.forward.attempt_timeout));
       o.string("claim_lease", format_duration(in.claim_lease));
+      o.string("principal_header", in.principal_header);
       o.string("max_body", format_size(in.max_body));
       auto& out = o.nested("routes");
       out += '[';

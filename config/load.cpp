@@ -168,7 +168,8 @@ class reader : public yaml_reader {
 
   void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in) {
     if (!expect_map(n, path)) return;
-    check_keys(n, path, {"listen", "app", "attempt_timeout", "claim_lease", "max_body", "routes"});
+    check_keys(n, path, {"listen", "app", "attempt_timeout", "claim_lease", "max_body", "principal_header", "routes"});
+    typed(n, "principal_header", path, in.principal_header, parse_header_name);
     in.configured = true;
     for (auto const* key : {"listen", "app"})
       if (!n[key])
@@ -236,13 +237,8 @@ class reader : public yaml_reader {
       if (auto d = body["dedupe"]; d && expect_map(d, join(ipath, "dedupe"))) {
         auto const p2 = join(ipath, "dedupe");
         check_keys(d, p2, {"header", "ttl"});
-        if (auto h = d["header"]) {
-          if (auto v = scalar(h, join(p2, "header"))) {
-            if (v->empty() || v->find_first_of(" \t:\r\n") != std::string::npos)
-              error(h, join(p2, "header"), "invalid header name");
-            else
-              r.dedupe.header = *v;
-          }
+        if (d["header"]) {
+          typed(d, "header", p2, r.dedupe.header, parse_header_name);
         } else {
           error(d, join(p2, "header"), "required: the field that carries the event id (X-Event-ID, webhook-id)");
         }
@@ -395,14 +391,7 @@ class reader : public yaml_reader {
       auto const ipath = join(path, "idempotency");
       if (expect_map(i, ipath)) {
         check_keys(i, ipath, {"header", "inject"});
-        if (auto h = i["header"]) {
-          if (auto v = scalar(h, join(ipath, "header"))) {
-            if (v->empty() || v->find_first_of(" \t:\r\n") != std::string::npos)
-              error(h, join(ipath, "header"), "invalid header name");
-            else
-              l.idempotency_header = *v;
-          }
-        }
+        typed(i, "header", ipath, l.idempotency_header, parse_header_name);
         optional_typed(i, "inject", ipath, l.inject, parse_bool);
       }
     }

@@ -175,6 +175,16 @@ parsed<bool> parse_bool(std::string_view s) {
   return parsed<bool>::fail("invalid value " + quoted(s) + " (expected true or false)");
 }
 
+parsed<std::string> parse_header_name(std::string_view s) {
+  auto const tchar = [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+  };
+  if (s.empty() || !std::all_of(s.begin(), s.end(), tchar))
+    return parsed<std::string>::fail("invalid header name " + quoted(s) +
+                                     " (a field name: letters, digits and !#$%&'*+-.^_`|~)");
+  return parsed<std::string>::ok(std::string(s));
+}
+
 parsed<origin_url> parse_origin(std::string_view text) {
   auto const accepted = " (expected http://host[:port] or https://host[:port], e.g. https://payments.example.com)";
   auto u = split_http_url(text, "origin", accepted);

@@ -25,6 +25,9 @@ parsed<duration> parse_duration(std::string_view text);
 /// `true` or `false`.
 parsed<bool> parse_bool(std::string_view text);
 
+/// An HTTP field name (RFC 9110 5.1: a token), e.g. `X-Event-ID`.
+parsed<std::string> parse_header_name(std::string_view text);
+
 /// `512KiB`, `1MiB`, `2GiB`, `100B` or a plain number of bytes.
 parsed<std::uint64_t> parse_size(std::string_view text);
 

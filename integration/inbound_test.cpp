@@ -98,6 +98,14 @@ TEST(Inbound, R6_AMissingOrMalformedKeyIs400WhereOneIsRequired) {
   auto const none = post_refund(port, "", "{}");
   EXPECT_EQ(none.status, 400u);
   EXPECT_NE(none.body.find("idempotency.key_missing"), std::string::npos) << none.body;
+  // Issue 29, defect 12: the gate's answers had a shape of their own; they have every rebound
+  // error's (SPEC 6): Rebound-Attempts, and the dependency and attempts in the body.
+  EXPECT_EQ(none.header("Rebound-Error").value_or(""), "idempotency.key_missing");
+  EXPECT_EQ(none.header("Rebound-Attempts").value_or(""), "0");
+  auto const j = parse_json(none.body);
+  ASSERT_TRUE(j && j->get("error")) << none.body;
+  EXPECT_EQ(j->get("error")->get("dependency") ? j->get("error")->get("dependency")->s : "<none>", "inbound");
+  EXPECT_EQ(j->get("error")->get("attempts") ? j->get("error")->get("attempts")->n : -1, 0);
   EXPECT_EQ(post_refund(port, std::string(65, 'k'), "{}").status, 400u) << "keys are at most 64 characters";
   EXPECT_EQ(post_refund(port, "a,b", "{}").status, 400u) << "a comma means two keys folded into one field";
   EXPECT_EQ(app.request_count(), 0u);
@@ -114,6 +122,28 @@ TEST(Inbound, R6_KeysAreTheCallersOwn) {
   ASSERT_EQ(post_refund(port, "shared-key", "{}", "Bearer alice").status, 201u);
   auto const bob = post_refund(port, "shared-key", "{}", "Bearer bob");
   EXPECT_EQ(bob.header("Idempotency-Status").value_or(""), "stored") << "bob's key is not alice's";
+  EXPECT_EQ(app.request_count("/refunds"), 2u);
+}
+
+// Issue 29, defect 12: callers told apart by something other than Authorization (a cookie
+// session behind a login page, an auth gateway's X-User-Id) shared one key space, so one
+// replayed another's answer, Set-Cookie included. inbound.principal_header names the field.
+TEST(Inbound, R6_AConfiguredPrincipalHeaderKeepsCallersWithoutAuthorizationApart) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{}"));
+  store_dir store;
+  auto options = in_front_of(app, store, refunds);
+  options.extra += "  principal_header: X-User-Id\n";
+  ReboundProcess rb(options);
+  auto const port = inbound_port(rb);
+  auto const as = [&](const std::string& user) {
+    HttpClient c(port);
+    return c.request("POST", "/refunds",
+                     {{"Content-Type", "application/json"}, {"X-User-Id", user}, {"Idempotency-Key", "cart-1"}}, "{}");
+  };
+  ASSERT_EQ(as("u-1").status, 201u);
+  EXPECT_EQ(as("u-2").header("Idempotency-Status").value_or(""), "stored") << "u-2's key is not u-1's";
+  EXPECT_EQ(as("u-1").header("Idempotency-Status").value_or(""), "replayed");
   EXPECT_EQ(app.request_count("/refunds"), 2u);
 }
 

@@ -7,9 +7,11 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bool keep_alive) {
+namespace {
+
+bhttp::response<bhttp::string_body> build(std::string_view type, const error_reply& e, bool overloaded,
+                                          bool keep_alive) {
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(e.status), 11};
-  auto const type = to_string(e.type);
   res.set(bhttp::field::content_type, "application/json");
   res.set("Rebound-Error", type);
   res.set(bhttp::field::via, "1.1 rebound");
@@ -17,7 +19,7 @@ bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bo
   res.set("Rebound-Attempts", std::to_string(e.attempts));
   if (e.retry_after_s > 0) res.set(bhttp::field::retry_after, std::to_string(e.retry_after_s));
   if (e.gave_up) res.set(retry::retried_header, retry::retried_exhausted);
-  if (e.status == 503 && retry::answers_overloaded(e.type)) res.set(retry::overloaded_header, "1");
+  if (overloaded) res.set(retry::overloaded_header, "1");
   std::string body = "{\"error\":{\"type\":";
   observe::append_json_string(body, type);
   body += ",\"message\":";
@@ -29,6 +31,17 @@ bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bo
   res.keep_alive(keep_alive);
   res.prepare_payload();
   return res;
+}
+
+}  // namespace
+
+bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bool keep_alive) {
+  return build(to_string(e.type), e, e.status == 503 && retry::answers_overloaded(e.type), keep_alive);
+}
+
+bhttp::response<bhttp::string_body> make_error_response(std::string_view type, const error_reply& e,
+                                                        bool keep_alive) {
+  return build(type, e, false, keep_alive);
 }
 
 }  // namespace rebound::http

@@ -33,4 +33,12 @@ struct error_reply {
 boost::beast::http::response<boost::beast::http::string_body> make_error_response(const error_reply& e,
                                                                                   bool keep_alive);
 
+/** The same answer for an error type SPEC 6 does not list in error_type: the inbound gate's
+    `idempotency.*` types (R-6). `e.type` is not read; everything else is, so every answer of
+    rebound's own has one shape: Rebound-Error, Rebound-Attempts, Via, and the JSON body with
+    type, message, dependency and attempts. */
+boost::beast::http::response<boost::beast::http::string_body> make_error_response(std::string_view type,
+                                                                                  const error_reply& e,
+                                                                                  bool keep_alive);
+
 }  // namespace rebound::http

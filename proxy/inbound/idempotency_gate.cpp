@@ -4,7 +4,6 @@
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
-#include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -44,27 +43,22 @@ std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req)
   return std::string(v);
 }
 
-/// Who is asking: a hash of its credential, never the credential (keys are the caller's own).
-std::string principal_of(const bhttp::request<bhttp::buffer_body>& req) {
-  auto const auth = req[bhttp::field::authorization];
-  return auth.empty() ? std::string("anonymous") : sha256_hex(auth).substr(0, 32);
+/// Who is asking: a hash of the field that names the caller (inbound.principal_header,
+/// Authorization by default), never its value (keys are the caller's own).
+std::string principal_of(const bhttp::request<bhttp::buffer_body>& req, const std::string& field) {
+  auto const who = req[field];
+  return who.empty() ? std::string("anonymous") : sha256_hex(who).substr(0, 32);
 }
 
 /// seed 004's error codes in SPEC 6's shape.
+/// The gate's own refusals, in the shape of every rebound error (http::make_error_response):
+/// no attempt went to the app.
 bhttp::response<bhttp::string_body> gate_error(unsigned status, std::string_view type, std::string_view message,
-                                               unsigned version, bool keep_alive) {
-  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), version};
-  std::string body = "{\"error\":{\"type\":";
-  observe::append_json_string(body, type);
-  body += ",\"message\":";
-  observe::append_json_string(body, message);
-  body += "}}\n";
-  res.set(bhttp::field::content_type, "application/json");
+                                               const std::string& dependency, unsigned version, bool keep_alive) {
+  http::error_reply const e{status, {}, std::string(message), dependency, 0};
+  auto res = http::make_error_response(type, e, keep_alive);
+  res.version(version);
   res.set(bhttp::field::cache_control, "no-store");
-  res.set("Rebound-Error", type);
-  res.body() = std::move(body);
-  res.keep_alive(keep_alive);
-  res.prepare_payload();
   return res;
 }
 
@@ -292,7 +286,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     guard.idempotent(outcome);
     guard.answered(status);
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
-    auto res = gate_error(status, type, message, version, keep && parser.is_done());
+    auto res = gate_error(status, type, message, route.name, version, keep && parser.is_done());
     if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
     if (type == "store_full") res.set(bhttp::field::retry_after, std::to_string(store::full_retry_after_s));
     co_return co_await send(client, res, idle);
@@ -318,7 +312,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     }
     key = std::move(*k);
     if (!key.empty())
-      scope = "key\n" + (ir.idempotency.scope_principal ? principal_of(req) : std::string("*")) + "\n" +
+      scope = "key\n" + (ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*")) + "\n" +
               ir.match.path_prefix + "\n" + key;
   }
   bool const event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;

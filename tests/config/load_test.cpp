@@ -271,6 +271,14 @@ TEST(Load, StoreMaxSizeIsOneGibByDefaultZeroForNoBoundAndAtLeastOneMib) {
   EXPECT_EQ(errors_of("store: {path: /tmp/x.db, max_size: lots}\n").at(0).path, "store.max_size");
 }
 
+TEST(Load, InboundPrincipalHeaderIsAuthorizationByDefaultAndMustBeAFieldName) {
+  std::string const base = "store: {path: /tmp/x.db}\ninbound:\n  listen: 127.0.0.1:0\n  app: 127.0.0.1:3000\n";
+  EXPECT_EQ(load_config_text(base, "t.yaml").inbound.principal_header, "Authorization");
+  EXPECT_EQ(load_config_text(base + "  principal_header: X-User-Id\n", "t.yaml").inbound.principal_header, "X-User-Id");
+  EXPECT_EQ(errors_of(base + "  principal_header: \"X User\"\n").at(0).path, "inbound.principal_header");
+  EXPECT_EQ(errors_of(base + "  principal_header: \"X-User:\"\n").at(0).path, "inbound.principal_header");
+}
+
 TEST(Load, R9_APasswordInTheDsnIsRefused) {
   auto const d = errors_of("store: {type: postgres, dsn: \"host=db user=r password=hunter2\"}\n");
   ASSERT_EQ(d.size(), 1u);
