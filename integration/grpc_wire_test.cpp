@@ -86,7 +86,19 @@ TEST(GrpcWire, R5_MalformedPushbackIsNotRetried) {
   auto r = grpc_call(rebound.port(), "peer.test", "/peer.Svc/Pushback", {"--meta", "x-pushback=-1"});
   EXPECT_EQ(r.code, 14) << r.raw;
   EXPECT_EQ(r.details, "pushed back") << "the server's own answer reaches the client";
+  EXPECT_EQ(r.trailing["grpc-retry-pushback-ms"], "-1") << "a well-formed one goes on as sent: " << r.raw;
   EXPECT_TRUE(rebound.wait_for_log("pushback_refused")) << rebound.stdout_text();
+  EXPECT_EQ(wire_seen(rebound.port(), "/peer.Svc/Pushback"), "1") << "no retry was sent";
+}
+
+// Issue 29, defect 13: a malformed pushback went on to the client unchanged, for its library
+// to parse its own way. A6 reads it as "do not retry", as rebound did: the client gets -1.
+TEST(GrpcWire, R5_AMalformedPushbackReachesTheClientAsMinusOne) {
+  H2Peer peer;
+  ReboundProcess rebound(h2_peer_options(peer));
+  auto r = grpc_call(rebound.port(), "peer.test", "/peer.Svc/Pushback", {"--meta", "x-pushback=soon"});
+  EXPECT_EQ(r.code, 14) << r.raw;
+  EXPECT_EQ(r.trailing["grpc-retry-pushback-ms"], "-1") << r.raw;
   EXPECT_EQ(wire_seen(rebound.port(), "/peer.Svc/Pushback"), "1") << "no retry was sent";
 }
 

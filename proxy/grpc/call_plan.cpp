@@ -9,6 +9,7 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
+#include "proxy/retry/retry_after.hpp"
 #include "proxy/retry/layers.hpp"
 
 #include <algorithm>
@@ -201,6 +202,16 @@ void summarize(const h2::fields& head, const h2::fields& trailers, retry::attemp
   };
   s.below = retry::read_layer_signal(
       {field("rebound-retried"), field("rebound-attempts"), field("rebound-error"), field("rebound-overloaded")});
+}
+
+void keep_pushback_well_formed(h2::fields& fields) {
+  auto const negative = [](std::string_view v) {
+    return v.size() > 1 && v.front() == '-' &&
+           std::all_of(v.begin() + 1, v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  for (auto& f : fields)
+    if (f.name == "grpc-retry-pushback-ms" && !negative(f.value) && !retry::parse_grpc_pushback(f.value))
+      f.value = "-1";
 }
 
 void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& result,

@@ -72,6 +72,12 @@ connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::cr
 void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& result,
                              std::optional<retry::error_type> failure = std::nullopt);
 
+/** A `grpc-retry-pushback-ms` the upstream sent malformed goes on to the client as `-1`.
+    gRFC A6 reads a malformed pushback as "do not retry", and so did rebound (R-5,
+    pushback_refused): the client gets that decision in the form A6 gives it, not bytes its
+    own library may parse another way. A well-formed one goes on unchanged. */
+void keep_pushback_well_formed(h2::fields& fields);
+
 /// An HTTP/2 failure as R-4 classifies it.
 upstream::attempt_failure failure_of(const h2::failure& f);
 

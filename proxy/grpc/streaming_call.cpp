@@ -117,6 +117,7 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   }
   auto head = std::move(attempt.answer_head);
   say_what_this_layer_did(head, result);
+  keep_pushback_well_formed(head);  // a trailers-only answer; a stream's own trailers go on as sent
   if (attempt.trailers_only()) {
     guard.answered(counted_status(head, {}));
     call.body->abandon();

@@ -70,6 +70,8 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   if (result.failure || !attempt.last) co_return failed_answer(ctx, plan, result);
   auto answer = std::move(*attempt.last);
   say_what_this_layer_did(answer.head, result);
+  keep_pushback_well_formed(answer.head);  // a trailers-only answer
+  keep_pushback_well_formed(answer.trailers);
   guard.answered(counted_status(answer.head, answer.trailers));
   co_return answer;
 }
