@@ -3,9 +3,11 @@
 #include <libpq-fe.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,33 +73,79 @@ std::string as_server_user(const std::string& command) {
   return running_as_root() ? "runuser -u nobody -- " + command : command;
 }
 
+/// The server's own directories (data, sockets, logs) live here. As root the server runs as
+/// nobody, who must reach them: /tmp, not a $TMPDIR that may sit under root's home.
+std::filesystem::path scratch_base() {
+  return running_as_root() ? std::filesystem::path("/tmp") : std::filesystem::temp_directory_path();
+}
+
+void hand_to_server_user(const std::string& path) {
+  if (!running_as_root()) return;
+  passwd const* nobody = ::getpwnam("nobody");
+  if (!nobody) throw std::runtime_error("no user nobody to run PostgreSQL as");
+  if (::chown(path.c_str(), nobody->pw_uid, nobody->pw_gid) != 0) throw std::runtime_error("chown " + path + " failed");
+}
+
+std::string new_scratch_dir(const std::string& stem) {
+  std::string tmpl = (scratch_base() / (stem + "-XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+/// initdb takes seconds; copying a cluster takes a fraction of one. So initdb runs once per
+/// machine, user and server version, into a template cluster (made under a lock, published by a
+/// rename, so parallel tests and interrupted runs never see half of one), and every server
+/// starts from a copy of it: each test still has its own server to stop, crash or fill.
+std::string template_cluster(const std::string& bin) {
+  auto const version = std::filesystem::path(bin).parent_path().filename().string();  // the major
+  auto const name = "rebound-pg-template-v1-" + version + "-" + std::to_string(::geteuid());
+  auto const ready = scratch_base() / name;
+  if (std::filesystem::exists(ready / "ready")) return ready.string();
+  auto const lock_path = (scratch_base() / (name + ".lock")).string();
+  int const lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + lock_path);
+  struct unlock {
+    int fd;
+    ~unlock() { ::close(fd); }
+  } const unlock_at_exit{lock};
+  if (std::filesystem::exists(ready / "ready")) return ready.string();
+  auto const staging = new_scratch_dir(name + "-staging");
+  std::random_device rd;
+  {
+    std::ofstream pw(staging + "/password");
+    pw << "pg-" << rd() << "-" << rd() << "\n";  // as an editor leaves it: the store trims the line end
+  }
+  hand_to_server_user(staging);
+  hand_to_server_user(staging + "/password");
+  std::string const init = as_server_user(quoted(bin + "/initdb") + " -D " + quoted(staging + "/data") +
+                                          " -U rebound --pwfile=" + quoted(staging + "/password") +
+                                          " -A scram-sha-256 -N --no-instructions -E UTF8 --locale=C > " +
+                                          quoted(staging + "/initdb.log") + " 2>&1");
+  if (std::system(init.c_str()) != 0) {
+    auto const log = read_all(staging + "/initdb.log");
+    std::error_code ignored;
+    std::filesystem::remove_all(staging, ignored);
+    throw std::runtime_error("initdb failed: " + log);
+  }
+  std::ofstream(staging + "/ready") << "initdb done\n";
+  std::error_code ignored;
+  std::filesystem::remove_all(ready, ignored);  // without its marker it was never finished: not to be trusted
+  std::filesystem::rename(staging, ready);
+  return ready.string();
+}
+
 }  // namespace
 
 PgServer::PgServer() : bin_(server_bin_dir()) {
-  // As root the server runs as nobody, who must reach the directory: /tmp, not a $TMPDIR
-  // that may sit under root's home.
-  auto const base = running_as_root() ? std::filesystem::path("/tmp") : std::filesystem::temp_directory_path();
-  std::string tmpl = (base / "rebound-pg-XXXXXX").string();
-  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
-  std::random_device rd;
-  password_ = "pg-" + std::to_string(rd()) + "-" + std::to_string(rd());
-  {
-    std::ofstream pw(password_file());
-    pw << password_ << "\n";  // as an editor leaves it: the store trims the line end
-  }
-  if (running_as_root()) {
-    passwd const* nobody = ::getpwnam("nobody");
-    if (!nobody) throw std::runtime_error("no user nobody to run PostgreSQL as");
-    for (auto const& p : {dir_, password_file()})
-      if (::chown(p.c_str(), nobody->pw_uid, nobody->pw_gid) != 0) throw std::runtime_error("chown " + p + " failed");
-  }
-  std::string const init = as_server_user(quoted(bin_ + "/initdb") + " -D " + quoted(dir_ + "/data") +
-                                          " -U rebound --pwfile=" + quoted(password_file()) +
-                                          " -A scram-sha-256 -N --no-instructions -E UTF8 --locale=C > " +
-                                          quoted(dir_ + "/initdb.log") + " 2>&1");
-  if (std::system(init.c_str()) != 0)
-    throw std::runtime_error("initdb failed: " + read_all(dir_ + "/initdb.log"));
+  auto const cluster = template_cluster(bin_);
+  dir_ = new_scratch_dir("rebound-pg");
+  hand_to_server_user(dir_);
+  // cp -a keeps the owner (nobody) and the 0700 mode the server insists on.
+  std::string const copy = "cp -a " + quoted(cluster + "/data") + " " + quoted(dir_ + "/data") + " && cp -a " +
+                           quoted(cluster + "/password") + " " + quoted(password_file());
+  if (std::system(copy.c_str()) != 0) throw std::runtime_error("cannot copy the template cluster " + cluster);
+  password_ = read_all(password_file());
+  while (!password_.empty() && (password_.back() == '\n' || password_.back() == '\r')) password_.pop_back();
   // A port taken between the probe and the bind fails the start: try another.
   for (int tries = 0;; ++tries) {
     port_ = unused_port();

@@ -1,5 +1,6 @@
 // A throwaway PostgreSQL server for one test: Debian's own binaries (initdb, pg_ctl), a data
-// directory under $TMPDIR, 127.0.0.1 on a free port, password authentication (scram). Run as
+// directory under $TMPDIR copied from a template cluster that initdb made once (pg_server.cpp),
+// 127.0.0.1 on a free port, password authentication (scram). Run as
 // `nobody` when the tests run as root, since PostgreSQL refuses to run as root. No mock: the
 // stores and the fleet tests talk to a real server, which a test can stop, start and crash.
 #pragma once
@@ -11,7 +12,7 @@ namespace itest {
 
 class PgServer {
  public:
-  /// initdb and start; throws std::runtime_error (with the server's log) when it cannot.
+  /// A copy of the template cluster, started; throws std::runtime_error (with the server's log) when it cannot.
   PgServer();
   /// Stops the server at once and removes its directory.
   ~PgServer();
