@@ -70,7 +70,7 @@ struct auth_settings {
 };
 
 /** Limits on what a client may send. SPEC section 2 is silent on these; they are
-    rebound's own keys (`limits:`), documented in the README. */
+    rebound's own keys (`limits:`), documented in docs/configuration.md. */
 struct request_limits {
   std::size_t max_request_head = 64 * 1024;          ///< request line + fields; above it: 431
   std::uint64_t max_request_body = 0;                ///< 0 = unlimited; above it: 413

@@ -326,5 +326,5 @@ TEST(Grpc, ABurstBeforeTheFirstConnectSharesOneUpstreamConnection) {
   ReboundProcess rebound(with(dependency(server.port())));
   auto r = call(rebound.port(), "/test.Peer/Echo", {"--concurrent", "100"});
   ASSERT_EQ(r.code, 0) << r.raw;
-  EXPECT_LE(connections_to(server.port()), 2u) << "one per worker at most; the README promises one per dependency and worker";
+  EXPECT_LE(connections_to(server.port()), 2u) << "one per worker at most; docs/grpc.md promises one per dependency and worker";
 }

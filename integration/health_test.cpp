@@ -1,4 +1,4 @@
-// `rebound health` (README: Command line): the container HEALTHCHECK and exec probes. Exit 0
+// `rebound health` (docs/configuration.md: Command line): the container HEALTHCHECK and exec probes. Exit 0
 // only for a 200 from the admin API within 2 s; 1 for anything else; 2 for a usage error.
 #include "helpers.hpp"
 

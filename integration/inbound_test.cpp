@@ -334,7 +334,7 @@ TEST(Inbound, R6_GatewayTimeoutThenRetryWithTheSameKeyIsOnePayout) {
   ReboundProcess rb(in_front_of_slow(app, store, "  attempt_timeout: 300ms\n"));
   auto const port = inbound_port(rb);
   auto const first = post_refund(port, "payout-1", R"({"amount":1000})");
-  EXPECT_EQ(first.status, 504u) << "a timeout is 504 (README errors table): " << first.body;
+  EXPECT_EQ(first.status, 504u) << "a timeout is 504 (docs/operations.md, errors table): " << first.body;
   EXPECT_NE(first.body.find("attempt_timeout"), std::string::npos) << first.body;
   auto const retry = post_refund(port, "payout-1", R"({"amount":1000})");
   EXPECT_EQ(retry.status, 409u) << "the first may still be at the app: " << retry.body;

@@ -29,7 +29,7 @@ constexpr std::string_view usage =
     "Without --config, rebound runs on its built-in defaults: the forward proxy on\n"
     "127.0.0.1:3128 (HTTP_PROXY=http://127.0.0.1:3128) and the admin API on 127.0.0.1:9901.\n";
 
-/// `check --format json`: one object, stable for CI annotations (README: rebound check).
+/// `check --format json`: one object, stable for CI annotations (docs/configuration.md: Command line).
 std::string findings_json(const std::string& file, bool valid, const std::vector<rebound::config::diagnostic>& ds) {
   using rebound::observe::append_json_string;
   std::string out = "{\"file\":";

@@ -1,4 +1,4 @@
-// The shipped example configs and the README's configuration reference: each must load
+// The shipped example configs and the configuration reference (docs/configuration.md): each must load
 // with the same loader the proxy runs, so documentation cannot drift from the schema.
 #include "config/describe.hpp"
 #include "config/load.hpp"
@@ -47,25 +47,25 @@ TEST(Examples, EveryExampleConfigLoads) {
 
 namespace {
 
-/// The YAML block of the README's Configuration section.
-std::string readme_reference() {
-  auto const readme = read(std::filesystem::path(REBOUND_SOURCE_DIR) / "README.md");
-  auto const section = readme.find("## Configuration");
-  auto const start = readme.find("```yaml\n", section);
+/// The reference: the first YAML block of docs/configuration.md.
+std::string configuration_reference() {
+  auto const doc = read(std::filesystem::path(REBOUND_SOURCE_DIR) / "docs" / "configuration.md");
+  auto const section = doc.find("# Configuration");
+  auto const start = doc.find("```yaml\n", section);
   if (section == std::string::npos || start == std::string::npos) return {};
-  auto const end = readme.find("```", start + 8);
-  return readme.substr(start + 8, end - start - 8);
+  auto const end = doc.find("```", start + 8);
+  return doc.substr(start + 8, end - start - 8);
 }
 
 }  // namespace
 
-// Every key the README's reference shows is one the loader accepts, with a valid value.
-TEST(Examples, ReadmeConfigurationReferenceLoads) {
-  auto const yaml = readme_reference();
+// Every key the reference shows is one the loader accepts, with a valid value.
+TEST(Examples, ConfigurationReferenceLoads) {
+  auto const yaml = configuration_reference();
   ASSERT_FALSE(yaml.empty());
   std::vector<diagnostic> warnings;
   try {
-    auto const c = load_config_text(yaml, "README.md", &warnings);
+    auto const c = load_config_text(yaml, "docs/configuration.md", &warnings);
     EXPECT_FALSE(c.dependencies.at(0).routes.empty());
   } catch (const config_error& x) {
     FAIL() << x.what();
@@ -73,17 +73,18 @@ TEST(Examples, ReadmeConfigurationReferenceLoads) {
 }
 
 // And the reverse: every key of the loaded config (GET /config writes each one the loader
-// fills) is shown in the README's reference.
-TEST(Examples, ReadmeConfigurationReferenceShowsEveryKey) {
-  auto const yaml = readme_reference();
-  auto const json = effective_config_json(load_config_text(yaml, "README.md"));
+// fills) is shown in the reference.
+TEST(Examples, ConfigurationReferenceShowsEveryKey) {
+  auto const yaml = configuration_reference();
+  auto const json = effective_config_json(load_config_text(yaml, "docs/configuration.md"));
   std::regex const key("\"([a-z_]+)\":");
   std::size_t checked = 0;
   for (auto it = std::sregex_iterator(json.begin(), json.end(), key); it != std::sregex_iterator(); ++it) {
     auto const name = (*it)[1].str();
     if (name == "payments") continue;  // the example dependency's name, not a key
     ++checked;
-    EXPECT_TRUE(std::regex_search(yaml, std::regex("(^|[\\n {,])" + name + ":"))) << name << " is not in the README";
+    EXPECT_TRUE(std::regex_search(yaml, std::regex("(^|[\\n {,])" + name + ":")))
+        << name << " is not in docs/configuration.md";
   }
   EXPECT_GT(checked, 40u);
 }
