@@ -6,6 +6,7 @@
 #   fuzz/run.sh                      # every target, 60 s each (what CI runs)
 #   FUZZ_SECONDS=3600 fuzz/run.sh request config   # longer, chosen targets
 #   FUZZ_JOBS=2 ...                  # libFuzzer workers per target (default 1)
+#   FUZZ_PARALLEL=1 ...              # targets at once (default: cores / FUZZ_JOBS)
 #
 # A crash leaves its input as crash-* in the scratch directory printed at the end, and the
 # script exits 1; reproduce with `build-fuzz/fuzz/fuzz_TARGET crash-file`.
@@ -27,15 +28,34 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 parallel=()
 [[ "$jobs" -gt 1 ]] && parallel=(-jobs="$jobs" -workers="$jobs")
-failed=()
+# One target per core at a time (FUZZ_PARALLEL; with FUZZ_JOBS workers each, cores / jobs):
+# the same fuzzing time for each target, in half the wall time on CI's two cores.
+cores=$(nproc)
+at_once="${FUZZ_PARALLEL:-$(( cores / jobs > 0 ? cores / jobs : 1 ))}"
+fuzz_one() {
+  local t=$1
+  # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: a bounded-memory claim.
+  "$build/fuzz/fuzz_$t" "$scratch/$t/corpus" "fuzz/corpus/$t" \
+    -max_total_time="$seconds" "${parallel[@]}" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$scratch/$t/artifacts/" \
+    >"$scratch/$t/log" 2>&1 || touch "$scratch/$t/failed"
+}
+echo "== ${#targets[@]} targets, ${seconds}s each, $at_once at a time"
+running=0
 for t in "${targets[@]}"; do
   mkdir -p "$scratch/$t/corpus" "$scratch/$t/artifacts"
-  echo "== fuzz_$t: ${seconds}s"
-  # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: a bounded-memory claim.
-  if ! "$build/fuzz/fuzz_$t" "$scratch/$t/corpus" "fuzz/corpus/$t" \
-       -max_total_time="$seconds" "${parallel[@]}" -timeout=10 -rss_limit_mb=2048 \
-       -max_len=65536 -print_final_stats=1 -artifact_prefix="$scratch/$t/artifacts/" \
-       >"$scratch/$t/log" 2>&1; then
+  fuzz_one "$t" &
+  running=$((running + 1))
+  if ((running >= at_once)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  echo "== fuzz_$t"
+  if [[ -e $scratch/$t/failed ]]; then
     failed+=("$t")
     tail -60 "$scratch/$t/log"
   fi

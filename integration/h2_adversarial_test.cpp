@@ -120,7 +120,7 @@ TEST(Http2Adversarial, BodiesThatNeverEndAreBoundedPerConnection) {
   std::cerr << "hold-bodies: " << sent / 1024 << " KiB accepted from 5 connections; RSS " << before << " -> "
             << during << " KiB\n";
   EXPECT_LE(sent, 5u * (8u << 20) + (1u << 20)) << "each connection got at most its buffer's credit";
-  EXPECT_LT(during, before + shadow_factor * 200 * 1024)
+  EXPECT_LT(during, before + shadow_factor() * 200 * 1024)
       << "bounded by the connection buffers, not by 100 streams x 4 MiB";
   EXPECT_EQ(seen_upstream(rb.port(), "/peer.Svc/Hold"), "0") << "an unfinished body is never sent on";
   attackers.clear();

@@ -522,7 +522,7 @@ TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
   std::cerr << "three 8 MB answers: peak RSS " << before << " -> " << peak << " KiB\n";
   // Streamed, the growth is ~3 MiB (~10 MiB under AddressSanitizer, whose allocator keeps
   // redzones and per-thread caches); held whole it would be 24 MiB and more.
-  EXPECT_LT(peak, before + shadow_factor * 16 * 1024) << "3 x 8 MB held whole would be 24 MB";
+  EXPECT_LT(peak, before + shadow_factor() * 16 * 1024) << "3 x 8 MB held whole would be 24 MB";
 }
 
 }  // namespace itest

@@ -103,6 +103,12 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+std::size_t shadow_factor() {
+  // A TSan build links the TSan runtime, whose entry point its dynamic symbols name.
+  static std::size_t const factor = read_file(rebound_binary()).find("__tsan_init") != std::string::npos ? 5 : 1;
+  return factor;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;

@@ -53,12 +53,9 @@ std::size_t rss_kib(pid_t pid, bool peak = false);
 // The descriptor numbers a process has open, from /proc/<pid>/fd.
 std::set<int> open_fds(pid_t pid);
 // ThreadSanitizer keeps ~4 bytes of shadow for every byte the process touches, and RSS counts
-// them: a memory bound a test asserts is scaled by this in that build.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr std::size_t shadow_factor = 5;
-#else
-inline constexpr std::size_t shadow_factor = 1;
-#endif
+// them: a memory bound a test asserts is scaled by this (5) when the rebound under test is a
+// TSan build. Asked of the binary itself, since REBOUND_BIN may name another build's.
+std::size_t shadow_factor();
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
