@@ -27,8 +27,8 @@ COPY . .
 # A ccache cache mount (BuildKit, and buildah/podman): a rebuild after a source change compiles
 # only what changed instead of every file at -O3; nothing of it lands in the image. Paths are
 # hashed relative to /src, as scripts/build does.
-ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_NOHASHDIR=1
-RUN --mount=type=cache,target=/root/.cache/ccache \
+ENV CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src CCACHE_NOHASHDIR=1
+RUN --mount=type=cache,target=/var/cache/ccache \
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE} \
       -DREBOUND_BUILD_TESTS=OFF -DREBOUND_BUILD_BENCH=OFF \
  && cmake --build build --target rebound \
