@@ -117,6 +117,26 @@ TEST(Connect, R1_DecorrelatedJitterIsHonouredForConnectRetries) {
   EXPECT_EQ(retries, 3u);
 }
 
+// CONNECT's retries go through the one retry step, so their log lines carry the
+// client's correlation id like any request's (they carried an empty one before).
+TEST(Connect, R10_ConnectRetryLogsCarryTheClientsCorrelationId) {
+  ReboundProcess rb(fast_retries());
+  RefusingPort const refusing;
+  auto const dead = refusing.authority();
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send("CONNECT " + dead + " HTTP/1.1\r\nHost: " + dead + "\r\nX-Request-ID: tunnel-7\r\n\r\n"));
+  auto r = c.read_response(15s);
+  ASSERT_TRUE(IsReboundError(r, 502, {"connect_refused"}));
+  ASSERT_TRUE(rb.wait_for_log("\"upstream_error\""));
+  auto const logs = rb.stdout_text();
+  for (auto const* event : {"\"retry_attempt\"", "\"retry_exhausted\"", "\"upstream_error\""}) {
+    auto const at = logs.find(event);
+    ASSERT_NE(at, std::string::npos) << event;
+    auto const line = logs.substr(logs.rfind('\n', at) + 1, logs.find('\n', at) - logs.rfind('\n', at) - 1);
+    EXPECT_NE(line.find("\"correlation_id\":\"tunnel-7\""), std::string::npos) << line;
+  }
+}
+
 // A listener that appears on a fixed port only after rebound's first connect was refused.
 TEST(Connect, R4_ConnectRetriedUntilTheTargetListensThenTunnels) {
   ReboundOptions o;

@@ -328,3 +328,19 @@ TEST(Grpc, ABurstBeforeTheFirstConnectSharesOneUpstreamConnection) {
   ASSERT_EQ(r.code, 0) << r.raw;
   EXPECT_LE(connections_to(server.port()), 2u) << "one per worker at most; docs/grpc.md promises one per dependency and worker";
 }
+
+// a gRPC call's correlation id follows the rule every way in follows (X-Request-ID,
+// then X-Correlation-ID, then traceparent); gRPC read only x-request-id before.
+TEST(Grpc, R10_CorrelationIdFollowsTheSameRuleAsHttp) {
+  GrpcServer server;
+  ReboundProcess rebound(with(dependency(server.port())));
+  auto r = call(rebound.port(), "/test.Peer/Fail",
+                {"--meta", "x-call-id=c1", "--meta", "x-fail-times=1", "--meta", "x-fail-code=14", "--meta",
+                 "x-correlation-id=grpc-corr-9"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  ASSERT_TRUE(rebound.wait_for_log("\"retry_attempt\""));
+  auto const log = rebound.stdout_text();
+  auto const at = log.find("\"retry_attempt\"");
+  auto const line = log.substr(log.rfind('\n', at) + 1, log.find('\n', at) - log.rfind('\n', at) - 1);
+  EXPECT_NE(line.find("\"correlation_id\":\"grpc-corr-9\""), std::string::npos) << line;
+}

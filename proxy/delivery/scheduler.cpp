@@ -9,8 +9,7 @@
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/observe/metrics.hpp"
-#include "proxy/retry/classify.hpp"
-#include "proxy/retry/decide.hpp"
+#include "proxy/retry/step.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -39,28 +38,19 @@ struct next_state {
   std::string reason;  ///< why it was dead-lettered
 };
 
-/** R-1..R-5 through the one decision: the attempt number is the task's, the deadline is R-3's
-    total time counted from when the task was accepted. */
-next_state judge(const config::policy& policy, const store::retry_task& task, const retry::attempt_outcome& outcome,
-                 const std::optional<std::string>& retry_after, std::mt19937_64& rng) {
+/** What the retry step (R-1..R-5, the breaker's record, the logs) said of one attempt, as the
+    task's next state: the wait it would have waited becomes the time stored for the next
+    attempt. */
+next_state judge(const retry::next_step& next, const retry::attempt_summary& summary, const config::policy& policy) {
   auto const wall_now = wall::now();
-  auto const now = steady::now();
-  auto const left = task.window_start + policy.total_timeout - wall_now;
-  retry::attempt_facts af;
-  af.outcome = outcome;
-  if (retry_after) af.retry_after = std::string_view(*retry_after);
-  af.attempts = task.attempts - std::min(task.attempts, task.attempts_before) + 1;  // this window's
-  af.may_repeat = true;  // every task carries an idempotency key
-  af.now = now;
-  af.deadline = now + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero());
-  af.wall_now = wall_now;
-  af.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  auto const d = retry::decide(policy, af);
-  if (auto const* go = std::get_if<retry::retry_in>(&d)) return {store::task_status::pending, wall_now + go->wait, {}};
-  auto const& s = std::get<retry::stop>(d);
-  if (s.reason == retry::stop_reason::final && outcome.status && *outcome.status < 400)
+  if (next.retry) return {store::task_status::pending, wall_now + next.wait, {}};
+  if (!next.stopped)  // the step asks no budget for delivery, so only a drain could say this
+    return {store::task_status::pending, wall_now + policy.backoff.cap, {}};
+  auto const outcome = summary.failure ? retry::attempt_outcome{std::nullopt, summary.failure->type} : summary.outcome;
+  if (*next.stopped == retry::stop_reason::final && outcome.status && *outcome.status < 400)
     return {store::task_status::succeeded, wall_now, {}};
-  std::string reason = s.reason == retry::stop_reason::final ? retry::outcome_name(outcome) : std::string(to_string(s.reason));
+  std::string reason = *next.stopped == retry::stop_reason::final ? retry::outcome_name(outcome)
+                                                                   : std::string(to_string(*next.stopped));
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 
@@ -289,34 +279,49 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   upstream::destination const to{
       key,     target.connect_host,          target.port, route.tls, http::credentials_for(req, route), true,
       nullptr, std::chrono::milliseconds(0), false};
+
+  retry::request_facts facts;
+  facts.may_retry = true;  // every task carries an idempotency key
+  facts.dependency = route.name;
+  facts.method = task.method;
+  facts.path = http::loggable_path(target.origin_form);
+  facts.correlation_id = http::correlation_id_of(req);
+  if (facts.correlation_id.empty()) facts.correlation_id = task.id;
+  facts.idempotency_key = task.idempotency_key;
   auto const started_wall = wall::now();
   auto const started = steady::now();
+  // R-3's total time and R-2's count run from the window's start: the accept, or the replay.
+  auto const left = task.window_start + policy.total_timeout - started_wall;
+  retry::retry_step step({policy, facts, log, *ctx.rng, guard, guard, false},
+                         started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
+                         task.attempts - std::min(task.attempts, task.attempts_before));
   auto const deadline = started + policy.attempt_timeout;
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, task.body, is_head, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);
 
-  retry::attempt_outcome outcome;
-  std::optional<std::string> retry_after;
+  retry::attempt_summary summary;
+  std::string retry_after;  // the summary views it
   std::string message;
   if (attempt) {
     auto const& h = (*attempt)->response->get();
-    outcome.status = h.result_int();
-    if (auto it = h.find(bhttp::field::retry_after); it != h.end()) retry_after = std::string(it->value());
+    summary.outcome.status = h.result_int();
+    if (auto it = h.find(bhttp::field::retry_after); it != h.end()) summary.retry_after = retry_after = it->value();
     // Nobody reads the answer on; reading it lets the next delivery reuse the connection.
     co_await upstream::settle(*ctx.pool, key, **attempt, max_settled_body, deadline);
   } else {
-    outcome.error = attempt.error().type;
     message = attempt.error().message;
+    summary.failure = std::move(attempt.error());
   }
-  guard.record(retry::classify(outcome, retry::retry_on::r4_default()) == retry::verdict::retryable);
-  guard.attempt_done({task.attempts + 1, outcome, took});
-  auto const judged = judge(policy, task, outcome, retry_after, *ctx.rng);
-  store::attempt_log const attempt_record{task.id,
-                                          task.attempts + 1,
-                                          started_wall,
-                                          outcome.status.value_or(0),
-                                          outcome.error ? std::string(http::to_string(*outcome.error)) : std::string(),
-                                          took};
+  step.attempt_made();
+  auto const next = step.after(summary, started, {steady::now(), wall::now()}, false);
+  auto const judged = judge(next, summary, policy);
+  store::attempt_log const attempt_record{
+      task.id,
+      task.attempts + 1,
+      started_wall,
+      summary.outcome.status.value_or(0),
+      summary.failure ? std::string(http::to_string(summary.failure->type)) : std::string(),
+      took};
   co_await record(ctx, *state, task, route, policy, attempt_record, judged, message);
 }
 

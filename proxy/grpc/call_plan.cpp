@@ -92,9 +92,14 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   facts.method = plan.method;
   facts.path = plan.path;  // a gRPC path is the method's name: no query to hide
   facts.grpc = true;
-  // the client's id, else one rebound makes and sends on.
-  if (auto const* id = find("x-request-id"); id && observe::usable_correlation_id(*id))
-    plan.correlation_id = *id;
+  // the client's id (the rule HTTP/1.1 follows), else one rebound makes and sends on.
+  auto value = [&find](std::string_view name) {
+    auto const* v = find(name);
+    return v ? std::string_view(*v) : std::string_view();
+  };
+  if (auto const id = observe::correlation_id_of({value("x-request-id"), value("x-correlation-id"), value("traceparent")});
+      !id.empty())
+    plan.correlation_id = id;
   else
     set_field(head, "x-request-id", plan.correlation_id = observe::new_correlation_id(*ctx.rng));
   facts.correlation_id = plan.correlation_id;

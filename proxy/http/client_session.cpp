@@ -12,6 +12,7 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/inbound/idempotency_gate.hpp"
+#include "proxy/observe/correlation.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -304,7 +305,12 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     auto const& t = v.target;
     attach_runtime(v.dependency, ctx, t);
     if (v.is_connect) {
-      co_await run_tunnel(ctx, client, buffer, t, v.dependency);
+      // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
+      std::string made_id;
+      auto correlation_id = correlation_id_of(parser.get());
+      if (correlation_id.empty()) correlation_id = made_id = observe::new_correlation_id(*ctx.rng);
+      tunnel_request const tunnel{t, v.dependency, correlation_id};
+      co_await run_tunnel(ctx, client, buffer, tunnel);
       co_return;
     }
     if (ctx.inbound) {

@@ -249,17 +249,8 @@ struct forward_plan {
 /// the request's correlation id (see observe/correlation.hpp), made and sent upstream
 /// as X-Request-ID when the client gave none that can be used.
 void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std::mt19937_64& rng) {
-  for (auto const* name : {"X-Request-ID", "X-Correlation-ID"})
-    if (auto it = req.find(name); it != req.end() && observe::usable_correlation_id(it->value())) {
-      plan.facts.correlation_id = it->value();
-      return;
-    }
-  if (auto it = req.find("traceparent"); it != req.end()) {
-    if (auto const trace = observe::trace_id_of(it->value()); !trace.empty()) {
-      plan.facts.correlation_id = trace;
-      return;
-    }
-  }
+  plan.facts.correlation_id = correlation_id_of(req);
+  if (!plan.facts.correlation_id.empty()) return;
   plan.made_correlation_id = observe::new_correlation_id(rng);
   req.set("X-Request-ID", plan.made_correlation_id);
   plan.facts.correlation_id = plan.made_correlation_id;

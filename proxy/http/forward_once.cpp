@@ -5,8 +5,8 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/wire_head.hpp"
-#include "proxy/retry/classify.hpp"
 #include "proxy/retry/request_timeout.hpp"
+#include "proxy/retry/step.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -58,8 +58,8 @@ net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream&
 
   clock::time_point attempt_start;  // set where the attempt begins, before the connect
   auto attempt_over = [&](const retry::attempt_outcome& o) {
-    guard.record(retry::classify(o, retry::retry_on::r4_default()) == retry::verdict::retryable);
-    guard.attempt_done({1, o, std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start)});
+    retry::record_attempt(guard, guard,
+                          {1, o, std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start)});
   };
   auto fail = [&](const failure& f) {
     attempt_over({std::nullopt, f.type});

@@ -3,6 +3,7 @@
 #include "proxy/upstream/tls_client.hpp"
 
 #include "proxy/http/hop_by_hop.hpp"
+#include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 
 namespace rebound::http {
@@ -11,6 +12,14 @@ std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
   auto key = t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
   if (tls) key += "#" + tls->identity();
   return key;
+}
+
+std::string_view correlation_id_of(const bhttp::fields& f) {
+  auto value = [&f](std::string_view name) {
+    auto const it = f.find(name);
+    return it == f.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
+  };
+  return observe::correlation_id_of({value("X-Request-ID"), value("X-Correlation-ID"), value("traceparent")});
 }
 
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }

@@ -25,6 +25,9 @@ std::string pool_key(const request_target& t, const upstream::tls_client* tls);
 /// The path without its query, the only part of a target that may be logged.
 std::string_view loggable_path(std::string_view origin_form);
 
+/// the correlation id the request carries (observe/correlation.hpp's rule), or empty.
+std::string_view correlation_id_of(const bhttp::fields& f);
+
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
                               const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,

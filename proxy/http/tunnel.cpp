@@ -1,7 +1,6 @@
 #include "proxy/http/forward.hpp"
-#include "proxy/retry/classify.hpp"
-#include "proxy/retry/decide.hpp"
 #include "proxy/retry/dependency_guard.hpp"
+#include "proxy/retry/loop.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -56,82 +55,35 @@ net::awaitable<void> idle_watchdog(const clock::time_point& last_activity, std::
   }
 }
 
-/** After one connect attempt of a CONNECT: the wait before the next attempt, or nothing
-    when there is none. Only the TCP connect is retried: rebound cannot see inside the
-    tunnel, and once the 200 is sent bytes may flow, so nothing after it ever is. The
-    decision is `retry::decide`, as for HTTP requests; this function does its effects
-    (breaker, budget, logs). A plain function, so its temporaries stay off the coroutine frame. */
-std::optional<retry::duration> next_connect_attempt(const session_context& ctx, const upstream::connect_result& c,
-                                                    unsigned attempts, std::chrono::microseconds took,
-                                                    retry::duration previous_wait, std::string_view dependency,
-                                                    const config::policy& policy, retry::dependency_guard& guard,
-                                                    clock::time_point deadline) {
-  retry::attempt_outcome const outcome{std::nullopt, c.stream ? std::nullopt : std::optional(c.error)};
-  guard.attempt_done({attempts, outcome, took});
-  if (c.stream) {
-    guard.record(false);
-    return std::nullopt;
+/** A CONNECT's attempt: one TCP connect. Only the connect is retried: rebound cannot see
+    inside the tunnel, and once the 200 is sent bytes may flow, so nothing after it ever is.
+    The retry loop around it, and with it every rule and effect of a retry, is the one HTTP
+    requests go through (retry/loop.hpp, retry/step.hpp). */
+class connect_attempt final : public retry::attempt_runner {
+ public:
+  explicit connect_attempt(const request_target& target) : target_(target) {}
+
+  net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
+    auto r = co_await upstream::connect_to(target_.connect_host, target_.port, deadline);
+    retry::attempt_summary s;
+    if (!r.stream) s.failure = upstream::attempt_failure{r.error, r.message, false};
+    last.emplace(std::move(r));
+    co_return s;
   }
-  guard.record(retry::classify(outcome, retry::retry_on::r4_default()) == retry::verdict::retryable);
-  retry::attempt_facts f;
-  f.outcome = outcome;
-  f.attempts = attempts;
-  f.may_repeat = true;  // nothing has been sent: a connect can always be tried again
-  f.previous_wait = previous_wait;
-  f.now = clock::now();
-  f.deadline = deadline;
-  f.wall_now = std::chrono::system_clock::now();
-  f.u = std::uniform_real_distribution<double>(0.0, 1.0)(*ctx.rng);
-  auto const d = retry::decide(policy, f);
-  unsigned const max_attempts = policy.max_retries + 1;
-  auto const error = to_string(c.error);
-  if (auto const* s = std::get_if<retry::stop>(&d)) {
-    if (s->reason == retry::stop_reason::exhausted) {
-      ctx.log->warn("retry_exhausted", {{"correlation_id", ""},
-                                        {"dependency", dependency},
-                                        {"attempts", attempts},
-                                        {"max_attempts", max_attempts},
-                                        {"error_type", error},
-                                        {"idempotency_key", ""}});
-      guard.exhausted();
-    } else if (s->reason != retry::stop_reason::final) {
-      ctx.log->warn("retry_stopped", {{"correlation_id", ""},
-                                      {"dependency", dependency},
-                                      {"attempts", attempts},
-                                      {"error_type", error},
-                                      {"reason", retry::to_string(s->reason)},
-                                      {"retry_after_ms", -1}});
-    }
-    return std::nullopt;
-  }
-  auto const wait = std::get<retry::retry_in>(d).wait;
-  if (auto const permit = guard.allow_retry(); !permit.granted) {
-    ctx.log->warn("retry_suppressed", {{"correlation_id", ""},
-                                       {"dependency", dependency},
-                                       {"attempts", attempts},
-                                       {"error_type", error},
-                                       {"reason", permit.why}});
-    return std::nullopt;
-  }
-  guard.retry_scheduled(wait);
-  ctx.log->info("retry_attempt", {{"correlation_id", ""},
-                                  {"dependency", dependency},
-                                  {"attempt", attempts + 1},
-                                  {"max_attempts", max_attempts},
-                                  {"backoff_ms", static_cast<long long>(wait.count())},
-                                  {"error_type", error},
-                                  {"idempotency_key", ""},
-                                  {"method", "CONNECT"},
-                                  {"path", ""},
-                                  {"status", 0},
-                                  {"duration_ms", static_cast<long long>(took.count() / 1000)}});
-  return wait;
-}
+  void drop() override { last.reset(); }
+
+  std::optional<upstream::connect_result> last;  ///< the last connect's, kept when it succeeded
+
+ private:
+  const request_target& target_;
+};
 
 }  // namespace
 
 net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const request_target& target, const dependency_route& route) {
+                                const tunnel_request& tunnel) {
+  auto const& target = tunnel.target;
+  auto const& route = tunnel.route;
   auto const idle = ctx.cfg().limits.idle_timeout;
   std::string_view const dependency = route.name;
   auto const& policy = *route.policy;
@@ -141,37 +93,27 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
     co_await send_error(client, *refusal, false, idle);
     co_return;
   }
-  auto const deadline = clock::now() + policy.total_timeout;
-  unsigned attempts = 0;
-  retry::duration previous_wait{0};
-  std::optional<upstream::connect_result> last;
-  net::steady_timer backoff(co_await net::this_coro::executor);
-  for (;;) {
-    ++attempts;
-    auto const started = clock::now();
-    auto const attempt_deadline = std::min(deadline, started + policy.attempt_timeout);
-    auto r = co_await upstream::connect_to(target.connect_host, target.port, attempt_deadline);
-    auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - started);
-    auto const wait = next_connect_attempt(ctx, r, attempts, took, previous_wait, dependency, policy, guard, deadline);
-    if (!wait) {
-      last.emplace(std::move(r));
-      break;
-    }
-    previous_wait = *wait;
-    backoff.expires_after(*wait);
-    co_await backoff.async_wait(use_tuple);
-  }
-  auto& c = *last;
-  if (!c.stream) {
-    ctx.log->warn("upstream_error", {{"correlation_id", ""},
+  retry::request_facts facts;
+  facts.may_retry = true;  // nothing has been sent: a connect can always be tried again
+  facts.dependency = dependency;
+  facts.method = "CONNECT";
+  facts.correlation_id = tunnel.correlation_id;
+  connect_attempt attempt(target);
+  auto const r = co_await retry::run_attempts(policy, facts, attempt, *ctx.rng, *ctx.log,
+                                              retry::loop_hooks{ctx.sessions->draining_flag(), {}, &client.socket(),
+                                                                &guard, &guard});
+  if (r.client_gone) co_return;
+  if (r.failure) {
+    auto const& f = *r.failure;
+    ctx.log->warn("upstream_error", {{"correlation_id", facts.correlation_id},
                                      {"dependency", dependency},
                                      {"method", "CONNECT"},
                                      {"path", ""},
-                                     {"error_type", to_string(c.error)},
-                                     {"status", default_status(c.error)},
-                                     {"attempts", attempts},
-                                     {"message", c.message}});
-    error_reply const reply{default_status(c.error), c.error, c.message, std::string(dependency), attempts};
+                                     {"error_type", to_string(f.type)},
+                                     {"status", default_status(f.type)},
+                                     {"attempts", r.attempts},
+                                     {"message", f.message}});
+    error_reply const reply{default_status(f.type), f.type, f.message, std::string(dependency), r.attempts};
     guard.answered(reply.status);
     co_await send_error(client, reply, false, idle);
     co_return;
@@ -184,7 +126,7 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
   auto [ec, n] = co_await net::async_write(client, net::buffer(established), use_tuple);
   if (ec) co_return;
   client.expires_never();
-  auto& up = c.stream->socket();
+  auto& up = attempt.last->stream->socket();
   auto& down = client.socket();
   // Bytes the client sent right behind its CONNECT head belong to the tunnel.
   if (buffer.size() > 0) {

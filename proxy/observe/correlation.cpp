@@ -29,6 +29,12 @@ std::string_view trace_id_of(std::string_view tp) {
   return trace;
 }
 
+std::string_view correlation_id_of(const correlation_fields& f) {
+  for (auto const v : {f.request_id, f.correlation_id})
+    if (usable_correlation_id(v)) return v;
+  return trace_id_of(f.traceparent);
+}
+
 std::string new_correlation_id(std::mt19937_64& rng) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string id(32, '0');

@@ -23,6 +23,18 @@ bool usable_correlation_id(std::string_view value);
 /// value is not one (W3C Trace Context: an all-zero trace-id is invalid).
 std::string_view trace_id_of(std::string_view traceparent);
 
+/// The request fields a correlation id may come from, as the request carries them (empty: absent).
+struct correlation_fields {
+  std::string_view request_id;      ///< X-Request-ID
+  std::string_view correlation_id;  ///< X-Correlation-ID
+  std::string_view traceparent;     ///< W3C traceparent
+};
+
+/** R-10's rule for every way in (HTTP/1.1, CONNECT, gRPC): the first of X-Request-ID,
+    X-Correlation-ID and traceparent's trace-id that can serve, or empty: the caller makes
+    one with new_correlation_id and sends it on as X-Request-ID where it can. */
+std::string_view correlation_id_of(const correlation_fields& f);
+
 /// A new id: 32 lowercase hex digits. Not a secret, so the worker's generator suffices.
 std::string new_correlation_id(std::mt19937_64& rng);
 

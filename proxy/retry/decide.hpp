@@ -1,13 +1,13 @@
 #pragma once
 /** Would we retry? The one decision after every attempt, for every path that retries (HTTP
-    requests, CONNECT's connect, and async delivery next), as a pure function: Envoy's
-    `wouldRetry` beside the effectful loop that asks it. It owns R-1 (both jitters), R-2
+    requests, CONNECT's connect, gRPC calls, hedged runs, async delivery), as a pure function:
+    Envoy's `wouldRetry` beside the effectful step that asks it (step.hpp). It owns R-1 (both jitters), R-2
     (the count, and the DNS cap of R-4), R-3 (the deadline and the minimum time an attempt
     needs), R-4 (through the route's `retry_on`), R-5 (Retry-After, both forms), R-6 (whether
     the request may be repeated at all, decided by the caller), R-9's expiry check, and what
     a rebound below said of itself (one layer retries, layers.hpp).
-    What it does not own are effects: the budget and breaker (R-7), logs, metrics, timers,
-    a drain. Time and randomness come in as values, so tests need neither clocks nor sleeps. */
+    What it does not own are effects: the budget and breaker (R-7), logs, metrics (all in
+    step.hpp), timers and a drain (loop.hpp). Time and randomness come in as values, so tests need neither clocks nor sleeps. */
 #include "config/config.hpp"
 #include "proxy/retry/backoff.hpp"
 #include "proxy/retry/classify.hpp"

@@ -112,12 +112,11 @@ void hedged_attempt::finished(std::size_t i, std::exception_ptr e, attempt_summa
 void hedged_attempt::account_dropped(copy& c, std::size_t i, bool cancelled) {
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - c.started);
   if (cancelled) {
-    ctx_.observer.attempt_done({c.number, {}, took, true});
+    record_attempt(ctx_.gate, ctx_.observer, {c.number, {}, took, true});
     if (i > 0) ctx_.observer.hedge("lost");
   } else {
     auto const outcome = outcome_of(c.summary);
-    ctx_.observer.attempt_done({c.number, outcome, took});
-    ctx_.gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
+    record_attempt(ctx_.gate, ctx_.observer, {c.number, outcome, took});
     if (i > 0) ctx_.observer.hedge("failed");
     ctx_.log.info("hedge_copy_failed", {{"correlation_id", ctx_.facts.correlation_id},
                                         {"dependency", ctx_.facts.dependency},

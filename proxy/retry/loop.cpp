@@ -17,150 +17,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-/** What the loop carries from attempt to attempt. The coroutine keeps only this and a few
-    locals in its frame; everything between two attempts runs in plain functions, so their
-    temporaries (log fields, strings) live on the stack and not in every waiting request's
-    frame: 10,000 requests in backoff cost 10,000 frames (issue 4 measures it). */
-struct loop_state {
-  const config::policy& policy;
-  const request_facts& facts;
-  const observe::logger& log;
-  std::mt19937_64& rng;
-  dependency_gate& gate;
-  attempt_observer& observer;
-  clock::time_point total_deadline;
-  unsigned max_attempts;
-  duration previous_wait;
-  attempts_result result;
-};
-
-/// Whether another attempt follows, and after how long.
-struct next_step {
-  bool retry = false;
-  duration wait{0};
-  std::string last_outcome;  ///< for the message when a drain cuts the wait
-};
-
-/** Everything between an attempt and the next one, but the wait: `decide` (R-1 to R-6,
-    R-9's expiry), then the effects it leaves to the loop: the breaker's record, a drain,
-    R-7's budget (asked last, so only a retry that would really go spends it), the logs. */
-next_step between_attempts(loop_state& st, attempt_summary& summary, clock::time_point attempt_start, bool draining) {
-  auto& failure = summary.failure;
-  auto& result = st.result;
-  auto const& facts = st.facts;
-  auto const& policy = st.policy;
-  // when the loop's deadline, not the attempt's, cut the attempt short, the whole
-  // request is out of time.
-  if (failure && failure->type == error_type::attempt_timeout &&
-      std::min(attempt_start + policy.attempt_timeout, st.total_deadline) == st.total_deadline)
-    failure = upstream::attempt_failure{
-        error_type::deadline_exceeded, facts.deadline && *facts.deadline == st.total_deadline
-                                           ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
-                                           : "total_timeout reached"};
-  attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
-  result.failure = failure;
-  auto const took =
-      std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - summary.started.value_or(attempt_start));
-  // A hedged run (hedge.hpp) sent result.attempts - hedges + 1 .. result.attempts; the
-  // others' reports were made by the hedging.
-  st.observer.attempt_done({result.attempts - summary.hedges + summary.answered_by, outcome, took});
-  // The breaker counts what R-4 calls a transient failure, whatever retry_on narrows.
-  st.gate.record(classify(outcome, retry_on::r4_default()) == verdict::retryable);
-
-  attempt_facts af;
-  af.outcome = outcome;
-  if (!failure) {
-    af.retry_after = summary.retry_after;
-    af.grpc_pushback = summary.grpc_pushback;
-    af.below = summary.below;
-  }
-  af.attempts = result.attempts;
-  af.may_repeat = facts.may_retry && summary.repeatable;
-  af.previous_wait = st.previous_wait;
-  af.now = clock::now();
-  af.deadline = st.total_deadline;
-  af.wall_now = std::chrono::system_clock::now();
-  af.credential_expires = facts.credential_expires;
-  af.u = std::uniform_real_distribution<double>(0.0, 1.0)(st.rng);
-  auto const d = decide(policy, af);
-
-  if (auto const* s = std::get_if<stop>(&d)) {
-    result.gave_up = gave_up_after_retrying(s->reason, result.attempts);
-    switch (s->reason) {
-      case stop_reason::final:
-        return {};
-      case stop_reason::not_repeatable:
-        if (policy.max_retries > 0 && result.attempts == 1)
-          st.log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
-                                        {"dependency", facts.dependency},
-                                        {"method", facts.method},
-                                        {"path", facts.path},
-                                        {"error_type", outcome_name(outcome)},
-                                        {"reason", summary.repeatable ? facts.why_not
-                                                                      : std::string_view("the streamed request outgrew "
-                                                                                         "max_retry_body: sent once")}});
-        return {};
-      case stop_reason::exhausted:
-        st.log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
-                                        {"dependency", facts.dependency},
-                                        {"attempts", result.attempts},
-                                        {"max_attempts", st.max_attempts},
-                                        {"error_type", outcome_name(outcome)},
-                                        {"idempotency_key", facts.idempotency_key}});
-        st.observer.exhausted();
-        return {};
-      case stop_reason::layered:
-      case stop_reason::overloaded:
-        st.observer.declined(to_string(s->reason));
-        break;  // logged as retry_stopped with its reason, below
-      default:
-        break;
-    }
-    if (draining) return {};
-    st.log.warn("retry_stopped",
-                {{"correlation_id", facts.correlation_id},
-                 {"dependency", facts.dependency},
-                 {"attempts", result.attempts},
-                 {"error_type", outcome_name(outcome)},
-                 {"reason", to_string(s->reason)},
-                 {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
-    // a Retry-After past the deadline returns that response at once. Without a
-    // response to return, the client learns why from the error type.
-    if (failure && s->error) result.failure = upstream::attempt_failure{*s->error, "no time left for another attempt"};
-    return {};
-  }
-  if (draining) return {};
-  auto const& go = std::get<retry_in>(d);
-  if (auto const permit = st.gate.allow_retry(); !permit.granted) {
-    st.log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
-                                     {"dependency", facts.dependency},
-                                     {"attempts", result.attempts},
-                                     {"error_type", outcome_name(outcome)},
-                                     {"reason", permit.why}});
-    result.gave_up = result.attempts > 1;
-    if (failure)
-      result.failure =
-          upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
-    return {};
-  }
-  st.previous_wait = go.wait;
-  st.observer.retry_scheduled(go.wait);
-  st.log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
-                                {"dependency", facts.dependency},
-                                {"attempt", result.attempts + 1},
-                                {"max_attempts", st.max_attempts},
-                                {"backoff_ms", static_cast<long long>(go.wait.count())},
-                                {"error_type", outcome_name(outcome)},
-                                {"idempotency_key", facts.idempotency_key},
-                                {"method", facts.method},
-                                {"path", facts.path},
-                                {"status", outcome.status.value_or(0)},
-                                {"grpc_status", outcome.grpc_status},
-                                {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
-                                {"duration_ms", static_cast<long long>(took.count() / 1000)}});
-  return {true, go.wait, failure ? std::string() : outcome_name(outcome)};
-}
-
 /** Watches the client during a backoff: a client that hangs up cancels the wait. Bytes
     from the client are a pipelined request, which waits its turn; the watch then ends.
     Shared with the pending wait operation, which may complete after the loop moved on. */
@@ -198,14 +54,6 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
   return timer_ec ? wait_end::cancelled : wait_end::elapsed;
 }
 
-void log_client_gone(loop_state& st, std::string_view reason) {
-  st.result.client_gone = true;
-  st.log.info("retry_cancelled", {{"correlation_id", st.facts.correlation_id},
-                                  {"dependency", st.facts.dependency},
-                                  {"attempts", st.result.attempts},
-                                  {"reason", reason}});
-}
-
 /** Whether the caller gave up on the request: the coroutine running the loop was cancelled
     (an HTTP/2 client reset its stream or closed its connection, a gRPC client cancelled or
     passed its own deadline). Read without suspending: a cancelled coroutine that suspends
@@ -228,39 +76,33 @@ attempt_observer& silent_observer() {
 net::awaitable<attempts_result> run_attempts(const config::policy& policy, const request_facts& facts,
                                              attempt_runner& attempt, std::mt19937_64& rng, const observe::logger& log,
                                              loop_hooks hooks) {
-  loop_state st{policy,
-                facts,
-                log,
-                rng,
-                hooks.gate ? *hooks.gate : open_gate(),
-                hooks.observer ? *hooks.observer : silent_observer(),
-                clock::now() + policy.total_timeout,
-                1 + (facts.may_retry ? policy.max_retries : 0),
-                duration{0},
-                {}};
-  if (facts.deadline) st.total_deadline = std::min(st.total_deadline, *facts.deadline);
-
+  // Only this coroutine's locals and the step live in its frame: everything between two
+  // attempts runs in the step's plain functions, so their temporaries (log fields, strings)
+  // stay on the stack and not in every waiting request's frame (issue 4 measures it).
+  retry_step step({policy, facts, log, rng, hooks.gate ? *hooks.gate : open_gate(),
+                   hooks.observer ? *hooks.observer : silent_observer()},
+                  clock::now() + policy.total_timeout);
   for (;;) {
-    ++st.result.attempts;
     auto const attempt_start = clock::now();
-    auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, st.total_deadline);
+    auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, step.deadline());
     auto summary = co_await attempt.run(attempt_deadline);
-    st.result.attempts += summary.hedges;
+    step.attempt_made(summary.hedges);
     // A client's own cancellation is nobody's failure: no breaker record, no budget, no
-    // retry for a caller who left (ARCHITECTURE.md; HTTP/1.1 hang-ups end the same way).
+    // retry for a caller who left (HTTP/1.1 hang-ups end the same way).
     if (caller_gave_up(co_await net::this_coro::cancellation_state)) {
-      log_client_gone(st, "the client cancelled the request");
-      co_return std::move(st.result);
+      step.caller_left("the client cancelled the request");
+      co_return step.take_result();
     }
-    auto const step = between_attempts(st, summary, attempt_start, hooks.draining && *hooks.draining);
-    if (!step.retry) co_return std::move(st.result);
+    auto const next = step.after(summary, attempt_start, {clock::now(), std::chrono::system_clock::now()},
+                                 hooks.draining && *hooks.draining);
+    if (!next.retry) co_return step.take_result();
 
     // The failed attempt's response is dropped with its connection and its buffers: reading
     // its body only to throw it away would spend the time the loop has left, and a request
     // waiting for its retry holds no I/O memory.
     attempt.drop();
     net::steady_timer timer(co_await net::this_coro::executor);
-    timer.expires_after(step.wait);
+    timer.expires_after(next.wait);
     std::shared_ptr<client_watch> watch;
     if (hooks.client) {
       watch = std::make_shared<client_watch>(client_watch{&timer});
@@ -277,21 +119,16 @@ net::awaitable<attempts_result> run_attempts(const config::policy& policy, const
     }
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
-      log_client_gone(st, "the client closed its connection");
-      co_return std::move(st.result);
+      step.caller_left("the client closed its connection");
+      co_return step.take_result();
     }
     if (ended == wait_end::cancelled && caller_gave_up(co_await net::this_coro::cancellation_state)) {
-      log_client_gone(st, "the client cancelled the request");
-      co_return std::move(st.result);
+      step.caller_left("the client cancelled the request");
+      co_return step.take_result();
     }
     if (ended == wait_end::cancelled) {
-      // A drain cut the wait short. The failed attempt's response went with its connection,
-      // so the client learns what it was from the message.
-      if (!st.result.failure)
-        st.result.failure =
-            upstream::attempt_failure{error_type::deadline_exceeded,
-                                      "shutting down before the retry; the last attempt answered " + step.last_outcome};
-      co_return std::move(st.result);
+      step.drain_cut(next.last_outcome);  // a drain cut the wait short
+      co_return step.take_result();
     }
   }
 }

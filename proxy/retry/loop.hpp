@@ -1,10 +1,9 @@
 #pragma once
-/** The retry loop (SPEC 4.2): the one coroutine that runs attempts and asks the pure
-    decisions of this folder whether and when to run another. */
+/** The retry loop (SPEC 4.2): the one coroutine that runs attempts, hands each to the retry
+    step (step.hpp) and waits what it says, watching the client and a drain meanwhile. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
-#include "proxy/retry/decide.hpp"
-#include "proxy/retry/loop_hooks.hpp"
+#include "proxy/retry/step.hpp"
 #include "proxy/upstream/attempt.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -15,22 +14,6 @@
 namespace rebound::retry {
 
 struct hedge_plan;
-
-/// What the loop needs to know about the request, beyond its policy.
-struct request_facts {
-  bool may_retry = false;    ///< R-6 allows it and the body is buffered
-  std::string_view why_not;  ///< for the log, when !may_retry
-  std::string_view dependency;
-  std::string_view method;
-  std::string_view path;  ///< without the query (R-9); a gRPC call's is its method
-  bool grpc = false;      ///< a gRPC call: its logs name grpc_method and grpc_status
-  std::string_view correlation_id;
-  std::string_view idempotency_key;
-  /// The `exp` of the request's own bearer JWT: no retry is sent once it has passed.
-  std::optional<std::chrono::system_clock::time_point> credential_expires;
-  /// A deadline the caller gave (gRPC's grpc-timeout), when it comes before total_timeout's.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-};
 
 /// What the loop shares with the session and the dependency. Null members are not used.
 struct loop_hooks {
@@ -51,25 +34,6 @@ struct loop_result {
   bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
-/// One attempt as the decision reads it: what came back, and the waits the upstream asked for.
-struct attempt_summary {
-  std::optional<upstream::attempt_failure> failure;  ///< set when no response came back
-  attempt_outcome outcome;                           ///< the response's status (and grpc-status)
-  std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
-  std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
-  /// Whether the request can still be sent again: false once a streamed request body has
-  /// outgrown what is kept of it (max_retry_body).
-  bool repeatable = true;
-  layer_signal below;                                ///< what the answering layer said of itself
-  /// Hedges sent during this run (hedge.hpp): each is an attempt of its own, counted in
-  /// Rebound-Attempts and against max_retries.
-  unsigned hedges = 0;
-  /// Which copy of this run the summary is from: 0 the first, n the n-th hedge.
-  unsigned answered_by = 0;
-  /// When that copy started; unset: when the run started.
-  std::optional<std::chrono::steady_clock::time_point> started;
-};
-
 /** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over
     HTTP/2 (grpc/) each implement it; the loop around it, and with it every rule of the
     standard, is written once. The views of a summary stay valid until `drop` or the next run. */
@@ -81,13 +45,6 @@ class attempt_runner {
   /// Lets go of the last attempt's response: it will not be returned, and a request waiting
   /// for its retry holds no connection or buffers.
   virtual void drop() = 0;
-};
-
-struct attempts_result {
-  unsigned attempts = 0;
-  std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
-  bool client_gone = false;                          ///< the client hung up during a backoff
-  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,

@@ -5,6 +5,7 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/error_response.hpp"
 #include "proxy/net.hpp"
+#include "proxy/upstream/attempt_failure.hpp"
 #include "proxy/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -38,15 +39,6 @@ struct exchange {
   std::optional<connection> stream;
   beast::flat_buffer buffer{response_buffer_limit};  ///< bytes read past the response head
   std::optional<response_parser> response;           ///< the final head
-};
-
-struct attempt_failure {
-  http::error_type type;
-  std::string message;
-  /** Whether the upstream may have seen any of the request. False only where the attempt
-      provably ended before a byte went out (no connection, no credential): what the inbound
-      gate needs to know before it frees a key (R-6). */
-  bool may_have_reached = true;
 };
 
 /// Only reached by calling value() on a failed attempt_result, which nothing on the data path does.

@@ -41,3 +41,14 @@ TEST(Correlation, NewIdsAre32HexDigitsAndDiffer) {
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(a, b);
 }
+
+// One rule for every way in (HTTP/1.1, CONNECT, gRPC): X-Request-ID, then X-Correlation-ID,
+// then traceparent's trace-id; an unusable value gives way to the next field.
+TEST(Correlation, R10_TheFirstUsableFieldWinsInOneOrderForEveryWayIn) {
+  auto const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  EXPECT_EQ(correlation_id_of({"req-1", "corr-1", tp}), "req-1");
+  EXPECT_EQ(correlation_id_of({"", "corr-1", tp}), "corr-1");
+  EXPECT_EQ(correlation_id_of({"has space", "corr-1", tp}), "corr-1") << "an unusable X-Request-ID gives way";
+  EXPECT_EQ(correlation_id_of({"", "", tp}), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(correlation_id_of({"", "", "garbage"}), "") << "none usable: the caller makes one";
+}

@@ -1,0 +1,158 @@
+#include "proxy/retry/step.hpp"
+
+#include "proxy/retry/classify.hpp"
+#include "proxy/retry/layers.hpp"
+
+#include <algorithm>
+
+namespace rebound::retry {
+
+using steady = std::chrono::steady_clock;
+
+void record_attempt(dependency_gate& gate, attempt_observer& observer, const attempt_report& r) {
+  observer.attempt_done(r);
+  if (r.cancelled) return;
+  gate.record(classify(r.outcome, retry_on::r4_default()) == verdict::retryable);
+}
+
+retry_step::retry_step(step_context ctx, steady::time_point deadline, unsigned attempts_before)
+    : ctx_(ctx),
+      deadline_(ctx.facts.deadline ? std::min(deadline, *ctx.facts.deadline) : deadline),
+      max_attempts_(1 + (ctx.facts.may_retry ? ctx.policy.max_retries : 0)) {
+  result_.attempts = attempts_before;
+}
+
+next_step retry_step::after(attempt_summary& summary, steady::time_point attempt_start, step_time at, bool draining) {
+  auto& failure = summary.failure;
+  auto& result = result_;
+  auto const& facts = ctx_.facts;
+  auto const& policy = ctx_.policy;
+  auto const& log = ctx_.log;
+  // when the request's deadline, not the attempt's, cut the attempt short, the whole
+  // request is out of time.
+  if (failure && failure->type == error_type::attempt_timeout &&
+      std::min(attempt_start + policy.attempt_timeout, deadline_) == deadline_)
+    failure = upstream::attempt_failure{error_type::deadline_exceeded,
+                                        facts.deadline && *facts.deadline == deadline_
+                                            ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
+                                            : "total_timeout reached"};
+  attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
+  result.failure = failure;
+  auto const took = std::chrono::duration_cast<std::chrono::microseconds>(at.now - summary.started.value_or(attempt_start));
+  // A hedged run (hedge.hpp) sent result.attempts - hedges + 1 .. result.attempts; the
+  // others' reports were made by the hedging.
+  record_attempt(ctx_.gate, ctx_.observer, {result.attempts - summary.hedges + summary.answered_by, outcome, took});
+
+  attempt_facts af;
+  af.outcome = outcome;
+  if (!failure) {
+    af.retry_after = summary.retry_after;
+    af.grpc_pushback = summary.grpc_pushback;
+    af.below = summary.below;
+  }
+  af.attempts = result.attempts;
+  af.may_repeat = facts.may_retry && summary.repeatable;
+  af.previous_wait = previous_wait_;
+  af.now = at.now;
+  af.deadline = deadline_;
+  af.wall_now = at.wall_now;
+  af.credential_expires = facts.credential_expires;
+  af.u = std::uniform_real_distribution<double>(0.0, 1.0)(ctx_.rng);
+  auto const d = decide(policy, af);
+
+  if (auto const* s = std::get_if<stop>(&d)) {
+    result.gave_up = gave_up_after_retrying(s->reason, result.attempts);
+    next_step const stopped{false, duration{0}, s->reason, {}};
+    switch (s->reason) {
+      case stop_reason::final:
+        return stopped;
+      case stop_reason::not_repeatable:
+        if (policy.max_retries > 0 && result.attempts == 1)
+          log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
+                                     {"dependency", facts.dependency},
+                                     {"method", facts.method},
+                                     {"path", facts.path},
+                                     {"error_type", outcome_name(outcome)},
+                                     {"reason", summary.repeatable ? facts.why_not
+                                                                   : std::string_view("the streamed request outgrew "
+                                                                                      "max_retry_body: sent once")}});
+        return stopped;
+      case stop_reason::exhausted:
+        log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
+                                     {"dependency", facts.dependency},
+                                     {"attempts", result.attempts},
+                                     {"max_attempts", max_attempts_},
+                                     {"error_type", outcome_name(outcome)},
+                                     {"idempotency_key", facts.idempotency_key}});
+        ctx_.observer.exhausted();
+        return stopped;
+      case stop_reason::layered:
+      case stop_reason::overloaded:
+        ctx_.observer.declined(to_string(s->reason));
+        break;  // logged as retry_stopped with its reason, below
+      default:
+        break;
+    }
+    if (draining) return stopped;
+    log.warn("retry_stopped",
+             {{"correlation_id", facts.correlation_id},
+              {"dependency", facts.dependency},
+              {"attempts", result.attempts},
+              {"error_type", outcome_name(outcome)},
+              {"reason", to_string(s->reason)},
+              {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
+    // a Retry-After past the deadline returns that response at once. Without a
+    // response to return, the client learns why from the error type.
+    if (failure && s->error) result.failure = upstream::attempt_failure{*s->error, "no time left for another attempt"};
+    return stopped;
+  }
+  if (draining) return {};
+  auto const& go = std::get<retry_in>(d);
+  if (ctx_.asks_budget) {
+    if (auto const permit = ctx_.gate.allow_retry(); !permit.granted) {
+      log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
+                                    {"dependency", facts.dependency},
+                                    {"attempts", result.attempts},
+                                    {"error_type", outcome_name(outcome)},
+                                    {"reason", permit.why}});
+      result.gave_up = result.attempts > 1;
+      if (failure)
+        result.failure =
+            upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
+      return {};
+    }
+  }
+  previous_wait_ = go.wait;
+  ctx_.observer.retry_scheduled(go.wait);
+  log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
+                             {"dependency", facts.dependency},
+                             {"attempt", result.attempts + 1},
+                             {"max_attempts", max_attempts_},
+                             {"backoff_ms", static_cast<long long>(go.wait.count())},
+                             {"error_type", outcome_name(outcome)},
+                             {"idempotency_key", facts.idempotency_key},
+                             {"method", facts.method},
+                             {"path", facts.path},
+                             {"status", outcome.status.value_or(0)},
+                             {"grpc_status", outcome.grpc_status},
+                             {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
+                             {"duration_ms", static_cast<long long>(took.count() / 1000)}});
+  return {true, go.wait, std::nullopt, failure ? std::string() : outcome_name(outcome)};
+}
+
+void retry_step::caller_left(std::string_view reason) {
+  result_.client_gone = true;
+  ctx_.log.info("retry_cancelled", {{"correlation_id", ctx_.facts.correlation_id},
+                                    {"dependency", ctx_.facts.dependency},
+                                    {"attempts", result_.attempts},
+                                    {"reason", reason}});
+}
+
+void retry_step::drain_cut(const std::string& last_outcome) {
+  // The failed attempt's response went with its connection, so the message says what it was.
+  if (!result_.failure)
+    result_.failure = upstream::attempt_failure{
+        error_type::deadline_exceeded, "shutting down before the retry; the last attempt answered " + last_outcome};
+}
+
+}  // namespace rebound::retry
