@@ -400,6 +400,21 @@ TEST(Retry, R6_AppKeyIsPreserved) {
   }
 }
 
+// R-6's one rule for a valid key (idempotency/key.hpp): the inbound gate always refused a
+// key holding a comma (two keys folded into one field) or two key fields; the outbound path
+// forwarded both, so an upstream could read either key. Refused before anything is sent.
+TEST(Retry, R6_AFoldedOrRepeatedKeyIsRefusedBeforeAnythingIsSent) {
+  ScriptedUpstream up;
+  up.on("/pay", answer(200));
+  ReboundProcess rb(retry_options());
+  for (std::string const fields : {"Idempotency-Key: k-1, k-2\r\n", "Idempotency-Key: k-1\r\nIdempotency-Key: k-2\r\n"}) {
+    SCOPED_TRACE(fields);
+    auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/pay", fields, "amount=10"), 20s);
+    ASSERT_TRUE(IsReboundError(r, 400, {"bad_request"}));
+  }
+  EXPECT_EQ(up.request_count("/pay"), 0u);
+}
+
 TEST(Retry, R6_PatchWithAppKeyIsRetried) {
   ScriptedUpstream up;
   up.on_sequence("/doc", {answer(503), answer(200)});

@@ -119,33 +119,30 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
     co_return a.error(bhttp::status::forbidden, "unknown_host",
                       "unknown_hosts: deny, and no dependency lists this host");
 
-  store::retry_task t;
-  t.body = std::move(sub.body);
-  auto const& key_header = route.policy->idempotency.header;
-  t.headers.emplace_back("Host", target.authority);
-  for (auto& [name, value] : sub.headers) {
-    if (reserved_field(name) || beast::iequals(name, key_header)) continue;  // rebound writes these
-    t.headers.emplace_back(std::move(name), std::move(value));
-  }
-  auto id = idempotency::new_key();
-  auto key = sub.idempotency_key ? sub.idempotency_key : idempotency::new_key();
-  if (!id || !key)
-    co_return a.error(bhttp::status::service_unavailable, "store_unavailable", "no id could be generated");
-  t.headers.emplace_back(key_header, *key);
+  std::string policy_id;
   if (auto const& p = sub.policy_id) {
     auto [pe, policy] = co_await store::async_get_policy(ctx.store, *p, use_tuple);
     if (pe) co_return a.unavailable(*pe);
     if (!policy)
       co_return a.error(bhttp::status::unprocessable_entity, "unknown_policy",
                         "no policy registered as \"" + *p + "\"");
-    t.policy_id = *p;
+    policy_id = *p;
   }
-  t.id = *id;
-  t.idempotency_key = *key;
-  t.dependency = route.name;
-  t.method = sub.method;
-  t.target = absolute;
-  t.created_at = t.next_attempt_at = t.window_start = store::wall_clock::now();
+  auto const& key_header = route.policy->idempotency.header;
+  std::vector<std::pair<std::string, std::string>> head;
+  head.emplace_back("Host", target.authority);
+  for (auto& [name, value] : sub.headers) {
+    if (reserved_field(name) || beast::iequals(name, key_header)) continue;  // rebound writes these
+    head.emplace_back(std::move(name), std::move(value));
+  }
+  // The submission's key was checked as it was read (task_submission.cpp); a task always
+  // carries one.
+  auto key = sub.idempotency_key ? sub.idempotency_key : idempotency::new_key();
+  auto made = key ? store::new_task({route.name, sub.method, absolute, std::move(head), std::move(sub.body),
+                                     std::move(policy_id), key_header, std::move(*key)})
+                  : std::nullopt;
+  if (!made) co_return a.error(bhttp::status::service_unavailable, "store_unavailable", "no id could be generated");
+  auto& t = *made;
   auto [e, stored] = co_await store::async_accept(ctx.store, t, use_tuple);
   if (e && e->full && e->first) ctx.log.warn("store_full", {{"dependency", t.dependency}, {"message", e->message}, {"via", "admin_api"}});
   if (e || !stored) co_return a.unavailable(e.value_or(store::store_error{"not stored"}));

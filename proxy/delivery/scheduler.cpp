@@ -126,9 +126,8 @@ net::awaitable<std::shared_ptr<const config::policy>> registered_policy(const ht
 std::optional<store::retry_task> alert_task(const http::session_context& ctx, const store::retry_task& dead,
                                             std::string_view reason, unsigned attempts) {
   auto const& url = ctx.cfg().alert_webhook;
-  auto id = idempotency::new_key();
   auto key = idempotency::new_key();
-  if (url.empty() || !id || !key) return std::nullopt;
+  if (url.empty() || !key) return std::nullopt;
   auto const authority =
       url.substr(7, url.find('/', 7) == std::string::npos ? std::string::npos : url.find('/', 7) - 7);
   std::string body = "{\"event\":\"dead_lettered\",\"task_id\":";
@@ -144,19 +143,9 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
   body += ",\"dead_lettered_at\":\"" + observe::iso8601(wall::now()) + "\",\"task\":";
   observe::append_json_string(body, std::string(ctx.admin_base) + "/retry-tasks/" + dead.id);
   body += "}\n";
-  store::retry_task t;
-  t.id = std::move(*id);
-  t.idempotency_key = *key;
-  t.dependency = "alert";
-  t.method = "POST";
-  t.target = url;
-  t.headers = {{"Host", authority},
-               {"Content-Type", "application/json"},
-               {std::string(ctx.cfg().defaults.idempotency.header), std::move(*key)}};
-  t.body = std::move(body);
-  t.policy_id = std::string(alert_policy_id);
-  t.created_at = t.next_attempt_at = t.window_start = wall::now();
-  return t;
+  return store::new_task({"alert", "POST", url, {{"Host", authority}, {"Content-Type", "application/json"}},
+                          std::move(body), std::string(alert_policy_id),
+                          std::string(ctx.cfg().defaults.idempotency.header), std::move(*key)});
 }
 
 /// Into the store and the log: what one attempt of `task` came to.

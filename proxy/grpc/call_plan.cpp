@@ -105,25 +105,23 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   facts.correlation_id = plan.correlation_id;
   if (auto const* a = find("authorization")) facts.credential_expires = auth::jwt_expiry(auth::bearer_token(*a));
 
-  // a call is a POST on the wire; it may go again when a key makes it safe to.
+  // a call is a POST on the wire; it may go again when a key makes it safe to
+  // (idempotency/key.hpp, the rule every way in follows).
   plan.key_header = lower(policy.idempotency.header);
-  if (auto const* k = find(plan.key_header)) {
-    if (auto problem = idempotency::key_problem(*k)) {
-      plan.refusal = refuse(retry::error_type::bad_request, *problem);
-      return;
-    }
-    plan.key = *k;
-  } else if (policy.idempotency.inject) {
-    if (auto k = idempotency::new_key()) {
-      plan.key = std::move(*k);
-      set_field(head, plan.key_header, plan.key);
-    }
+  unsigned sent_keys = 0;
+  for (auto const& f : head) sent_keys += f.name == plan.key_header;
+  auto const* sent = find(plan.key_header);
+  auto key = idempotency::plan_key({sent ? std::optional<std::string_view>(*sent) : std::nullopt, sent_keys > 1},
+                                   boost::beast::http::verb::post, policy.idempotency.inject);
+  if (key.refusal) {
+    plan.refusal = refuse(retry::error_type::bad_request, *key.refusal);
+    return;
   }
+  plan.key = std::move(key.key);
+  if (key.made) set_field(head, plan.key_header, plan.key);
   facts.idempotency_key = plan.key;
-  if (plan.key.empty())
-    facts.why_not = "a call without an idempotency key, and idempotency.inject is false (R-6)";
-  else
-    facts.may_retry = true;
+  facts.may_retry = key.may_retry;
+  facts.why_not = key.why_not;
 
   // the caller's own deadline, when it is the nearer one.
   if (auto const* t = find("grpc-timeout"))

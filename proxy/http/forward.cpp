@@ -241,9 +241,13 @@ struct forward_plan {
   error_reply refusal;  ///< with route::refuse
   bool keep_after_refusal = false;
   retry::request_facts facts;
-  std::string injected_key;         ///< facts.idempotency_key views it when rebound made the key
+  std::string key;                  ///< R-6's key (the request's own or one made): facts.idempotency_key views it
   std::string made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
   std::string_view sent_once_why;   ///< with route::once
+
+  forward_plan() = default;
+  forward_plan(const forward_plan&) = delete;  // facts views its strings: it stays where it was made
+  forward_plan& operator=(const forward_plan&) = delete;
 };
 
 /// the request's correlation id (see observe/correlation.hpp), made and sent upstream
@@ -323,37 +327,23 @@ void plan_request(forward_plan& plan, request_parser& parser, const request_targ
   if (auto it = req.find(bhttp::field::authorization); it != req.end())
     facts.credential_expires = auth::jwt_expiry(auth::bearer_token(it->value()));
 
-  // whether this request may be sent more than once.
+  // whether this request may be sent more than once (idempotency/key.hpp).
   auto const& key_header = policy.idempotency.header;
-  if (auto it = req.find(key_header); it != req.end()) {
-    if (auto problem = idempotency::key_problem(it->value())) {
-      plan.how = forward_plan::route::refuse;
-      plan.refusal = error_reply{400, error_type::bad_request, *problem, std::string(dependency), 0};
-      plan.keep_after_refusal = parser.is_done() && req.keep_alive();
-      return;
-    }
-    facts.idempotency_key = it->value();
+  auto const sent = req.find(key_header);
+  auto key = idempotency::plan_key(
+      {sent == req.end() ? std::nullopt : std::optional<std::string_view>(sent->value()), req.count(key_header) > 1},
+      req.method(), policy.idempotency.inject);
+  if (key.refusal) {
+    plan.how = forward_plan::route::refuse;
+    plan.refusal = error_reply{400, error_type::bad_request, std::move(*key.refusal), std::string(dependency), 0};
+    plan.keep_after_refusal = parser.is_done() && req.keep_alive();
+    return;
   }
-  if (idempotency::retry_safe_method(req.method())) {
-    facts.may_retry = true;
-  } else if (idempotency::needs_key(req.method())) {
-    if (!facts.idempotency_key.empty()) {
-      facts.may_retry = true;
-    } else if (policy.idempotency.inject) {
-      if (auto k = idempotency::new_key()) {
-        plan.injected_key = std::move(*k);
-        req.set(key_header, plan.injected_key);
-        facts.idempotency_key = plan.injected_key;
-        facts.may_retry = true;
-      } else {
-        facts.why_not = "no idempotency key could be generated";
-      }
-    } else {
-      facts.why_not = "POST/PATCH without an idempotency key, and idempotency.inject is false (R-6)";
-    }
-  } else {
-    facts.why_not = "the method is not idempotent (R-6)";
-  }
+  if (key.made) req.set(key_header, key.key);
+  plan.key = std::move(key.key);
+  facts.idempotency_key = plan.key;
+  facts.may_retry = key.may_retry;
+  facts.why_not = key.why_not;
 
   // A body can be sent again only if it is kept: one over max_retry_body streams through
   // once. A chunked body is kept while it fits (forward_buffered finds out).

@@ -32,27 +32,19 @@ bool prefers_async(const bhttp::request<bhttp::buffer_body>& req) {
   return false;
 }
 
-/** The task as the delivery will send it: the request as forwarded (hop-by-hop fields gone,
+/** The head as the delivery will send it: the request as forwarded (hop-by-hop fields gone,
     Via added), minus the framing, which the delivery sets for the stored body, and minus
     Prefer, which asked rebound, not the upstream. */
-store::retry_task make_task(const bhttp::request<bhttp::buffer_body>& req, const request_target& target,
-                            const dependency_route& route, std::string id, std::string key, std::string body) {
-  store::retry_task t;
-  t.id = std::move(id);
-  t.idempotency_key = std::move(key);
-  t.dependency = route.name;
-  t.method = std::string(req.method_string());
-  t.target = "http://" + target.authority + target.origin_form;
+std::vector<std::pair<std::string, std::string>> stored_head(const bhttp::request<bhttp::buffer_body>& req) {
+  std::vector<std::pair<std::string, std::string>> head;
   for (auto const& f : req) {
     auto const name = f.name();
     if (name == bhttp::field::content_length || name == bhttp::field::transfer_encoding ||
         name == bhttp::field::prefer || name == bhttp::field::expect)
       continue;
-    t.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    head.emplace_back(std::string(f.name_string()), std::string(f.value()));
   }
-  t.body = std::move(body);
-  t.created_at = t.next_attempt_at = t.window_start = store::wall_clock::now();
-  return t;
+  return head;
 }
 
 net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_context& ctx, const std::string& id,
@@ -98,31 +90,22 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
   };
 
   if (auto const unmet = unmet_expectation(req)) co_return co_await refuse(*unmet, false);
+  // A delivery goes again after any failure, so it always carries a key: the app's,
+  // else one made now and stored with the task.
   auto const& key_header = route.policy->idempotency.header;
-  std::string key;
-  if (auto it = req.find(key_header); it != req.end()) {
-    if (auto problem = idempotency::key_problem(it->value())) {
-      error_reply const bad{400, error_type::bad_request, *problem, {}, 0};
-      co_return co_await refuse(bad, parser.is_done() && keep);
-    }
-    key = std::string(it->value());
+  auto const sent = req.find(key_header);
+  auto key = idempotency::plan_key(
+      {sent == req.end() ? std::nullopt : std::optional<std::string_view>(sent->value()), req.count(key_header) > 1},
+      req.method(), true, idempotency::key_need::always);
+  if (key.refusal) {
+    error_reply const bad{400, error_type::bad_request, *key.refusal, {}, 0};
+    co_return co_await refuse(bad, parser.is_done() && keep);
   }
-  auto const id = idempotency::new_key();
-  if (!id) {
-    error_reply const none{503, error_type::store_unavailable, "no task id could be generated", {}, 0};
+  if (key.key.empty()) {
+    error_reply const none{503, error_type::store_unavailable, "no idempotency key could be generated", {}, 0};
     co_return co_await refuse(none, false);
   }
-  if (key.empty()) {
-    // A delivery goes again after any failure, so it always carries a key: the app's,
-    // else one made now and stored with the task.
-    auto made = idempotency::new_key();
-    if (!made) {
-      error_reply const none{503, error_type::store_unavailable, "no idempotency key could be generated", {}, 0};
-      co_return co_await refuse(none, false);
-    }
-    key = std::move(*made);
-    req.set(key_header, key);
-  }
+  if (key.made) req.set(key_header, key.key);
   if (auto cl = parser.content_length(); cl && *cl > max_body) {
     error_reply const big{413, error_type::bad_request, "body larger than async.max_body: nothing was stored", {}, 0};
     co_return co_await refuse(big, false);
@@ -145,7 +128,15 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
-  auto task = make_task(req, target, route, *id, key, std::move(body));
+  auto made = store::new_task({route.name, std::string(req.method_string()),
+                               "http://" + target.authority + target.origin_form, stored_head(req), std::move(body),
+                               std::string(), key_header, key.key});
+  if (!made) {
+    error_reply const none{503, error_type::store_unavailable, "no task id could be generated", {}, 0};
+    co_return co_await refuse(none, false);
+  }
+  auto const id = made->id;
+  auto task = std::move(*made);
   auto [failed, stored] = co_await store::async_accept(*ctx.store, std::move(task), use_tuple);
   if (failed && failed->full) {
     if (failed->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", failed->message}});
@@ -163,12 +154,12 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     co_return co_await refuse(down, keep);
   }
   route.guard->answered(202);
-  ctx.log->info("task_accepted", {{"task_id", *id},
+  ctx.log->info("task_accepted", {{"task_id", id},
                                   {"dependency", route.name},
                                   {"method", std::string_view(req.method_string())},
                                   {"path", loggable_path(target.origin_form)},
-                                  {"idempotency_key", key}});
-  co_return co_await send_accepted(client, ctx, *id, keep && !ctx.sessions->draining(), idle);
+                                  {"idempotency_key", key.key}});
+  co_return co_await send_accepted(client, ctx, id, keep && !ctx.sessions->draining(), idle);
 }
 
 }  // namespace rebound::http

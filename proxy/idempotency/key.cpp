@@ -22,8 +22,49 @@ std::optional<std::string> key_problem(std::string_view key) {
   for (char c : key) {
     auto const u = static_cast<unsigned char>(c);
     if (u < 0x20 || u > 0x7e) return "the idempotency key must be printable ASCII";
+    if (c == '"' || c == '\\' || c == ',')
+      return "the idempotency key may not hold '\"', '\\' or ',' (a comma is two keys in one field)";
   }
   return std::nullopt;
+}
+
+std::string_view key_in_field(std::string_view value) {
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') return value.substr(1, value.size() - 2);
+  return value;
+}
+
+key_plan plan_key(const sent_key& sent, bhttp::verb method, bool inject, key_need need) {
+  key_plan plan;
+  if (sent.repeated) {
+    plan.refusal = "more than one idempotency key field: which one is meant is unknown (R-6)";
+    return plan;
+  }
+  if (sent.value) {
+    auto const key = key_in_field(*sent.value);
+    if (auto problem = key_problem(key)) {
+      plan.refusal = std::move(problem);
+      return plan;
+    }
+    plan.key = key;
+  }
+  bool const wants_key = need == key_need::always || needs_key(method);
+  if (!wants_key) {
+    plan.may_retry = retry_safe_method(method);
+    if (!plan.may_retry) plan.why_not = "the method is not idempotent (R-6)";
+    return plan;
+  }
+  if (plan.key.empty() && (inject || need == key_need::always)) {
+    if (auto k = new_key()) {
+      plan.key = std::move(*k);
+      plan.made = true;
+    } else {
+      plan.why_not = "no idempotency key could be generated";
+      return plan;
+    }
+  }
+  plan.may_retry = !plan.key.empty();
+  if (!plan.may_retry) plan.why_not = "POST/PATCH without an idempotency key, and idempotency.inject is false (R-6)";
+  return plan;
 }
 
 std::optional<std::string> new_key() {

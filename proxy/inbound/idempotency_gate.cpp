@@ -1,5 +1,7 @@
 #include "proxy/inbound/idempotency_gate.hpp"
 
+#include "proxy/idempotency/key.hpp"
+
 #include "proxy/http/forward.hpp"
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
@@ -20,8 +22,6 @@ namespace {
 namespace bhttp = boost::beast::http;
 using wall = store::wall_clock;
 
-/// The longest key taken (seed 004); a longer one is refused, never truncated.
-constexpr std::size_t max_key = 64;
 /// An answer without a Content-Length is read whole (to pin it) up to this; larger: 502. One
 /// whose Content-Length passes inbound.max_body is streamed instead, never held.
 constexpr std::size_t max_answer = 64 << 20;
@@ -29,18 +29,14 @@ constexpr std::size_t max_answer = 64 << 20;
 /// what is pinned is only its status, and a duplicate is refused rather than run again.
 constexpr std::string_view not_kept_field = "Rebound-Answer-Not-Kept";
 
-/** The key as sent: a Structured Field string (`"..."`, RFC 9651, as the IETF draft has it)
-    or a bare token (as Stripe's clients send it). Empty when absent; nullopt when malformed. */
+/** The key as sent, by R-6's one rule (idempotency/key.hpp): a Structured Field string or a
+    bare value, never two fields. Empty when absent; nullopt when malformed. */
 std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req) {
   auto const n = req.count("Idempotency-Key");
   if (n == 0) return std::string();
-  if (n > 1) return std::nullopt;
-  std::string_view v = req["Idempotency-Key"];
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-  if (v.empty() || v.size() > max_key) return std::nullopt;
-  for (unsigned char c : v)
-    if (c < 0x21 || c > 0x7e || c == '"' || c == '\\' || c == ',') return std::nullopt;
-  return std::string(v);
+  auto const key = idempotency::key_in_field(req["Idempotency-Key"]);
+  if (n > 1 || idempotency::key_problem(key)) return std::nullopt;
+  return std::string(key);
 }
 
 /// Who is asking: a hash of the field that names the caller (inbound.principal_header,

@@ -1,6 +1,11 @@
 #include "proxy/store/task.hpp"
 
+#include "proxy/idempotency/key.hpp"
 #include "proxy/store/store_support.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+#include <algorithm>
 
 namespace rebound::store {
 
@@ -56,4 +61,24 @@ std::vector<std::pair<std::string, std::string>> decode_headers(std::string_view
 }
 
 }  // namespace support
+std::optional<retry_task> new_task(task_parts parts) {
+  auto id = idempotency::new_key();
+  if (!id) return std::nullopt;
+  retry_task t;
+  t.id = std::move(*id);
+  t.idempotency_key = std::move(parts.idempotency_key);
+  t.dependency = std::move(parts.dependency);
+  t.method = std::move(parts.method);
+  t.target = std::move(parts.target);
+  t.headers = std::move(parts.headers);
+  bool const carries_key = std::any_of(t.headers.begin(), t.headers.end(), [&](const auto& h) {
+    return boost::beast::iequals(h.first, parts.key_header);
+  });
+  if (!carries_key) t.headers.emplace_back(std::move(parts.key_header), t.idempotency_key);
+  t.body = std::move(parts.body);
+  t.policy_id = std::move(parts.policy_id);
+  t.created_at = t.next_attempt_at = t.window_start = wall_clock::now();
+  return t;
+}
+
 }  // namespace rebound::store

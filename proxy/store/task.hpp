@@ -47,4 +47,23 @@ struct attempt_log {
   std::chrono::microseconds duration{0};
 };
 
+/// What a new task is made of, by either way in: a handed-over call (http/hand_over.cpp) or
+/// POST /retry-tasks (admin/task_api.cpp).
+struct task_parts {
+  std::string dependency;
+  std::string method;
+  std::string target;  ///< absolute URL
+  /// The head as delivery will send it, without framing (delivery sets it for the body).
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string policy_id;        ///< empty: the route's policy
+  std::string key_header;       ///< the route's idempotency header
+  std::string idempotency_key;  ///< R-6's (idempotency::plan_key with key_need::always)
+};
+
+/** The one way a task is made: PENDING, due now, its window starting now, with an id of its
+    own and its key on its head (added unless the head already carries that field, as a
+    handed-over request with the app's own key does). Nullopt when no id could be made. */
+std::optional<retry_task> new_task(task_parts parts);
+
 }  // namespace rebound::store

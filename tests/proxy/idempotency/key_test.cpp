@@ -40,3 +40,58 @@ TEST(Idempotency, R6_GeneratedKeysAreDistinctUuidV4) {
   }
   EXPECT_EQ(seen.size(), 1000u);
 }
+
+// R-6's one rule for a valid key, whichever way the request came in: a comma is two keys
+// folded into one field, quotes and backslashes would read differently as an SF string.
+TEST(Idempotency, R6_OneRuleForAValidKeyEverywhere) {
+  EXPECT_FALSE(key_problem("pay-2026-11-26 #1")) << "printable ASCII, inner space included";
+  EXPECT_TRUE(key_problem("a,b"));
+  EXPECT_TRUE(key_problem("a\"b"));
+  EXPECT_TRUE(key_problem("a\\b"));
+  EXPECT_EQ(key_in_field("\"abc\""), "abc") << "a Structured Field string is unquoted";
+  EXPECT_EQ(key_in_field("abc"), "abc");
+}
+
+namespace {
+sent_key sent(std::string_view v) { return {v, false}; }
+}  // namespace
+
+TEST(Idempotency, R6_PlanKeepsAValidKeyAndLetsThePostGoAgain) {
+  auto const p = plan_key(sent("\"order-7\""), bhttp::verb::post, false);
+  EXPECT_FALSE(p.refusal);
+  EXPECT_EQ(p.key, "order-7");
+  EXPECT_FALSE(p.made);
+  EXPECT_TRUE(p.may_retry);
+}
+
+TEST(Idempotency, R6_PlanInjectsAKeyOnlyWhereOneIsNeededAndAllowed) {
+  auto const injected = plan_key({}, bhttp::verb::patch, true);
+  EXPECT_TRUE(injected.made);
+  EXPECT_FALSE(key_problem(injected.key));
+  EXPECT_TRUE(injected.may_retry);
+
+  auto const refused = plan_key({}, bhttp::verb::post, false);
+  EXPECT_FALSE(refused.made);
+  EXPECT_FALSE(refused.may_retry);
+  EXPECT_NE(refused.why_not.find("inject is false"), std::string_view::npos);
+
+  auto const get = plan_key({}, bhttp::verb::get, true);
+  EXPECT_FALSE(get.made) << "a GET needs no key";
+  EXPECT_TRUE(get.may_retry);
+
+  auto const connect = plan_key({}, bhttp::verb::connect, true);
+  EXPECT_FALSE(connect.may_retry);
+  EXPECT_EQ(connect.why_not, "the method is not idempotent (R-6)");
+}
+
+TEST(Idempotency, R6_PlanRefusesAMalformedOrRepeatedKeyBeforeAnythingIsSent) {
+  EXPECT_TRUE(plan_key(sent(std::string(65, 'k')), bhttp::verb::post, true).refusal);
+  EXPECT_TRUE(plan_key(sent("a,b"), bhttp::verb::get, true).refusal) << "refused whatever the method";
+  EXPECT_TRUE(plan_key({std::string_view("k1"), true}, bhttp::verb::post, true).refusal) << "two key fields";
+}
+
+TEST(Idempotency, R6_AHandedOverCallAlwaysCarriesAKey) {
+  auto const p = plan_key({}, bhttp::verb::get, false, key_need::always);
+  EXPECT_TRUE(p.made) << "delivery retries after any failure, whatever the method or inject";
+  EXPECT_FALSE(p.key.empty());
+}
