@@ -1,5 +1,6 @@
 #include "proxy/admin/api_support.hpp"
 
+#include "proxy/http/error_response.hpp"
 #include "proxy/observe/json.hpp"
 
 #include <charconv>
@@ -21,12 +22,7 @@ response answers::json(bhttp::status s, std::string body) const {
 }
 
 response answers::error(bhttp::status s, std::string_view type, std::string_view message) const {
-  std::string body = "{\"error\":{\"type\":";
-  observe::append_json_string(body, type);
-  body += ",\"message\":";
-  observe::append_json_string(body, message);
-  body += "}}\n";
-  return json(s, std::move(body));
+  return json(s, http::error_json(type, message));
 }
 
 response answers::unavailable(const store::store_error& e) const {

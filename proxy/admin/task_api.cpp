@@ -115,9 +115,8 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   auto& target = sub.target;
   auto const absolute = "http://" + target.authority + target.origin_form;
   auto const route = http::route_request(ctx.cfg, target, sub.method, false);
-  if (!route.dependency && ctx.cfg.unknown_hosts == config::unknown_hosts_policy::deny)
-    co_return a.error(bhttp::status::forbidden, "unknown_host",
-                      "unknown_hosts: deny, and no dependency lists this host");
+  if (auto const unknown = http::refuse_unknown_host(ctx.cfg, route, target))
+    co_return a.error(bhttp::status::forbidden, "unknown_host", unknown->message);
 
   std::string policy_id;
   if (auto const& p = sub.policy_id) {

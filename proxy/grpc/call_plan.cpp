@@ -68,20 +68,15 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
     return;
   }
   plan.target = std::move(*target.value);
-  auto const token = "rebound (" + std::string(ctx.instance_token) + ")";
   bool passed_here = false;
-  for (auto const& f : head)
-    if (f.name == "via" && f.value.find(token) != std::string::npos) passed_here = true;
-  if (passed_here || http::targets_listener(plan.target.connect_host, plan.target.port, cfg.listen)) {
-    plan.refusal = refuse(retry::error_type::loop_detected,
-                          "forwarding loop: the call targets this rebound (" + plan.target.authority +
-                              ") or already passed through it");
+  for (auto const& f : head) passed_here |= f.name == "via" && http::via_value_names_instance(f.value, ctx.instance_token);
+  if (auto loop = http::refuse_loop(plan.target, passed_here, cfg.listen)) {
+    plan.refusal = refuse(loop->type, loop->message);
     return;
   }
   plan.route = http::route_request(cfg, plan.target, plan.method, false);
-  if (!plan.route.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
-    plan.refusal = refuse(retry::error_type::unknown_host,
-                          "host " + plan.target.authority + " is not a configured dependency");
+  if (auto unknown = http::refuse_unknown_host(cfg, plan.route, plan.target)) {
+    plan.refusal = refuse(unknown->type, unknown->message);
     return;
   }
   http::attach_runtime(plan.route, ctx, plan.target);
@@ -132,7 +127,7 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
       }
       facts.deadline = clock::now() + *left;
     }
-  set_field(head, "via", "2 " + token);
+  set_field(head, "via", "2 " + http::via_mark(ctx.instance_token));
 }
 
 

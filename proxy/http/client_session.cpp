@@ -67,20 +67,14 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
     v.keep_after_refusal = parser.is_done();
     return false;
   }
-  if (targets_listener(t.connect_host, t.port, cfg.listen) || via_names_instance(req.base(), instance_token)) {
-    v.refusal = error_reply{
-        508,
-        error_type::loop_detected,
-        "forwarding loop: the request targets this rebound (" + t.authority + ") or already passed through it",
-        {},
-        0};
+  if (auto loop = refuse_loop(t, via_names_instance(req.base(), instance_token), cfg.listen)) {
+    v.refusal = std::move(loop);
     return false;
   }
   v.dependency = route_request(cfg, v.target, std::string_view(req.method_string().data(), req.method_string().size()),
                                v.is_connect);
-  if (!v.dependency.dependency && cfg.unknown_hosts == config::unknown_hosts_policy::deny) {
-    v.refusal = error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency",
-                            v.dependency.name, 0};
+  if (auto unknown = refuse_unknown_host(cfg, v.dependency, t)) {
+    v.refusal = std::move(unknown);
     v.keep_after_refusal = parser.is_done();
     return false;
   }
@@ -112,9 +106,8 @@ bool vet_inbound_request(vetted& v, const request_parser& parser, const config::
   t.scheme = "http";
   t.connect_host = cfg.inbound.app.host;
   t.port = cfg.inbound.app.port;
-  if (targets_listener(t.connect_host, t.port, cfg.inbound.listen) || via_names_instance(req.base(), instance_token)) {
-    v.refusal =
-        error_reply{508, error_type::loop_detected, "forwarding loop: inbound.app is rebound's own listener", {}, 0};
+  if (auto loop = refuse_loop(t, via_names_instance(req.base(), instance_token), cfg.inbound.listen)) {
+    v.refusal = std::move(loop);
     return false;
   }
   v.dependency = dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};

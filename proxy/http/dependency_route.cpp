@@ -17,6 +17,13 @@ dependency_route route_request(const config::config& cfg, request_target& t, std
   return r;
 }
 
+std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
+                                               const request_target& t) {
+  if (r.dependency || cfg.unknown_hosts != config::unknown_hosts_policy::deny) return std::nullopt;
+  return error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency", r.name,
+                     0};
+}
+
 void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t) {
   route.guard = ctx.guards->find(route.name, *route.policy);
   if (auto const* origins = ctx.origins()) {

@@ -4,10 +4,12 @@
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
 #include "proxy/http/client_session.hpp"
+#include "proxy/http/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace rebound::upstream {
@@ -34,6 +36,11 @@ struct dependency_route {
     rewritten to it; the Host they carry stays the one the client named), except for CONNECT:
     a tunnel goes where the client asked, since rebound cannot see into it. */
 dependency_route route_request(const config::config& cfg, request_target& t, std::string_view method, bool is_connect);
+
+/** SPEC 2's `unknown_hosts: deny`, for every way in (HTTP/1.1, CONNECT, gRPC, the task API):
+    the 403 for a route that names no configured dependency, or nullopt. */
+std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
+                                               const request_target& t);
 
 /// Adds the dependency's guard, TLS client and credential source, from the worker and the
 /// config generation the request runs on.

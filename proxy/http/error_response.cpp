@@ -7,6 +7,20 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
+std::string error_json(std::string_view type, std::string_view message, const error_reply* e) {
+  std::string body = "{\"error\":{\"type\":";
+  observe::append_json_string(body, type);
+  body += ",\"message\":";
+  observe::append_json_string(body, message);
+  if (e) {
+    body += ",\"dependency\":";
+    observe::append_json_string(body, e->dependency);
+    body += ",\"attempts\":" + std::to_string(e->attempts);
+  }
+  body += "}}\n";
+  return body;
+}
+
 namespace {
 
 bhttp::response<bhttp::string_body> build(std::string_view type, const error_reply& e, bool overloaded,
@@ -20,14 +34,7 @@ bhttp::response<bhttp::string_body> build(std::string_view type, const error_rep
   if (e.retry_after_s > 0) res.set(bhttp::field::retry_after, std::to_string(e.retry_after_s));
   if (e.gave_up) res.set(retry::retried_header, retry::retried_exhausted);
   if (overloaded) res.set(retry::overloaded_header, "1");
-  std::string body = "{\"error\":{\"type\":";
-  observe::append_json_string(body, type);
-  body += ",\"message\":";
-  observe::append_json_string(body, e.message);
-  body += ",\"dependency\":";
-  observe::append_json_string(body, e.dependency);
-  body += ",\"attempts\":" + std::to_string(e.attempts) + "}}\n";
-  res.body() = std::move(body);
+  res.body() = error_json(type, e.message, &e);
   res.keep_alive(keep_alive);
   res.prepare_payload();
   return res;

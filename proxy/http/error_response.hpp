@@ -1,7 +1,7 @@
 #pragma once
 /** The answers rebound makes itself (SPEC section 6): a status, `Rebound-Error: TYPE`, and
     the JSON body `{"error": {"type", "message", "dependency", "attempts"}}`. */
-#include "proxy/retry/error_type.hpp"
+#include "proxy/http/error_reply.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -11,20 +11,10 @@
 
 namespace rebound::http {
 
-// The error vocabulary lives with the retry rules that read it; the answers are made here.
-using retry::default_status;
-using retry::error_type;
-using retry::to_string;
-
-struct error_reply {
-  unsigned status = 502;
-  error_type type = error_type::upstream_protocol_error;
-  std::string message;
-  std::string dependency;  ///< empty when no dependency was resolved yet
-  unsigned attempts = 0;
-  unsigned retry_after_s = 0;  ///< > 0: sent as Retry-After (circuit_open: time until a probe may go)
-  bool gave_up = false;        ///< retried and gave up: `Rebound-Retried: exhausted` (retry/layers.hpp)
-};
+/** SPEC 6's JSON body, the one writer of it: `{"error": {"type", "message", "dependency",
+    "attempts"}}`; without `e` (the admin API's errors, about no dependency) only type and
+    message. */
+std::string error_json(std::string_view type, std::string_view message, const error_reply* e = nullptr);
 
 /** Builds the complete response. A 503 that sheds load (circuit_open, budget_exhausted,
     overloaded) says `Rebound-Overloaded: 1`, so a rebound calling this one backs off instead

@@ -19,14 +19,26 @@ std::string new_instance_token() {
   return out;
 }
 
+std::string via_mark(std::string_view token) { return "rebound (" + std::string(token) + ")"; }
+
+bool via_value_names_instance(std::string_view via, std::string_view token) {
+  return !token.empty() && via.find(via_mark(token)) != std::string_view::npos;
+}
+
 bool via_names_instance(const boost::beast::http::fields& f, std::string_view token) {
-  if (token.empty()) return false;
-  std::string const mark = "rebound (" + std::string(token) + ")";
-  for (auto const& h : f) {
-    if (h.name() != boost::beast::http::field::via) continue;
-    if (std::string_view(h.value().data(), h.value().size()).find(mark) != std::string_view::npos) return true;
-  }
+  for (auto const& h : f)
+    if (h.name() == boost::beast::http::field::via &&
+        via_value_names_instance(std::string_view(h.value().data(), h.value().size()), token))
+      return true;
   return false;
+}
+
+std::optional<error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen) {
+  if (!passed_here && !targets_listener(t.connect_host, t.port, listen)) return std::nullopt;
+  return error_reply{508, error_type::loop_detected,
+                     "forwarding loop: the request targets this rebound (" + t.connect_host + ":" +
+                         std::to_string(t.port) + ") or already passed through it",
+                     {}, 0};
 }
 
 bool targets_listener(std::string_view connect_host, std::uint16_t port, const config::endpoint& listen) {

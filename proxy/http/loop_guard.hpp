@@ -9,10 +9,13 @@
       marks the requests it forwards with a random token of its own, so a chain of distinct
       rebound instances is not mistaken for a loop. */
 #include "config/config.hpp"
+#include "proxy/http/error_reply.hpp"
+#include "proxy/http/request_target.hpp"
 
 #include <boost/beast/http/fields.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,11 +24,22 @@ namespace rebound::http {
 /// A token that tells this process's Via entries from other instances': 8 hex digits.
 std::string new_instance_token();
 
-/// Whether any Via field holds rebound's entry with `token` (`rebound (TOKEN)`).
+/// This process's Via entry without its protocol version: `rebound (TOKEN)`.
+std::string via_mark(std::string_view token);
+
+/// Whether one Via value holds rebound's entry with `token` (`rebound (TOKEN)`).
+bool via_value_names_instance(std::string_view via, std::string_view token);
+
+/// Whether any Via field holds rebound's entry with `token`.
 bool via_names_instance(const boost::beast::http::fields& f, std::string_view token);
 
 /** Whether `connect_host`:`port` is rebound's proxy listener `listen`. A listener on the
     unspecified address (0.0.0.0, ::) counts as every loopback and unspecified address. */
 bool targets_listener(std::string_view connect_host, std::uint16_t port, const config::endpoint& listen);
+
+/** The 508 every way in (HTTP/1.1, CONNECT, gRPC, the inbound listener) answers a loop with,
+    or nullopt: `t` goes to `listen`, or the request passed through this process already
+    (`passed_here`, from via_names_instance or via_value_names_instance). */
+std::optional<error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen);
 
 }  // namespace rebound::http
