@@ -59,8 +59,7 @@ TEST(Grpc, R4_UnavailableIsRetriedWithOneIdempotencyKey) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
   auto r = call(rebound.port(), "/test.Peer/Fail",
-                {"--meta", "x-call-id=u1", "--meta", "x-fail-times=2", "--meta",
-                 "x-fail-code=14"});
+                {"--meta", "x-call-id=u1", "--meta", "x-fail-times=2", "--meta", "x-fail-code=14"});
   ASSERT_EQ(r.code, 0) << r.raw;
   EXPECT_EQ(r.trailing["x-attempt"], "3");
   EXPECT_EQ(r.trailing["x-idempotency-key"].size(), 36u) << "rebound injects a UUIDv4 key as metadata";
@@ -74,9 +73,9 @@ TEST(Grpc, R4_EveryRetryableGrpcStatusIsRetried) {
   ReboundProcess rebound(with(dependency(server.port())));
   for (int code : {4, 8, 10}) {
     auto const id = "r" + std::to_string(code);
-    auto r = call(rebound.port(), "/test.Peer/Fail",
-                  {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
-                   "x-fail-code=" + std::to_string(code)});
+    auto r = call(
+        rebound.port(), "/test.Peer/Fail",
+        {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta", "x-fail-code=" + std::to_string(code)});
     ASSERT_EQ(r.code, 0) << code << ": " << r.raw;
     EXPECT_EQ(r.trailing["x-attempt"], "2") << code;
   }
@@ -88,9 +87,9 @@ TEST(Grpc, R4_NonRetryableGrpcStatusIsReturnedAtOnce) {
   ReboundProcess rebound(with(dependency(server.port())));
   for (int code : {3, 5, 7, 16, 12}) {
     auto const id = "f" + std::to_string(code);
-    auto r = call(rebound.port(), "/test.Peer/Fail",
-                  {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta",
-                   "x-fail-code=" + std::to_string(code)});
+    auto r = call(
+        rebound.port(), "/test.Peer/Fail",
+        {"--meta", "x-call-id=" + id, "--meta", "x-fail-times=1", "--meta", "x-fail-code=" + std::to_string(code)});
     EXPECT_EQ(r.code, code) << r.raw;
     EXPECT_EQ(r.details, "scripted failure 1") << code;
     EXPECT_EQ(r.trailing["x-attempt"], "1") << code;
@@ -101,8 +100,7 @@ TEST(Grpc, R4_NonRetryableGrpcStatusIsReturnedAtOnce) {
 TEST(Grpc, R2_RetriesStopAtMaxRetries) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port(), "    max_retries: 2\n")));
-  auto r = call(rebound.port(), "/test.Peer/Fail",
-                {"--meta", "x-call-id=x1", "--meta", "x-fail-code=14"});
+  auto r = call(rebound.port(), "/test.Peer/Fail", {"--meta", "x-call-id=x1", "--meta", "x-fail-code=14"});
   EXPECT_EQ(r.code, 14) << r.raw;
   EXPECT_EQ(r.trailing["x-attempt"], "3");
   EXPECT_TRUE(rebound.wait_for_log("\"grpc_status\":14")) << "attempt logs name the gRPC status";
@@ -117,8 +115,7 @@ TEST(Grpc, R3_GrpcTimeoutIsTheDeadline) {
   auto r = call(rebound.port(), "/test.Peer/Echo", {"--timeout", "5"});
   ASSERT_EQ(r.code, 0) << r.raw;
   EXPECT_FALSE(r.trailing["x-time-left-ms"].empty()) << "the server had a deadline: " << r.raw;
-  auto slow = call(rebound.port(), "/test.Peer/Slow",
-                   {"--meta", "x-sleep-ms=2000", "--timeout", "0.5"});
+  auto slow = call(rebound.port(), "/test.Peer/Slow", {"--meta", "x-sleep-ms=2000", "--timeout", "0.5"});
   EXPECT_EQ(slow.code, 4) << slow.raw;  // DEADLINE_EXCEEDED
 }
 
@@ -223,8 +220,7 @@ TEST(Grpc, R9_DependencyCredentialTravelsAsMetadataAndAttemptsAreCounted) {
   GrpcServer server;
   auto const dir = make_temp_dir();
   write_file(dir + "/token", "grpc-token-1\n");
-  ReboundProcess rebound(
-      with(dependency(server.port(), "    auth: {type: bearer_file, path: " + dir + "/token}\n")));
+  ReboundProcess rebound(with(dependency(server.port(), "    auth: {type: bearer_file, path: " + dir + "/token}\n")));
   auto r = call(rebound.port(), "/test.Peer/Fail",
                 {"--meta", "x-call-id=a1", "--meta", "x-fail-times=1", "--meta", "x-fail-code=14"});
   ASSERT_EQ(r.code, 0) << r.raw;
@@ -263,9 +259,11 @@ TEST(Grpc, Layers_OnlyTheBottomReboundRetriesAFailingCall) {
 // rebound above backs off instead of retrying the refusal.
 TEST(Grpc, Layers_OverloadedBelowIsNotRetried) {
   GrpcServer server;
-  ReboundProcess bottom(with(dependency(
-      server.port(), "    max_retries: 1\n    circuit_breaker: {mode: enforce, min_requests: 2, failure_ratio: 0.5, open_for: 60s}\n")));
-  for (auto const* id : {"o1", "o2"}) call(bottom.port(), "/test.Peer/Fail", {"--meta", std::string("x-call-id=") + id});
+  ReboundProcess bottom(with(dependency(server.port(),
+                                        "    max_retries: 1\n    circuit_breaker: {mode: enforce, min_requests: 2, "
+                                        "failure_ratio: 0.5, open_for: 60s}\n")));
+  for (auto const* id : {"o1", "o2"})
+    call(bottom.port(), "/test.Peer/Fail", {"--meta", std::string("x-call-id=") + id});
   ReboundProcess top(with(dependency(bottom.port(), "    budget: {min_retries: 100000}\n")));
   auto r = call(top.port(), "/test.Peer/Fail", {"--meta", "x-call-id=o3"});
   EXPECT_EQ(r.code, 14) << r.raw;
@@ -281,8 +279,8 @@ TEST(Grpc, Layers_OverloadedBelowIsNotRetried) {
 TEST(Grpc, ClientCancellationsNeitherRetryNorOpenTheBreaker) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));
-  auto cancelled = call(rebound.port(), "/test.Peer/Slow",
-                        {"--meta", "x-sleep-ms=3000", "--cancel-after", "0.15", "--calls", "20"});
+  auto cancelled =
+      call(rebound.port(), "/test.Peer/Slow", {"--meta", "x-sleep-ms=3000", "--cancel-after", "0.15", "--calls", "20"});
   ASSERT_EQ(cancelled.code, 1) << cancelled.raw;  // CANCELLED, by the client
   EXPECT_TRUE(rebound.wait_for_log("the client cancelled the request")) << rebound.stdout_text();
 
@@ -326,7 +324,8 @@ TEST(Grpc, ABurstBeforeTheFirstConnectSharesOneUpstreamConnection) {
   ReboundProcess rebound(with(dependency(server.port())));
   auto r = call(rebound.port(), "/test.Peer/Echo", {"--concurrent", "100"});
   ASSERT_EQ(r.code, 0) << r.raw;
-  EXPECT_LE(connections_to(server.port()), 2u) << "one per worker at most; docs/grpc.md promises one per dependency and worker";
+  EXPECT_LE(connections_to(server.port()), 2u)
+      << "one per worker at most; docs/grpc.md promises one per dependency and worker";
 }
 
 // a gRPC call's correlation id follows the rule every way in follows (X-Request-ID,

@@ -407,7 +407,8 @@ TEST(Retry, R6_AFoldedOrRepeatedKeyIsRefusedBeforeAnythingIsSent) {
   ScriptedUpstream up;
   up.on("/pay", answer(200));
   ReboundProcess rb(retry_options());
-  for (std::string const fields : {"Idempotency-Key: k-1, k-2\r\n", "Idempotency-Key: k-1\r\nIdempotency-Key: k-2\r\n"}) {
+  for (std::string const fields :
+       {"Idempotency-Key: k-1, k-2\r\n", "Idempotency-Key: k-1\r\nIdempotency-Key: k-2\r\n"}) {
     SCOPED_TRACE(fields);
     auto r = raw_exchange(rb.port(), absolute_request("POST", up.authority(), "/pay", fields, "amount=10"), 20s);
     ASSERT_TRUE(IsReboundError(r, 400, {"bad_request"}));

@@ -143,7 +143,8 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   if (!made) co_return a.error(bhttp::status::service_unavailable, "store_unavailable", "no id could be generated");
   auto& t = *made;
   auto [e, stored] = co_await store::async_accept(ctx.store, t, use_tuple);
-  if (e && e->full && e->first) ctx.log.warn("store_full", {{"dependency", t.dependency}, {"message", e->message}, {"via", "admin_api"}});
+  if (e && e->full && e->first)
+    ctx.log.warn("store_full", {{"dependency", t.dependency}, {"message", e->message}, {"via", "admin_api"}});
   if (e || !stored) co_return a.unavailable(e.value_or(store::store_error{"not stored"}));
   ctx.log.info("task_accepted", {{"task_id", t.id},
                                  {"dependency", t.dependency},

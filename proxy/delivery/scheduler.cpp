@@ -4,6 +4,8 @@
 #include "config/load.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/idempotency/key.hpp"
@@ -49,8 +51,8 @@ next_state judge(const retry::next_step& next, const retry::attempt_summary& sum
   auto const outcome = summary.failure ? retry::attempt_outcome{std::nullopt, summary.failure->type} : summary.outcome;
   if (*next.stopped == retry::stop_reason::final && outcome.status && *outcome.status < 400)
     return {store::task_status::succeeded, wall_now, {}};
-  std::string reason = *next.stopped == retry::stop_reason::final ? retry::outcome_name(outcome)
-                                                                   : std::string(to_string(*next.stopped));
+  std::string reason =
+      *next.stopped == retry::stop_reason::final ? retry::outcome_name(outcome) : std::string(to_string(*next.stopped));
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 
@@ -143,9 +145,14 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
   body += ",\"dead_lettered_at\":\"" + observe::iso8601(wall::now()) + "\",\"task\":";
   observe::append_json_string(body, std::string(ctx.admin_base) + "/retry-tasks/" + dead.id);
   body += "}\n";
-  return store::new_task({"alert", "POST", url, {{"Host", authority}, {"Content-Type", "application/json"}},
-                          std::move(body), std::string(alert_policy_id),
-                          std::string(ctx.cfg().defaults.idempotency.header), std::move(*key)});
+  return store::new_task({"alert",
+                          "POST",
+                          url,
+                          {{"Host", authority}, {"Content-Type", "application/json"}},
+                          std::move(body),
+                          std::string(alert_policy_id),
+                          std::string(ctx.cfg().defaults.idempotency.header),
+                          std::move(*key)});
 }
 
 /// Into the store and the log: what one attempt of `task` came to.
@@ -281,9 +288,10 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto const started = steady::now();
   // R-3's total time and R-2's count run from the window's start: the accept, or the replay.
   auto const left = task.window_start + policy.total_timeout - started_wall;
-  retry::retry_step step({policy, facts, log, *ctx.rng, guard, guard, false},
-                         started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
-                         task.attempts - std::min(task.attempts, task.attempts_before));
+  retry::retry_step step(
+      {policy, facts, log, *ctx.rng, guard, guard, false},
+      started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
+      task.attempts - std::min(task.attempts, task.attempts_before));
   auto const deadline = started + policy.attempt_timeout;
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, task.body, is_head, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);

@@ -1,5 +1,7 @@
 #include "proxy/grpc/call_plan.hpp"
 
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/auth/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
 #include "proxy/grpc/status.hpp"
@@ -69,7 +71,8 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   }
   plan.target = std::move(*target.value);
   bool passed_here = false;
-  for (auto const& f : head) passed_here |= f.name == "via" && http::via_value_names_instance(f.value, ctx.instance_token);
+  for (auto const& f : head)
+    passed_here |= f.name == "via" && http::via_value_names_instance(f.value, ctx.instance_token);
   if (auto loop = http::refuse_loop(plan.target, passed_here, cfg.listen)) {
     plan.refusal = refuse(loop->type, loop->message);
     return;
@@ -92,7 +95,8 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
     auto const* v = find(name);
     return v ? std::string_view(*v) : std::string_view();
   };
-  if (auto const id = observe::correlation_id_of({value("x-request-id"), value("x-correlation-id"), value("traceparent")});
+  if (auto const id =
+          observe::correlation_id_of({value("x-request-id"), value("x-correlation-id"), value("traceparent")});
       !id.empty())
     plan.correlation_id = id;
   else
@@ -130,7 +134,6 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   set_field(head, "via", "2 " + http::via_mark(ctx.instance_token));
 }
 
-
 std::optional<h2::message> refused_before_attempts(call_plan& plan) {
   if (plan.refusal) {
     if (plan.route.guard) plan.route.guard->answered(counted_status(plan.refusal->head, {}));
@@ -152,8 +155,9 @@ upstream::destination destination_of(call_plan& plan) {
 }
 
 h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {
-  auto const& f = result.failure ? *result.failure
-                                 : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
+  auto const& f = result.failure
+                      ? *result.failure
+                      : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
   http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
   say_what_this_layer_did(failed.head, result, f.type);

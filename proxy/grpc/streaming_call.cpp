@@ -1,5 +1,7 @@
 #include "proxy/grpc/streaming_call.hpp"
 
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/status.hpp"
 
@@ -102,8 +104,9 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   auto* source = h2::message::find_in(call.head, "authorization") ? nullptr : plan.route.auth;
   auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
   stream_attempt attempt(*ctx.h2_pool, destination_of(plan), call.head, call.body, source, deadline);
-  auto result = co_await retry::run_attempts(policy, plan.facts, attempt, *ctx.rng, *ctx.log,
-                                             retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
+  auto result =
+      co_await retry::run_attempts(policy, plan.facts, attempt, *ctx.rng, *ctx.log,
+                                   retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
   call.body->stop_keeping();
   if (result.client_gone) {  // the stream is gone: nobody reads an answer
     call.body->abandon();

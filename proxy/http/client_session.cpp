@@ -3,6 +3,8 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/streaming_call.hpp"
 #include "proxy/grpc/unary_call.hpp"
@@ -181,13 +183,12 @@ net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client,
   l.connection_buffer = std::max<std::uint64_t>(limits.http2_connection_buffer, l.max_request_body);
   l.body_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limits.body_timeout);
   l.min_body_rate = limits.min_body_rate;
-  h2::handlers handler{
-      [ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); },
-      [ctx](const h2::fields& head) mutable {
-        if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
-        return grpc::is_streaming_call(ctx, head);
-      },
-      [ctx](h2::streamed_request call) { return grpc::relay_call(ctx, std::move(call)); }};
+  h2::handlers handler{[ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); },
+                       [ctx](const h2::fields& head) mutable {
+                         if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
+                         return grpc::is_streaming_call(ctx, head);
+                       },
+                       [ctx](h2::streamed_request call) { return grpc::relay_call(ctx, std::move(call)); }};
   // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
   // twice by GCC 12.
   auto serving = h2::serve(client, buffer, l, std::move(handler), ctx.sessions->draining_flag(), &guard);

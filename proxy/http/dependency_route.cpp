@@ -1,5 +1,6 @@
 #include "proxy/http/dependency_route.hpp"
 
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/secure_origins.hpp"
 
 namespace rebound::http {

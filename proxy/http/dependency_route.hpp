@@ -3,15 +3,17 @@
     that needs it: the retry loop, the single-attempt path and CONNECT never look it up again.
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
-#include "proxy/http/client_session.hpp"
 #include "proxy/http/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/retry/dependency_guard.hpp"
+#include "proxy/http/session_context.hpp"
 
 #include <memory>
 #include <optional>
 #include <string>
 
+namespace rebound::retry {
+class dependency_guard;
+}
 namespace rebound::upstream {
 class tls_client;
 }

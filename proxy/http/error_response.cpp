@@ -46,8 +46,7 @@ bhttp::response<bhttp::string_body> make_error_response(const error_reply& e, bo
   return build(to_string(e.type), e, e.status == 503 && retry::answers_overloaded(e.type), keep_alive);
 }
 
-bhttp::response<bhttp::string_body> make_error_response(std::string_view type, const error_reply& e,
-                                                        bool keep_alive) {
+bhttp::response<bhttp::string_body> make_error_response(std::string_view type, const error_reply& e, bool keep_alive) {
   return build(type, e, false, keep_alive);
 }
 

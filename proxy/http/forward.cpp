@@ -1,4 +1,6 @@
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 
 #include "proxy/auth/jwt.hpp"
 #include "proxy/http/cancel_at.hpp"
@@ -60,7 +62,6 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
                                    {"path", facts.path},
                                    {"reason", reason}});
 }
-
 
 }  // namespace
 
@@ -163,8 +164,8 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
                           const retry::loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
-  return error_reply{default_status(f.type), f.type,          f.message, std::string(facts.dependency),
-                     result.attempts,         0,               result.gave_up};
+  return error_reply{default_status(f.type), f.type, f.message,     std::string(facts.dependency),
+                     result.attempts,        0,      result.gave_up};
 }
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
@@ -204,9 +205,9 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
 
   auto const key = pool_key(target, route.tls);
   // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says.
-  auto const hedge = retry::plan_hedge(
-      policy, facts.may_retry && config::hedge_safe_method(facts.method),
-      policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
+  auto const hedge =
+      retry::plan_hedge(policy, facts.may_retry && config::hedge_safe_method(facts.method),
+                        policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
@@ -264,8 +265,10 @@ void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std:
     answer that refuses the request before any attempt: 400 when a value cannot be read (a
     caller that set a deadline must not silently get none), 504 when no time is left. Several
     fields are all read and the earliest wins; the attempts send one field of their own. */
-std::optional<error_reply> take_caller_deadline(retry::request_facts& facts, const bhttp::request<bhttp::buffer_body>& req,
-                                                std::string_view dependency, std::chrono::steady_clock::time_point now) {
+std::optional<error_reply> take_caller_deadline(retry::request_facts& facts,
+                                                const bhttp::request<bhttp::buffer_body>& req,
+                                                std::string_view dependency,
+                                                std::chrono::steady_clock::time_point now) {
   std::optional<std::chrono::milliseconds> least;
   auto take = [&](std::string_view value) -> std::optional<error_reply> {
     auto const v = retry::parse_request_timeout(value);

@@ -18,6 +18,7 @@
 namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
+class session_guard;
 
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection

@@ -1,6 +1,8 @@
 #include "proxy/http/forward_once.hpp"
 
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"

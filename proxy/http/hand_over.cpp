@@ -1,6 +1,8 @@
 #include "proxy/http/hand_over.hpp"
 
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/json.hpp"
@@ -128,9 +130,9 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
-  auto made = store::new_task({route.name, std::string(req.method_string()),
-                               "http://" + target.authority + target.origin_form, stored_head(req), std::move(body),
-                               std::string(), key_header, key.key});
+  auto made =
+      store::new_task({route.name, std::string(req.method_string()), "http://" + target.authority + target.origin_form,
+                       stored_head(req), std::move(body), std::string(), key_header, key.key});
   if (!made) {
     error_reply const none{503, error_type::store_unavailable, "no task id could be generated", {}, 0};
     co_return co_await refuse(none, false);
@@ -140,16 +142,15 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
   auto [failed, stored] = co_await store::async_accept(*ctx.store, std::move(task), use_tuple);
   if (failed && failed->full) {
     if (failed->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", failed->message}});
-    error_reply const full{507, error_type::store_full, "the call was not stored: " + failed->message, {}, 0,
-                           store::full_retry_after_s};
+    error_reply const full{507, error_type::store_full,   "the call was not stored: " + failed->message, {},
+                           0,   store::full_retry_after_s};
     co_return co_await refuse(full, keep);
   }
   if (failed || !stored) {
     std::string const why = failed ? failed->message : "not stored";
     // A store that is down logged so once itself; each call it refuses meanwhile is counted
     // (proxy_requests_total 503), not logged again. A failure it did not explain is.
-    if (!ctx.store->unavailable())
-      ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});
+    if (!ctx.store->unavailable()) ctx.log->error("store_unavailable", {{"dependency", route.name}, {"message", why}});
     error_reply const down{503, error_type::store_unavailable, "the call could not be stored: " + why, {}, 0, 1};
     co_return co_await refuse(down, keep);
   }

@@ -35,10 +35,12 @@ bool via_names_instance(const boost::beast::http::fields& f, std::string_view to
 
 std::optional<error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen) {
   if (!passed_here && !targets_listener(t.connect_host, t.port, listen)) return std::nullopt;
-  return error_reply{508, error_type::loop_detected,
+  return error_reply{508,
+                     error_type::loop_detected,
                      "forwarding loop: the request targets this rebound (" + t.connect_host + ":" +
                          std::to_string(t.port) + ") or already passed through it",
-                     {}, 0};
+                     {},
+                     0};
 }
 
 bool targets_listener(std::string_view connect_host, std::uint16_t port, const config::endpoint& listen) {

@@ -1,4 +1,5 @@
 #include "proxy/http/forward.hpp"
+#include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/connect.hpp"
@@ -99,9 +100,9 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
   facts.method = "CONNECT";
   facts.correlation_id = tunnel.correlation_id;
   connect_attempt attempt(target);
-  auto const r = co_await retry::run_attempts(policy, facts, attempt, *ctx.rng, *ctx.log,
-                                              retry::loop_hooks{ctx.sessions->draining_flag(), {}, &client.socket(),
-                                                                &guard, &guard});
+  auto const r = co_await retry::run_attempts(
+      policy, facts, attempt, *ctx.rng, *ctx.log,
+      retry::loop_hooks{ctx.sessions->draining_flag(), {}, &client.socket(), &guard, &guard});
   if (r.client_gone) co_return;
   if (r.failure) {
     auto const& f = *r.failure;

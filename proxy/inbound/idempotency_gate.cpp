@@ -1,5 +1,7 @@
 #include "proxy/inbound/idempotency_gate.hpp"
 
+#include "proxy/http/session_registry.hpp"
+#include "proxy/retry/dependency_guard.hpp"
 #include "proxy/idempotency/key.hpp"
 
 #include "proxy/http/forward.hpp"
@@ -99,10 +101,9 @@ app_answer failed(const http::dependency_route& route, http::error_type type, st
 
 /** The request goes to the app once (one layer retries: the caller's), its answer read whole
     by `deadline`, unless its Content-Length says it is larger than `max_body`. */
-net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req,
-                                   const std::string& body, const http::request_target& t,
-                                   const http::dependency_route& route, std::chrono::steady_clock::time_point deadline,
-                                   std::uint64_t max_body) {
+net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req, const std::string& body,
+                                   const http::request_target& t, const http::dependency_route& route,
+                                   std::chrono::steady_clock::time_point deadline, std::uint64_t max_body) {
   auto const key = http::pool_key(t, route.tls);
   bool const is_head = req.method() == bhttp::verb::head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
@@ -113,7 +114,8 @@ net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req,
   upstream::pool no_reuse{0, 0, std::chrono::milliseconds(0)};
   upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
   auto attempt = co_await upstream::run_attempt(no_reuse, to, req, body, is_head, deadline);
-  if (!attempt) co_return failed(route, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
+  if (!attempt)
+    co_return failed(route, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
   auto& ex = **attempt;
   if (auto const cl = ex.response->content_length(); cl && *cl > max_body) {
     app_answer large;
@@ -209,8 +211,7 @@ net::awaitable<bool> relay_unkept(const http::session_context& ctx, beast::tcp_s
   facts.path = http::loggable_path(req.target());
   route.guard->answered(answer.too_large->response->get().result_int());
   co_return co_await http::relay_final_response(ctx, client, *answer.too_large, facts,
-                                                req.method() == bhttp::verb::head, version, keep, 1, false,
-                                                no_pool);
+                                                req.method() == bhttp::verb::head, version, keep, 1, false, no_pool);
 }
 
 void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,
@@ -308,8 +309,9 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     }
     key = std::move(*k);
     if (!key.empty())
-      scope = "key\n" + (ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*")) + "\n" +
-              ir.match.path_prefix + "\n" + key;
+      scope = "key\n" +
+              (ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*")) +
+              "\n" + ir.match.path_prefix + "\n" + key;
   }
   bool const event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
   if (event) {

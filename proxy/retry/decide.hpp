@@ -31,10 +31,10 @@ struct attempt_facts {
   std::optional<std::string_view> retry_after;  ///< the response's Retry-After value, if it had one
   /// A gRPC answer's grpc-retry-pushback-ms, if it had one: R-5 for gRPC.
   std::optional<std::string_view> grpc_pushback;
-  layer_signal below;                           ///< what the answering layer said of itself
-  unsigned attempts = 1;                        ///< attempts made so far, this one included
-  bool may_repeat = true;                       ///< R-6 (and a kept body) allow sending it again
-  duration previous_wait{0};                    ///< the last wait (decorrelated jitter); 0 before the first retry
+  layer_signal below;         ///< what the answering layer said of itself
+  unsigned attempts = 1;      ///< attempts made so far, this one included
+  bool may_repeat = true;     ///< R-6 (and a kept body) allow sending it again
+  duration previous_wait{0};  ///< the last wait (decorrelated jitter); 0 before the first retry
   std::chrono::steady_clock::time_point now;
   std::chrono::steady_clock::time_point deadline;  ///< R-3: the request's total_timeout
   std::chrono::system_clock::time_point wall_now;  ///< for Retry-After dates and credential expiry

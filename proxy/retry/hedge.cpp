@@ -101,7 +101,8 @@ void hedged_attempt::finished(std::size_t i, std::exception_ptr e, attempt_summa
   c.summary = std::move(s);
   if (e) {
     c.summary = {};
-    c.summary.failure = upstream::attempt_failure{error_type::upstream_protocol_error, "the attempt ended with an exception"};
+    c.summary.failure =
+        upstream::attempt_failure{error_type::upstream_protocol_error, "the attempt ended with an exception"};
   }
   c.running = false;
   --in_flight_;

@@ -163,8 +163,8 @@ class http1_attempt final : public attempt_runner {
       if (it == h.end()) return std::nullopt;
       return std::string_view(it->value().data(), it->value().size());
     };
-    s.below = read_layer_signal({field(retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
-                                 field(overloaded_header)});
+    s.below = read_layer_signal(
+        {field(retried_header), field("Rebound-Attempts"), field("Rebound-Error"), field(overloaded_header)});
     co_return s;
   }
   void drop() override { response.reset(); }
@@ -193,12 +193,13 @@ net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const r
   attempts_result r;
   if (hooks.hedge && hooks.hedge->max > 0) {
     // Each copy of a hedged request is an HTTP/1.1 attempt of its own (hedge.hpp).
-    hedged_attempt attempt([&] { return std::make_unique<http1_attempt>(pool, to, req, body, is_head, sends_deadline); },
-                           *hooks.hedge,
-                           hedge_context{policy, facts, log, hooks.gate ? *hooks.gate : open_gate(),
-                                         hooks.observer ? *hooks.observer : silent_observer()});
+    hedged_attempt attempt(
+        [&] { return std::make_unique<http1_attempt>(pool, to, req, body, is_head, sends_deadline); }, *hooks.hedge,
+        hedge_context{policy, facts, log, hooks.gate ? *hooks.gate : open_gate(),
+                      hooks.observer ? *hooks.observer : silent_observer()});
     r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
-    if (!r.failure && !r.client_gone) out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
+    if (!r.failure && !r.client_gone)
+      out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
   } else {
     http1_attempt attempt(pool, to, req, body, is_head, sends_deadline);
     r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);

@@ -38,7 +38,8 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
                                             : "total_timeout reached"};
   attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
   result.failure = failure;
-  auto const took = std::chrono::duration_cast<std::chrono::microseconds>(at.now - summary.started.value_or(attempt_start));
+  auto const took =
+      std::chrono::duration_cast<std::chrono::microseconds>(at.now - summary.started.value_or(attempt_start));
   // A hedged run (hedge.hpp) sent result.attempts - hedges + 1 .. result.attempts; the
   // others' reports were made by the hedging.
   record_attempt(ctx_.gate, ctx_.observer, {result.attempts - summary.hedges + summary.answered_by, outcome, took});

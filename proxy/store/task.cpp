@@ -71,9 +71,8 @@ std::optional<retry_task> new_task(task_parts parts) {
   t.method = std::move(parts.method);
   t.target = std::move(parts.target);
   t.headers = std::move(parts.headers);
-  bool const carries_key = std::any_of(t.headers.begin(), t.headers.end(), [&](const auto& h) {
-    return boost::beast::iequals(h.first, parts.key_header);
-  });
+  bool const carries_key = std::any_of(t.headers.begin(), t.headers.end(),
+                                       [&](const auto& h) { return boost::beast::iequals(h.first, parts.key_header); });
   if (!carries_key) t.headers.emplace_back(std::move(parts.key_header), t.idempotency_key);
   t.body = std::move(parts.body);
   t.policy_id = std::move(parts.policy_id);

@@ -37,11 +37,11 @@ struct recording_observer final : attempt_observer {
 struct row {
   const char* name;
   // facts
-  attempt_outcome outcome;                  ///< a status, or an error type (a failure)
-  unsigned attempts_before = 0;             ///< attempts made before this one
-  bool may_retry = true;                    ///< R-6
-  bool budget_grants = true;                ///< R-7
-  bool asks_budget = true;                  ///< false: delivery
+  attempt_outcome outcome;       ///< a status, or an error type (a failure)
+  unsigned attempts_before = 0;  ///< attempts made before this one
+  bool may_retry = true;         ///< R-6
+  bool budget_grants = true;     ///< R-7
+  bool asks_budget = true;       ///< false: delivery
   bool draining = false;
   std::optional<std::string_view> retry_after;
   // effects
@@ -49,7 +49,7 @@ struct row {
   std::optional<stop_reason> stopped;
   unsigned breaker_failures = 0;  ///< what the breaker was told counts against the dependency
   unsigned budget_asked = 0;
-  const char* logged = nullptr;  ///< the one retry_* event logged, or null for none
+  const char* logged = nullptr;      ///< the one retry_* event logged, or null for none
   std::optional<error_type> answer;  ///< the error the client gets when no response is left
 };
 
