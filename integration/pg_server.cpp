@@ -169,8 +169,14 @@ PgServer::~PgServer() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-std::string PgServer::dsn() const {
-  return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=postgres user=rebound";
+std::string PgServer::dsn(const std::string& database) const {
+  return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=" + database + " user=rebound";
+}
+
+std::string PgServer::new_database() {
+  auto name = "test_" + std::to_string(++databases_);
+  query("CREATE DATABASE " + name);
+  return name;
 }
 
 void PgServer::pg_ctl(const std::string& args) const {
@@ -201,8 +207,13 @@ void PgServer::crash() {
   running_ = false;
 }
 
-std::string PgServer::query(const std::string& sql) const {
-  std::string const conninfo = dsn() + " password=" + password_;
+PgServer& PgServer::shared() {
+  static PgServer pg;
+  return pg;
+}
+
+std::string PgServer::query(const std::string& sql, const std::string& database) const {
+  std::string const conninfo = dsn(database) + " password=" + password_;
   PGconn* c = PQconnectdb(conninfo.c_str());
   if (PQstatus(c) != CONNECTION_OK) {
     std::string why = PQerrorMessage(c);

@@ -21,7 +21,17 @@ using namespace std::chrono_literals;
 
 namespace {
 
-postgres_store::options options_for(const itest::PgServer& pg, unsigned pool = 2) {
+/// A database of its own on the server the test binary shares (PgServer::shared), for a test
+/// that never stops or crashes the server; one that does starts an itest::PgServer of its own.
+struct shared_db {
+  std::string name = itest::PgServer::shared().new_database();
+  std::string dsn() const { return itest::PgServer::shared().dsn(name); }
+  const std::string& password() const { return itest::PgServer::shared().password(); }
+  std::string query(const std::string& sql) const { return itest::PgServer::shared().query(sql, name); }
+};
+
+template <class Db>
+postgres_store::options options_for(const Db& pg, unsigned pool = 2) {
   postgres_store::options o;
   o.dsn = pg.dsn();
   o.password = pg.password();
@@ -51,7 +61,8 @@ std::optional<std::string> unavailable_after_connecting(const postgres_store& s)
   return s.unavailable();
 }
 
-std::unique_ptr<postgres_store> open(const itest::PgServer& pg, unsigned pool = 2) {
+template <class Db>
+std::unique_ptr<postgres_store> open(const Db& pg, unsigned pool = 2) {
   auto s = std::make_unique<postgres_store>(options_for(pg, pool));
   EXPECT_TRUE(wait_until_available(*s)) << s->unavailable().value_or("");
   return s;
@@ -60,7 +71,7 @@ std::unique_ptr<postgres_store> open(const itest::PgServer& pg, unsigned pool = 
 }  // namespace
 
 TEST(PostgresStore, AnAcceptedTaskIsReadBackWholeByAnotherInstance) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   ASSERT_TRUE(accept(*a, make_task("a1")));
   auto b = open(pg);
@@ -77,7 +88,7 @@ TEST(PostgresStore, AnAcceptedTaskIsReadBackWholeByAnotherInstance) {
 }
 
 TEST(PostgresStore, AcceptsThatArriveTogetherShareTransactionsAndADuplicateFailsAlone) {
-  itest::PgServer pg;
+  shared_db pg;
   auto s = open(pg, 1);
   ASSERT_TRUE(accept(*s, make_task("dup")));
   constexpr int n = 300;
@@ -91,7 +102,7 @@ TEST(PostgresStore, AcceptsThatArriveTogetherShareTransactionsAndADuplicateFails
 }
 
 TEST(PostgresStore, TwoInstancesClaimingAtOnceNeverTakeTheSameTask) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
   for (int i = 0; i < 400; ++i) ASSERT_TRUE(accept(*a, make_task("c" + std::to_string(i))));
@@ -116,7 +127,7 @@ TEST(PostgresStore, TwoInstancesClaimingAtOnceNeverTakeTheSameTask) {
 }
 
 TEST(PostgresStore, ALeaseThatRanOutHandsTheTaskToAnotherInstanceWithItsAttemptsKept) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
   ASSERT_TRUE(accept(*a, make_task("leased")));
@@ -137,7 +148,7 @@ TEST(PostgresStore, ALeaseThatRanOutHandsTheTaskToAnotherInstanceWithItsAttempts
 }
 
 TEST(PostgresStore, TenInstancesStartingTogetherMigrateOnce) {
-  itest::PgServer pg;
+  shared_db pg;
   std::vector<std::unique_ptr<postgres_store>> fleet;
   for (int i = 0; i < 10; ++i) fleet.push_back(std::make_unique<postgres_store>(options_for(pg, 2)));
   for (auto& s : fleet) EXPECT_TRUE(wait_until_available(*s)) << s->unavailable().value_or("");
@@ -148,7 +159,7 @@ TEST(PostgresStore, TenInstancesStartingTogetherMigrateOnce) {
 }
 
 TEST(PostgresStore, ADatabaseWithANewerSchemaIsNeverWritten) {
-  itest::PgServer pg;
+  shared_db pg;
   open(pg).reset();
   pg.query("UPDATE rebound_schema SET version = 99");
   postgres_store s(options_for(pg));
@@ -194,7 +205,7 @@ TEST(PostgresStore, ADatabaseRestartWhileIdleFailsNoLaterCall) {
 }
 
 TEST(PostgresStore, AWrongPasswordLeavesTheStoreUnavailableAndIsNeverShown) {
-  itest::PgServer pg;
+  shared_db pg;
   auto o = options_for(pg);
   o.password = "not-the-password-" + pg.password();
   postgres_store s(o);
@@ -205,7 +216,7 @@ TEST(PostgresStore, AWrongPasswordLeavesTheStoreUnavailableAndIsNeverShown) {
 }
 
 TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
   std::atomic<int> woken{0};
@@ -218,55 +229,8 @@ TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
   b->set_due_listener({});
 }
 
-TEST(PostgresStore, DeadLettersAreReplayedListedAndDeleted) {
-  itest::PgServer pg;
-  auto s = open(pg);
-  for (auto const* id : {"d1", "d2", "d3"}) {
-    auto t = make_task(id);
-    if (std::string(id) == "d3") t.dependency = "other";
-    ASSERT_TRUE(accept(*s, t));
-    ASSERT_EQ(claim(*s, "w", t0).size(), 1u);
-    ASSERT_TRUE(finish(*s, "w", attempt_log{id, 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
-  }
-  auto [le, listed] = wait_for<std::vector<retry_task>>([&](auto cb) { s->submit_list(dead_letters("webhooks"), cb); });
-  ASSERT_FALSE(le);
-  ASSERT_EQ(listed.size(), 2u);
-  EXPECT_EQ(listed[0].id, "d1");
-  auto [re, replayed] = wait_for<bool>([&](auto cb) { s->submit_replay("d1", t0 + 1h, cb); });
-  EXPECT_TRUE(replayed);
-  auto const t = get(*s, "d1");
-  EXPECT_EQ(t->status, task_status::pending);
-  EXPECT_EQ(t->window_start, t0 + 1h) << "a replay opens a fresh R-2/R-3 window";
-  EXPECT_EQ(t->attempts_before, 1u);
-  auto [me, ids] = wait_for<std::vector<std::string>>(
-      [&](auto cb) { s->submit_replay_matching(dead_letters("other"), t0 + 1h, cb); });
-  EXPECT_EQ(ids, std::vector<std::string>{"d3"});
-  auto [de, deleted] = wait_for<bool>([&](auto cb) { s->submit_delete_dead_letter("d2", cb); });
-  EXPECT_TRUE(deleted);
-  EXPECT_FALSE(get(*s, "d2"));
-  EXPECT_EQ(pg.query("SELECT count(*) FROM attempt_logs WHERE task_id = 'd2'"), "0") << "its attempts went with it";
-  auto [ce, cancelled] = wait_for<bool>([&](auto cb) { s->submit_cancel("d1", t0, cb); });
-  EXPECT_TRUE(cancelled);
-  EXPECT_EQ(count(*s, task_status::cancelled), 1u);
-}
-
-TEST(PostgresStore, EndedTasksArePurgedAfterTheirRetentionButDeadLettersStay) {
-  itest::PgServer pg;
-  auto s = open(pg);
-  for (auto const* id : {"ok", "dead"}) {
-    ASSERT_TRUE(accept(*s, make_task(id)));
-    ASSERT_EQ(claim(*s, "w", t0).size(), 1u);
-    auto const end = std::string(id) == "ok" ? task_status::succeeded : task_status::dead_lettered;
-    ASSERT_TRUE(finish(*s, "w", attempt_log{id, 1, t0, 200, "", 1ms}, end, t0));
-  }
-  auto [pe, purged] = wait_for<std::uint64_t>([&](auto cb) { s->submit_purge(t0 + 1s, 100, cb); });
-  EXPECT_EQ(purged, 1u);
-  EXPECT_FALSE(get(*s, "ok"));
-  EXPECT_TRUE(get(*s, "dead"));
-}
-
 TEST(PostgresStore, R6_AKeyIsHeldByOneInstanceAndItsAnswerReplayedByAnother) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
   auto claim_key = [](postgres_store& s, const std::string& fp, wall_clock::time_point now) {
@@ -275,8 +239,9 @@ TEST(PostgresStore, R6_AKeyIsHeldByOneInstanceAndItsAnswerReplayedByAnother) {
   EXPECT_EQ(claim_key(*a, "fp1", t0), key_state::claimed);
   EXPECT_EQ(claim_key(*b, "fp1", t0), key_state::in_flight);
   EXPECT_EQ(claim_key(*b, "fp2", t0), key_state::mismatch);
-  auto [ce, completed] = wait_for<bool>(
-      [&](auto cb) { a->submit_complete_key("r|k1", pinned_response{201, {{"Location", "/r/1"}}, "{}"}, t0 + 24h, cb); });
+  auto [ce, completed] = wait_for<bool>([&](auto cb) {
+    a->submit_complete_key("r|k1", pinned_response{201, {{"Location", "/r/1"}}, "{}"}, t0 + 24h, cb);
+  });
   EXPECT_TRUE(completed);
   auto [re, replay] = wait_for<key_claim>([&](auto cb) { b->submit_claim_key("r|k1", "fp1", t0, t0 + 30s, cb); });
   EXPECT_EQ(replay.state, key_state::replay);
@@ -288,25 +253,29 @@ TEST(PostgresStore, R6_AKeyIsHeldByOneInstanceAndItsAnswerReplayedByAnother) {
 }
 
 TEST(PostgresStore, R6_TwoInstancesClaimingANewKeyAtOnceGiveItToOne) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg, 4);
   auto b = open(pg, 4);
   for (int round = 0; round < 50; ++round) {
     auto const key = "race|" + std::to_string(round);
     std::promise<key_state> pa, pb;
-    a->submit_claim_key(key, "fp", t0, t0 + 30s, [&](std::optional<store_error>, key_claim k) { pa.set_value(k.state); });
-    b->submit_claim_key(key, "fp", t0, t0 + 30s, [&](std::optional<store_error>, key_claim k) { pb.set_value(k.state); });
+    a->submit_claim_key(key, "fp", t0, t0 + 30s,
+                        [&](std::optional<store_error>, key_claim k) { pa.set_value(k.state); });
+    b->submit_claim_key(key, "fp", t0, t0 + 30s,
+                        [&](std::optional<store_error>, key_claim k) { pb.set_value(k.state); });
     auto const x = pa.get_future().get(), y = pb.get_future().get();
     EXPECT_EQ((x == key_state::claimed) + (y == key_state::claimed), 1) << "round " << round;
   }
 }
 
 TEST(PostgresStore, APolicyIsRegisteredOnceAcrossTheFleet) {
-  itest::PgServer pg;
+  shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
   auto put = [](postgres_store& s, std::string spec) {
-    return wait_for<policy_put>([&](auto cb) { s.submit_put_policy(stored_policy{"p1", std::move(spec), t0}, cb); })
+    return wait_for<policy_put>([&](auto cb) {
+             s.submit_put_policy(stored_policy{"p1", std::move(spec), t0}, cb);
+           })
         .second;
   };
   EXPECT_EQ(put(*a, "max_retries: 3"), policy_put::created);
@@ -321,7 +290,7 @@ TEST(PostgresStore, APolicyIsRegisteredOnceAcrossTheFleet) {
 // database already takes several MiB, so an instance bounded at 1 MiB refuses new work at
 // once, while one without a bound takes it; a key already held is still answered.
 TEST(PostgresStore, PastMaxSizeNewTasksAndKeysAreRefusedAsFullAndKnownKeysAnswered) {
-  itest::PgServer pg;
+  shared_db pg;
   auto unbounded = open(pg);
   auto o = options_for(pg);
   o.max_size = 1u << 20;

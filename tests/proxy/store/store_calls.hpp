@@ -46,9 +46,9 @@ inline bool accept(task_store& s, retry_task t) {
 }
 
 inline std::vector<retry_task> claim(task_store& s, const std::string& owner, wall_clock::time_point now,
-                              std::chrono::seconds lease = 30s) {
-  auto [e, tasks] = wait_for<std::vector<retry_task>>(
-      [&](auto cb) { s.submit_claim(owner, now, now + lease, 100, cb); });
+                                     std::chrono::seconds lease = 30s) {
+  auto [e, tasks] =
+      wait_for<std::vector<retry_task>>([&](auto cb) { s.submit_claim(owner, now, now + lease, 100, cb); });
   EXPECT_FALSE(e) << e->message;
   return tasks;
 }
@@ -71,10 +71,17 @@ inline task_filter dead_letters(std::string dependency) {
   return f;
 }
 
-inline bool finish(task_store& s, const std::string& owner, attempt_log a, task_status next, wall_clock::time_point at) {
+inline bool finish(task_store& s, const std::string& owner, attempt_log a, task_status next,
+                   wall_clock::time_point at) {
   auto [e, ok] = wait_for<bool>([&](auto cb) { s.submit_finish_attempt(owner, std::move(a), next, at, cb); });
   EXPECT_FALSE(e);
   return ok;
+}
+
+inline key_claim claim_key(task_store& s, const std::string& key, const std::string& hash, wall_clock::time_point now) {
+  auto [e, c] = wait_for<key_claim>([&](auto cb) { s.submit_claim_key(key, hash, now, now + 30s, cb); });
+  EXPECT_FALSE(e);
+  return c;
 }
 
 }  // namespace store_calls
