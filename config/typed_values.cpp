@@ -233,4 +233,95 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+parsed<context_kind> parse_context(std::string_view s) {
+  if (s == "sync") return parsed<context_kind>::ok(context_kind::sync);
+  if (s == "async") return parsed<context_kind>::ok(context_kind::async);
+  if (s == "webhook") return parsed<context_kind>::ok(context_kind::webhook);
+  if (s == "batch") return parsed<context_kind>::ok(context_kind::batch);
+  if (s == "grpc") return parsed<context_kind>::ok(context_kind::grpc);
+  return parsed<context_kind>::fail("invalid context \"" + std::string(s) +
+                                    "\" (expected sync, async, webhook, batch or grpc)");
+}
+
+parsed<jitter_kind> parse_jitter(std::string_view s) {
+  if (s == "full") return parsed<jitter_kind>::ok(jitter_kind::full);
+  if (s == "decorrelated") return parsed<jitter_kind>::ok(jitter_kind::decorrelated);
+  if (s == "equal" || s == "none")
+    return parsed<jitter_kind>::fail("jitter \"" + std::string(s) +
+                                     "\" is not allowed: equal jitter and fixed intervals make clients retry in step "
+                                     "(expected full or decorrelated)");
+  return parsed<jitter_kind>::fail("invalid jitter \"" + std::string(s) + "\" (expected full or decorrelated)");
+}
+
+parsed<unsigned> parse_max_retries(std::string_view s) {
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v > 100)
+    return parsed<unsigned>::fail("invalid max_retries \"" + std::string(s) + "\" (expected a whole number)");
+  return parsed<unsigned>::ok(v);
+}
+
+/// A plain decimal between 0 and 1 (`0.2`, `1`).
+parsed<double> parse_ratio(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
+  if (ec != std::errc{} || end != s.data() + s.size() || !(v >= 0 && v <= 1))
+    return parsed<double>::fail("invalid ratio \"" + std::string(s) + "\" (expected a number from 0 to 1, e.g. 0.2)");
+  return parsed<double>::ok(v);
+}
+
+parsed<unsigned> parse_count(std::string_view s) {
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v > 1000000)
+    return parsed<unsigned>::fail("invalid count \"" + std::string(s) + "\" (expected a whole number up to 1000000)");
+  return parsed<unsigned>::ok(v);
+}
+
+parsed<breaker_mode> parse_breaker_mode(std::string_view s) {
+  if (s == "enforce") return parsed<breaker_mode>::ok(breaker_mode::enforce);
+  if (s == "signal") return parsed<breaker_mode>::ok(breaker_mode::signal);
+  if (s == "off") return parsed<breaker_mode>::ok(breaker_mode::off);
+  return parsed<breaker_mode>::fail("invalid mode \"" + std::string(s) + "\" (expected enforce, signal or off)");
+}
+
+parsed<unsigned> parse_workers(std::string_view s) {
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v > 256)
+    return parsed<unsigned>::fail("invalid workers \"" + std::string(s) +
+                                  "\" (expected 0 for one per core, or 1 to 256)");
+  return parsed<unsigned>::ok(v);
+}
+
+/// The metrics' `service` label: a name, not free text, so dashboards can select on it.
+parsed<std::string> parse_service(std::string_view s) {
+  bool const ok = !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+  });
+  if (ok) return parsed<std::string>::ok(std::string(s));
+  return parsed<std::string>::fail("invalid value \"" + std::string(s) +
+                                   "\" (expected 1..128 letters, digits, '-', '_' or '.')");
+}
+
+parsed<std::string> parse_log_level(std::string_view s) {
+  for (auto const* l : {"trace", "debug", "info", "warn", "error", "off"})
+    if (s == l) return parsed<std::string>::ok(std::string(s));
+  return parsed<std::string>::fail("invalid value \"" + std::string(s) +
+                                   "\" (expected trace, debug, info, warn, error or off)");
+}
+
+parsed<unknown_hosts_policy> parse_unknown_hosts(std::string_view s) {
+  if (s == "allow") return parsed<unknown_hosts_policy>::ok(unknown_hosts_policy::allow);
+  if (s == "deny") return parsed<unknown_hosts_policy>::ok(unknown_hosts_policy::deny);
+  return parsed<unknown_hosts_policy>::fail("invalid value \"" + std::string(s) + "\" (expected allow or deny)");
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
 }  // namespace rebound::config

@@ -49,6 +49,23 @@ std::string format_origin(const origin_url& o);
 parsed<service_url> parse_service_url(std::string_view text);
 std::string format_service_url(const service_url& u);
 
+// The scalars of the schema's enumerations and bounded numbers.
+parsed<context_kind> parse_context(std::string_view s);
+parsed<jitter_kind> parse_jitter(std::string_view s);
+parsed<unsigned> parse_max_retries(std::string_view s);
+/// A plain decimal between 0 and 1 (`0.2`, `1`).
+parsed<double> parse_ratio(std::string_view s);
+parsed<unsigned> parse_count(std::string_view s);
+parsed<breaker_mode> parse_breaker_mode(std::string_view s);
+parsed<unsigned> parse_workers(std::string_view s);
+/// The metrics' `service` label: a name, not free text, so dashboards can select on it.
+parsed<std::string> parse_service(std::string_view s);
+parsed<std::string> parse_log_level(std::string_view s);
+parsed<unknown_hosts_policy> parse_unknown_hosts(std::string_view s);
+
+/// ASCII lower case (host names, header names).
+std::string lower(std::string_view s);
+
 /// Levenshtein distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 

@@ -1,0 +1,60 @@
+// The methods of the config types: what a loaded config answers about itself.
+#include "config/config.hpp"
+
+#include "config/typed_values.hpp"
+
+#include <algorithm>
+
+namespace rebound::config {
+
+bool route::matches(std::string_view method, std::string_view path) const {
+  if (!path.starts_with(path_prefix)) return false;
+  return methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end();
+}
+
+const policy& dependency::policy_for(std::string_view method, std::string_view path) const {
+  for (auto const& r : routes)
+    if (r.matches(method, path)) return r.effective;
+  return effective;
+}
+
+const dependency* config::find_dependency(std::string_view host, std::uint16_t port) const {
+  if (host_index.empty()) return nullptr;
+  std::string key = lower(host);
+  auto const bare = key.size();
+  key += ":" + std::to_string(port);
+  if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
+  key.resize(bare);
+  if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
+  return nullptr;
+}
+
+bool inbound_route::keeps_keys_for(std::string_view method) const {
+  if (!match.methods.empty())
+    return std::find(match.methods.begin(), match.methods.end(), method) != match.methods.end();
+  return method == "POST" || method == "PATCH";
+}
+
+const inbound_route* inbound_settings::route_for(std::string_view method, std::string_view path) const {
+  for (auto const& r : routes)
+    if (r.match.matches(method, path)) return &r;
+  return nullptr;
+}
+
+bool inbound_settings::needs_store() const {
+  for (auto const& r : routes)
+    if (r.idempotency.enabled || !r.dedupe.header.empty()) return true;
+  return false;
+}
+
+bool config::hands_over() const {
+  if (store.configured || hands_over_calls(defaults.context)) return true;
+  for (auto const& d : dependencies) {
+    if (hands_over_calls(d.effective.context)) return true;
+    for (auto const& r : d.routes)
+      if (hands_over_calls(r.effective.context)) return true;
+  }
+  return false;
+}
+
+}  // namespace rebound::config

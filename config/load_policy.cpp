@@ -1,0 +1,276 @@
+// A policy layer as written, and how the layers resolve into one policy (SPEC 2.1).
+#include "config/schema_reader.hpp"
+
+#include "config/check.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cctype>
+
+namespace rebound::config {
+
+/// Reads the policy keys of `n` (the caller has checked the keys).
+reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::string& path) {
+  policy_layer l;
+  l.node = n;
+  l.path = path;
+  optional_typed(n, "context", path, l.context, parse_context);
+  optional_typed(n, "max_retries", path, l.max_retries, parse_max_retries);
+  optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
+  optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
+  optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
+  optional_typed(n, "retry_layered", path, l.retry_layered, parse_bool);
+  // `off` as the issue and SPEC write it, or a plain boolean.
+  optional_typed(n, "dead_letter", path, l.dead_letter, [](std::string_view v) {
+    if (v == "on") return parsed<bool>::ok(true);
+    if (v == "off") return parsed<bool>::ok(false);
+    auto b = parse_bool(v);
+    if (!b.value) b.error = "invalid value \"" + std::string(v) + "\" (expected on or off)";
+    return b;
+  });
+  optional_typed(n, "grpc_streaming", path, l.grpc_streaming, parse_bool);
+  if (auto a = n["approval"]) {
+    if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
+  }
+  if (auto b = n["backoff"]) {
+    auto const bpath = join(path, "backoff");
+    if (expect_map(b, bpath)) {
+      check_keys(b, bpath, {"base", "cap", "jitter"});
+      optional_typed(b, "base", bpath, l.base, parse_duration);
+      optional_typed(b, "cap", bpath, l.cap, parse_duration);
+      optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
+      if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
+    }
+  }
+  if (auto sch = n["schedule"]) {
+    auto const spath = join(path, "schedule");
+    if (!sch.IsSequence() || sch.size() == 0 || sch.size() > 32) {
+      error(sch, spath, "must be a list of 1 to 32 durations, e.g. [1s, 5s, 30s, 2m]");
+    } else {
+      std::vector<duration> steps;
+      auto const before = diags_.size();
+      for (std::size_t i = 0; i < sch.size(); ++i) {
+        auto const step_path = spath + "[" + std::to_string(i) + "]";
+        auto const v = scalar(sch[i], step_path);
+        if (!v) continue;
+        auto const d = parse_duration(*v);
+        if (!d.value)
+          error(sch[i], step_path, d.error);
+        else
+          steps.push_back(*d.value);
+      }
+      if (diags_.size() == before) l.schedule = std::move(steps);
+    }
+  }
+  if (auto i = n["idempotency"]) {
+    auto const ipath = join(path, "idempotency");
+    if (expect_map(i, ipath)) {
+      check_keys(i, ipath, {"header", "inject"});
+      typed(i, "header", ipath, l.idempotency_header, parse_header_name);
+      optional_typed(i, "inject", ipath, l.inject, parse_bool);
+    }
+  }
+  if (auto b = n["budget"]) {
+    auto const bpath = join(path, "budget");
+    if (b.IsScalar() && (b.Scalar() == "off" || b.Scalar() == "false" || b.Scalar() == "none")) {
+      error(b, bpath, "the retry budget may not be disabled: without it, retries multiply an outage", "R-7");
+    } else if (expect_map(b, bpath)) {
+      check_keys(b, bpath, {"ratio", "window", "min_retries"});
+      optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
+      if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
+        error(b["ratio"], join(bpath, "ratio"),
+              *l.budget_ratio == 0
+                  ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
+                  : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
+              "R-7");
+        l.budget_ratio.reset();
+      }
+      optional_typed(b, "window", bpath, l.budget_window, parse_duration);
+      optional_typed(b, "min_retries", bpath, l.budget_min_retries, parse_count);
+    }
+  }
+  if (auto cb = n["circuit_breaker"]) {
+    auto const cpath = join(path, "circuit_breaker");
+    if (expect_map(cb, cpath)) {
+      check_keys(cb, cpath,
+                 {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
+                  "half_open_probes"});
+      optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
+      optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
+      if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
+        error(cb["failure_ratio"], join(cpath, "failure_ratio"), "must be greater than 0");
+        l.cb_failure_ratio.reset();
+      }
+      optional_typed(cb, "min_requests", cpath, l.cb_min_requests, parse_count);
+      optional_typed(cb, "window", cpath, l.cb_window, parse_duration);
+      optional_typed(cb, "open_on_budget_exhausted", cpath, l.cb_open_on_budget, parse_bool);
+      optional_typed(cb, "open_for", cpath, l.cb_open_for, parse_duration);
+      optional_typed(cb, "half_open_probes", cpath, l.cb_probes, parse_count);
+      for (auto key : {"min_requests", "half_open_probes"}) {
+        auto const& v = std::string_view(key) == "min_requests" ? l.cb_min_requests : l.cb_probes;
+        if (v && *v == 0) error(cb[key], join(cpath, key), "must be at least 1");
+      }
+      for (auto key : {"window", "open_for"}) {
+        auto const& v = std::string_view(key) == "window" ? l.cb_window : l.cb_open_for;
+        if (v && v->count() == 0) error(cb[key], join(cpath, key), "must be greater than 0");
+      }
+    }
+  }
+  if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
+  if (auto r = n["retry_on"]) {
+    auto const rpath = join(path, "retry_on");
+    if (r.IsScalar() && r.Scalar() == "default") {
+      l.retry_on = retry::retry_on::r4_default();
+    } else if (r.IsSequence()) {
+      retry::retry_on set = retry::retry_on::none();
+      bool ok = true;
+      for (std::size_t k = 0; k < r.size(); ++k) {
+        auto const epath = rpath + "[" + std::to_string(k) + "]";
+        auto const v = scalar(r[k], epath);
+        if (!v) {
+          ok = false;
+          continue;
+        }
+        auto const c = retry::retry_on::parse(*v);
+        if (!c.value) {
+          error(r[k], epath, c.error, "R-4");
+          ok = false;
+          continue;
+        }
+        set.add(*c.value);
+      }
+      if (ok) l.retry_on = set;
+    } else {
+      error(r, rpath, "expected `default` or a list of retry classes");
+    }
+  }
+  return l;
+}
+
+/** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
+    `after` is required: there is no delay that suits every dependency. */
+void reader::read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out) {
+  if (h.IsScalar() && (h.Scalar() == "off" || h.Scalar() == "false")) {
+    out = hedge_policy{};
+    return;
+  }
+  if (!h.IsMap()) {
+    error(h, hpath, "expected `off` or a map like {after: 50ms, max: 1} (after: a duration or p95)");
+    return;
+  }
+  check_keys(h, hpath, {"after", "max"});
+  hedge_policy hp;
+  hp.max = 1;
+  auto const before = diags_.size();
+  if (auto a = h["after"]) {
+    auto const apath = join(hpath, "after");
+    if (auto v = scalar(a, apath)) {
+      if (*v == "p95") {
+        hp.after_p95 = true;
+      } else if (auto d = parse_duration(*v); !d.value) {
+        error(a, apath, "invalid value \"" + *v + "\" (expected p95 or a duration such as 50ms)");
+      } else if (d.value->count() == 0) {
+        error(a, apath, "must be greater than 0 (a hedge at once doubles every request)");
+      } else {
+        hp.after = *d.value;
+      }
+    }
+  } else {
+    error(h, join(hpath, "after"), "is required: p95 (the dependency's observed latency) or a duration such as 50ms");
+  }
+  if (h["max"]) {
+    unsigned v = 0;
+    typed(h, "max", hpath, v, [](std::string_view s) {
+      unsigned x = 0;
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+      if (ec != std::errc{} || end != s.data() + s.size() || x < 1 || x > 3)
+        return parsed<unsigned>::fail("invalid max \"" + std::string(s) +
+                                      "\" (expected 1 to 3 hedges; `hedge: off` turns hedging off)");
+      return parsed<unsigned>::ok(x);
+    });
+    hp.max = v;
+  }
+  if (diags_.size() == before) out = hp;
+}
+
+/** Route over dependency over defaults over the context's built-ins, then the checks of
+    SPEC 2.1 that concern one resolved policy. Each finding points at the layer that set
+    the value, or at the most specific layer when the value is built in. */
+policy reader::resolve(std::initializer_list<const policy_layer*> specific_first) {
+  policy p;
+  auto pick = [&](auto member) {
+    for (auto const* l : specific_first)
+      if ((l->*member)) return l;
+    return static_cast<const policy_layer*>(nullptr);
+  };
+  auto const* most_specific = *specific_first.begin();
+  auto where = [&](auto member) {
+    auto const* l = pick(member);
+    return l ? l : most_specific;
+  };
+  if (auto const* l = pick(&policy_layer::context)) p.context = *l->context;
+  p.max_retries = builtin_max_retries(p.context);
+  p.total_timeout = builtin_total_timeout(p.context);
+  if (auto const* l = pick(&policy_layer::max_retries)) p.max_retries = *l->max_retries;
+  if (auto const* l = pick(&policy_layer::total_timeout)) p.total_timeout = *l->total_timeout;
+  if (auto const* l = pick(&policy_layer::attempt_timeout)) p.attempt_timeout = *l->attempt_timeout;
+  if (auto const* l = pick(&policy_layer::base)) p.backoff.base = *l->base;
+  if (auto const* l = pick(&policy_layer::cap)) p.backoff.cap = *l->cap;
+  if (auto const* l = pick(&policy_layer::jitter)) p.backoff.jitter = *l->jitter;
+  // A written schedule wins; else a written backoff; else the context's built-in (R-3's
+  // table for webhook).
+  bool const backoff_written = pick(&policy_layer::base) || pick(&policy_layer::cap) || pick(&policy_layer::jitter);
+  if (auto const* l = pick(&policy_layer::schedule))
+    p.schedule = *l->schedule;
+  else if (!backoff_written)
+    p.schedule = builtin_schedule(p.context);
+  if (auto const* l = pick(&policy_layer::retry_on)) p.retry_on = *l->retry_on;
+  if (auto const* l = pick(&policy_layer::max_retry_body)) p.max_retry_body = *l->max_retry_body;
+  if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
+  if (auto const* l = pick(&policy_layer::inject)) p.idempotency.inject = *l->inject;
+  if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
+  if (auto const* l = pick(&policy_layer::dead_letter)) p.dead_letter = *l->dead_letter;
+  if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
+  if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
+  if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
+  if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
+  if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
+  if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;
+  if (auto const* l = pick(&policy_layer::cb_mode)) p.circuit_breaker.mode = *l->cb_mode;
+  if (auto const* l = pick(&policy_layer::cb_failure_ratio)) p.circuit_breaker.failure_ratio = *l->cb_failure_ratio;
+  if (auto const* l = pick(&policy_layer::cb_min_requests)) p.circuit_breaker.min_requests = *l->cb_min_requests;
+  if (auto const* l = pick(&policy_layer::cb_window)) p.circuit_breaker.window = *l->cb_window;
+  if (auto const* l = pick(&policy_layer::cb_open_on_budget))
+    p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
+  if (auto const* l = pick(&policy_layer::cb_open_for)) p.circuit_breaker.open_for = *l->cb_open_for;
+  if (auto const* l = pick(&policy_layer::cb_probes)) p.circuit_breaker.half_open_probes = *l->cb_probes;
+  // Where each finding of the enforcement table (check.cpp) points: the most specific
+  // layer that set the key, else the most specific layer.
+  auto locate = [&](std::string_view key) -> std::pair<YAML::Node, std::string> {
+    auto near = [&](const policy_layer* l, std::string_view node_key) {
+      auto n = l->node[std::string(node_key)];
+      return std::make_pair(n ? n : l->node, join(l->path, key));
+    };
+    if (key == "budget.window") return near(where(&policy_layer::budget_window), "budget");
+    if (key == "idempotency.inject") return near(where(&policy_layer::inject), "idempotency");
+    if (key == "total_timeout") return near(where(&policy_layer::total_timeout), "total_timeout");
+    if (key == "attempt_timeout") return near(where(&policy_layer::attempt_timeout), "attempt_timeout");
+    if (key == "backoff") return near(where(&policy_layer::base), "backoff");
+    if (key == "schedule") return near(where(&policy_layer::schedule), "schedule");
+    if (key == "dead_letter") return near(where(&policy_layer::dead_letter), "dead_letter");
+    if (key == "hedge") return near(where(&policy_layer::hedge), "hedge");
+    return near(where(&policy_layer::max_retries), "max_retries");
+  };
+  for (auto const& f : check_policy(p)) {
+    auto [n, kp] = locate(f.key);
+    if (f.warning)
+      warn(n, kp, f.message, f.rule);
+    else
+      error(n, kp, f.message, f.rule);
+  }
+  return p;
+}
+
+}  // namespace rebound::config

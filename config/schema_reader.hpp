@@ -1,0 +1,107 @@
+#pragma once
+/** Internal to config/: the reader of rebound's YAML schema, one method per level. Its parts
+    live beside the concept they read: load.cpp (the top level, store, limits),
+    load_policy.cpp (a policy layer and how layers resolve), load_dependencies.cpp
+    (dependencies, routes, matches), load_inbound.cpp (the inbound listener); TLS and auth
+    keys in load_security.cpp. Not a public header. */
+#include "config/typed_values.hpp"
+#include "config/yaml_reader.hpp"
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rebound::config {
+
+/** Walks the YAML tree. Each `read_*` function owns one level of the schema, so the full
+    schema extends it key by key. */
+class reader : public yaml_reader {
+ public:
+  using yaml_reader::yaml_reader;
+
+  void read_top(const YAML::Node& root, config& c);
+
+  /** Another instance takes a task over once its lease ran out: a lease shorter than an
+      attempt would let two instances deliver the same task at once. */
+  void check_lease_outlasts_attempts(const YAML::Node& n, const config& c);
+
+  /// The store's type and, for postgres, where the database is (type-specific keys checked).
+  void read_store(const YAML::Node& n, config::store_settings& st);
+
+  void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in);
+
+  void read_limits(const YAML::Node& n, const std::string& path, request_limits& l);
+
+  /// One level of policy as written (defaults or a dependency): what it sets, and where.
+  struct policy_layer {
+    YAML::Node node;
+    std::string path;
+    std::optional<context_kind> context;
+    std::optional<unsigned> max_retries;
+    std::optional<duration> base, cap, total_timeout, attempt_timeout;
+    std::optional<jitter_kind> jitter;
+    std::optional<std::vector<duration>> schedule;
+    std::optional<retry::retry_on> retry_on;
+    std::optional<std::uint64_t> max_retry_body;
+    std::optional<std::string> idempotency_header, approval;
+    std::optional<bool> inject, dead_letter, grpc_streaming, retry_layered;
+    std::optional<double> budget_ratio, cb_failure_ratio;
+    std::optional<duration> budget_window, cb_window, cb_open_for;
+    std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
+    std::optional<breaker_mode> cb_mode;
+    std::optional<bool> cb_open_on_budget;
+    std::optional<hedge_policy> hedge;
+  };
+
+  static std::vector<std::string_view> policy_keys() {
+    return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
+            "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
+            "dead_letter", "grpc_streaming", "retry_layered", "hedge"};
+  }
+
+  template <class T, class Parse>
+  void optional_typed(const YAML::Node& parent, std::string_view key, const std::string& path, std::optional<T>& out,
+                      Parse parse) {
+    if (!parent[std::string(key)]) return;
+    T v{};
+    auto const before = diags_.size();
+    typed(parent, key, path, v, parse);
+    if (diags_.size() == before) out = v;
+  }
+
+  static policy_layer empty_layer(const YAML::Node& at) {
+    policy_layer l;
+    l.node = at;
+    return l;
+  }
+
+  /// Reads the policy keys of `n` (the caller has checked the keys).
+  policy_layer read_policy_layer(const YAML::Node& n, const std::string& path);
+
+  /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
+      `after` is required: there is no delay that suits every dependency. */
+  void read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out);
+
+  /** Route over dependency over defaults over the context's built-ins, then the checks of
+      SPEC 2.1 that concern one resolved policy. Each finding points at the layer that set
+      the value, or at the most specific layer when the value is built in. */
+  policy resolve(std::initializer_list<const policy_layer*> specific_first);
+
+  void read_dependencies(const YAML::Node& n, const std::string& path, config& c, const policy_layer& defaults);
+
+  void read_routes(const YAML::Node& n, const std::string& path, dependency& d, const policy_layer& dep,
+                   const policy_layer& defaults);
+
+  /** R-6: a hedge has two copies of the request in flight at once. Only a method that is
+      idempotent by itself survives that; an idempotency key does not help, since a server
+      that keeps keys answers a concurrent duplicate with 409 (draft-ietf-httpapi-idempotency-key).
+      A hedge written on the route is refused; one inherited from the dependency or the
+      defaults is reported, as it is applied to the route's idempotent methods only. */
+  void check_hedged_methods(const YAML::Node& body, const std::string& rpath, const route& r, bool written_here);
+
+  void read_match(const YAML::Node& m, const std::string& path, route& r);
+};
+
+}  // namespace rebound::config
