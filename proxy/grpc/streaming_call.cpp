@@ -104,9 +104,9 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   auto* source = h2::message::find_in(call.head, "authorization") ? nullptr : plan.route.auth;
   auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
   stream_attempt attempt(*ctx.h2_pool, destination_of(plan), call.head, call.body, source, deadline);
-  auto result =
-      co_await retry::run_attempts(policy, plan.facts, attempt, *ctx.rng, *ctx.log,
-                                   retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
+  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
+  auto result = co_await retry::run_attempts(step, attempt, hooks);
   call.body->stop_keeping();
   if (result.client_gone) {  // the stream is gone: nobody reads an answer
     call.body->abandon();

@@ -66,9 +66,9 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   // rebound's credential, unless the call carries its own (SPEC 5).
   auto* source = request.find("authorization") ? nullptr : plan.route.auth;
   h2_attempt attempt(*ctx.h2_pool, destination_of(plan), request, source);
-  auto result =
-      co_await retry::run_attempts(*plan.route.policy, plan.facts, attempt, *ctx.rng, *ctx.log,
-                                   retry::loop_hooks{ctx.sessions->draining_flag(), {}, nullptr, &guard, &guard});
+  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
+  auto result = co_await retry::run_attempts(step, attempt, hooks);
   if (result.client_gone) co_return h2::message{};  // the stream is gone: nobody reads an answer
   if (result.failure || !attempt.last) co_return failed_answer(ctx, plan, result);
   auto answer = std::move(*attempt.last);

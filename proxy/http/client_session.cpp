@@ -319,7 +319,8 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       }
       if (use == inbound::gate_use::unkeyed) v.dependency.guard->idempotent("unkeyed");
     }
-    if (!co_await forward(ctx, guard, client, buffer, parser, t, v.dependency)) break;
+    client_request const request{ctx, client, buffer, parser, t, v.dependency};
+    if (!co_await forward(request, guard)) break;
   }
   co_await lingering_close(client);
 }

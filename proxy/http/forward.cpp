@@ -68,8 +68,14 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
 // Its own coroutine: the serializer and relay state exist only while a response streams,
 // not in the frame of every request waiting for a retry.
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
-                                          const retry::request_facts& facts, bool is_head, unsigned client_version,
-                                          bool keep, unsigned attempts, bool gave_up, const std::string& key) {
+                                          const final_answer& a) {
+  auto const& facts = a.facts;
+  bool const is_head = a.is_head;
+  unsigned const client_version = a.client_version;
+  bool const keep = a.keep;
+  unsigned const attempts = a.attempts;
+  bool const gave_up = a.gave_up;
+  auto const& key = a.key;
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
   auto& res = rp.get();
@@ -170,9 +176,12 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. */
-net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                                      beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
-                                      retry::request_facts facts, const dependency_route& route) {
+net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session, retry::request_facts facts) {
+  auto const& ctx = r.ctx;
+  auto& client = r.client;
+  auto& parser = r.parser;
+  auto const& target = r.target;
+  auto const& route = r.route;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   auto& req = parser.get();
@@ -183,7 +192,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
 
   std::string body;
   if (!parser.is_done()) {
-    auto kept = co_await read_whole_body(client, buffer, parser, body, policy.max_retry_body, idle,
+    auto kept = co_await read_whole_body(client, r.buffer, parser, body, policy.max_retry_body, idle,
                                          pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
     if (kept.problem) {
       if (kept.problem->status != 0) {
@@ -195,7 +204,7 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
     }
     if (kept.overflow) {
       log_sent_once(ctx, facts, policy, "chunked body larger than max_retry_body: sent once");
-      co_return co_await forward_once(ctx, client, buffer, parser, target, facts, route, body);
+      co_return co_await forward_once(r, facts, body);
     }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
@@ -211,12 +220,14 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
-  auto result = co_await retry::run_retry_loop(
-      policy, facts, *ctx.pool,
+  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::http1_request const request{
+      *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
                             facts.may_retry, pass_interim ? &client : nullptr, idle},
-      req, body, is_head, *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket(), &guard, &guard, &hedge});
+      req, body, is_head};
+  retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
+  auto result = co_await retry::run_retry_loop(step, request, hooks, &hedge);
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
@@ -228,8 +239,8 @@ net::awaitable<bool> forward_buffered(const session_context& ctx, session_guard&
   }
   auto& ex = *result.response;
   guard.answered(ex.response->get().result_int());
-  co_return co_await relay_final_response(ctx, client, ex, facts, is_head, client_version, keep, result.attempts,
-                                          result.gave_up, key);
+  final_answer const answer{facts, is_head, client_version, keep, result.attempts, result.gave_up, key};
+  co_return co_await relay_final_response(ctx, client, ex, answer);
 }
 
 }  // namespace
@@ -395,12 +406,15 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
                      std::max(1u, secs)};
 }
 
-net::awaitable<bool> forward(const session_context& ctx, session_guard& session, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
-                             const dependency_route& route) {
+net::awaitable<bool> forward(const client_request& r, session_guard& session) {
+  auto const& ctx = r.ctx;
+  auto& client = r.client;
+  auto& parser = r.parser;
+  auto const& target = r.target;
+  auto const& route = r.route;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
-  if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(ctx, client, buffer, parser, target, route);
+  if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(r);
   forward_plan plan;
   plan_request(plan, parser, target, route.name, policy, *ctx.rng, std::chrono::steady_clock::now());
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
@@ -422,12 +436,12 @@ net::awaitable<bool> forward(const session_context& ctx, session_guard& session,
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg().limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
-      co_return co_await forward_buffered(ctx, session, client, buffer, parser, target, plan.facts, route);
+      co_return co_await forward_buffered(r, session, plan.facts);
     case forward_plan::route::once:
       log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
       break;
   }
-  co_return co_await forward_once(ctx, client, buffer, parser, target, plan.facts, route, {});
+  co_return co_await forward_once(r, plan.facts, {});
 }
 
 }  // namespace rebound::http

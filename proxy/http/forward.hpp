@@ -1,6 +1,7 @@
 #pragma once
 /** Forwarding one request to its upstream and streaming the answer back, and the answers
     rebound sends itself. Called by the client session once a request head is valid. */
+#include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/error_response.hpp"
@@ -23,9 +24,7 @@ class session_guard;
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
-net::awaitable<bool> forward(const session_context& ctx, session_guard& guard, beast::tcp_stream& client,
-                             beast::flat_buffer& buffer, request_parser& parser, const request_target& target,
-                             const dependency_route& route);
+net::awaitable<bool> forward(const client_request& r, session_guard& guard);
 
 /// How reading a body to keep it ended.
 struct kept_body {
@@ -73,9 +72,17 @@ net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milli
     connection may carry another request. `facts` name the request in the log of a body cut
     short; `attempts` and `gave_up` go in Rebound-Attempts and Rebound-Retried. An empty `key`:
     the connection is closed rather than pooled (one that is never taken from the pool). */
+struct final_answer {
+  const retry::request_facts& facts;
+  bool is_head = false;
+  unsigned client_version = 11;
+  bool keep = false;  ///< the client connection may carry another request afterwards
+  unsigned attempts = 0;
+  bool gave_up = false;
+  const std::string& key;  ///< the upstream pool's key; empty: close rather than pool
+};
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
-                                          const retry::request_facts& facts, bool is_head, unsigned client_version,
-                                          bool keep, unsigned attempts, bool gave_up, const std::string& key);
+                                          const final_answer& a);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

@@ -45,10 +45,13 @@ failure upstream_failure(const upstream::attempt_failure& f) { return {default_s
 
 }  // namespace
 
-net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                  request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const dependency_route& route,
-                                  std::string_view prefix) {
+net::awaitable<bool> forward_once(const client_request& r, const retry::request_facts& facts, std::string_view prefix) {
+  auto const& ctx = r.ctx;
+  auto& client = r.client;
+  auto& buffer = r.buffer;
+  auto& parser = r.parser;
+  auto const& target = r.target;
+  auto const& route = r.route;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   auto& req = parser.get();

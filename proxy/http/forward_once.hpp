@@ -2,6 +2,7 @@
 /** The single-attempt path: a request whose body is not kept for a retry (larger than
     max_retry_body, or sent with Expect: 100-continue) streams through once, the body relayed
     as it arrives and Expect: 100-continue passed through (RFC 9110 section 10.1.1). */
+#include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
@@ -21,9 +22,6 @@ namespace bhttp = boost::beast::http;
     client (a chunked body that outgrew max_retry_body); it goes out before the rest. The
     attempt's outcome is recorded with the route's guard, so the breaker and the metrics
     count it like any other. */
-net::awaitable<bool> forward_once(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                  request_parser& parser, const request_target& target,
-                                  const retry::request_facts& facts, const dependency_route& route,
-                                  std::string_view prefix);
+net::awaitable<bool> forward_once(const client_request& r, const retry::request_facts& facts, std::string_view prefix);
 
 }  // namespace rebound::http

@@ -76,8 +76,12 @@ bool wants_hand_over(const session_context& ctx, const request_parser& parser, c
   return config::hands_over_calls(policy.context) || prefers_async(parser.get());
 }
 
-net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                               request_parser& parser, const request_target& target, const dependency_route& route) {
+net::awaitable<bool> hand_over(const client_request& r) {
+  auto const& ctx = r.ctx;
+  auto& client = r.client;
+  auto& parser = r.parser;
+  auto const& target = r.target;
+  auto const& route = r.route;
   auto& req = parser.get();
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto const max_body = ctx.cfg().async.max_body;
@@ -118,7 +122,7 @@ net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& cl
     // The client waits for a 100 before it sends the body; rebound takes the body itself.
     if (req.version() >= 11 && req.count(bhttp::field::expect) > 0 && !co_await send_continue(client, idle))
       co_return false;
-    auto kept = co_await read_whole_body(client, buffer, parser, body, max_body, idle,
+    auto kept = co_await read_whole_body(client, r.buffer, parser, body, max_body, idle,
                                          pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
     if (kept.problem) {
       if (kept.problem->status == 0) co_return false;

@@ -4,6 +4,7 @@
     delivery happens later, in the background (delivery/). A call is handed over when it asks
     (`Prefer: respond-async`, RFC 7240) or its route's context is async, webhook or batch. */
 #include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
@@ -18,7 +19,6 @@ bool wants_hand_over(const session_context& ctx, const request_parser& parser, c
 /** Reads the body (at most async.max_body: 413 beyond, nothing stored), stores the call with
     its idempotency key (the app's, else a new one, kept for every attempt: R-6), and answers
     202 with the task's Location once the store committed it, or 503 store_unavailable. */
-net::awaitable<bool> hand_over(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                               request_parser& parser, const request_target& target, const dependency_route& route);
+net::awaitable<bool> hand_over(const client_request& r);
 
 }  // namespace rebound::http

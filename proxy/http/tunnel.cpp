@@ -100,9 +100,9 @@ net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& c
   facts.method = "CONNECT";
   facts.correlation_id = tunnel.correlation_id;
   connect_attempt attempt(target);
-  auto const r = co_await retry::run_attempts(
-      policy, facts, attempt, *ctx.rng, *ctx.log,
-      retry::loop_hooks{ctx.sessions->draining_flag(), {}, &client.socket(), &guard, &guard});
+  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, &client.socket()};
+  auto const r = co_await retry::run_attempts(step, attempt, hooks);
   if (r.client_gone) co_return;
   if (r.failure) {
     auto const& f = *r.failure;

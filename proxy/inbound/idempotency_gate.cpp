@@ -210,8 +210,8 @@ net::awaitable<bool> relay_unkept(const http::session_context& ctx, beast::tcp_s
   facts.method = req.method_string();
   facts.path = http::loggable_path(req.target());
   route.guard->answered(answer.too_large->response->get().result_int());
-  co_return co_await http::relay_final_response(ctx, client, *answer.too_large, facts,
-                                                req.method() == bhttp::verb::head, version, keep, 1, false, no_pool);
+  http::final_answer const last{facts, req.method() == bhttp::verb::head, version, keep, 1, false, no_pool};
+  co_return co_await http::relay_final_response(ctx, client, *answer.too_large, last);
 }
 
 void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,

@@ -76,7 +76,7 @@ attempt_outcome outcome_of(const attempt_summary& s) {
 
 }  // namespace
 
-hedged_attempt::hedged_attempt(factory make, const hedge_plan& plan, hedge_context ctx)
+hedged_attempt::hedged_attempt(factory make, const hedge_plan& plan, step_context ctx)
     : make_(std::move(make)), plan_(plan), ctx_(ctx) {}
 
 hedged_attempt::~hedged_attempt() = default;

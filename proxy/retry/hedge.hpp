@@ -72,15 +72,6 @@ enum class race_move {
     error included (a TLS certificate error surfaces at once, R-9). */
 race_move after_copy(const attempt_outcome& outcome, const retry_on& retryable, unsigned still_in_flight);
 
-/// What the hedging reports to, beyond the retry loop.
-struct hedge_context {
-  const config::policy& policy;
-  const request_facts& facts;
-  const observe::logger& log;
-  dependency_gate& gate;
-  attempt_observer& observer;
-};
-
 /** An attempt_runner that runs a hedged request's copies, each on a runner of its own made
     by `make` (the HTTP/1.1 attempt, loop.cpp). Copies run as coroutines spawned on the
     request's executor, each with a cancellation slot; `run` returns only when every copy
@@ -90,7 +81,7 @@ class hedged_attempt final : public attempt_runner {
   using factory = std::function<std::unique_ptr<attempt_runner>()>;
   static constexpr std::size_t max_copies = 4;  ///< the first and up to three hedges
 
-  hedged_attempt(factory make, const hedge_plan& plan, hedge_context ctx);
+  hedged_attempt(factory make, const hedge_plan& plan, step_context ctx);
   ~hedged_attempt() override;
 
   net::awaitable<attempt_summary> run(std::chrono::steady_clock::time_point deadline) override;
@@ -115,12 +106,12 @@ class hedged_attempt final : public attempt_runner {
 
   factory make_;
   hedge_plan plan_;
-  hedge_context ctx_;
+  step_context ctx_;
   std::array<copy, max_copies> copies_;
   std::size_t answered_ = 0;
-  unsigned sent_ = 0;       ///< attempts sent by every run so far, hedges included
-  unsigned in_flight_ = 0;  ///< copies of the current run not finished yet
-  bool fresh_ = false;      ///< a copy finished since the run last looked
+  unsigned sent_ = 0;                  ///< attempts sent by every run so far, hedges included
+  unsigned in_flight_ = 0;             ///< copies of the current run not finished yet
+  bool fresh_ = false;                 ///< a copy finished since the run last looked
   net::steady_timer* wake_ = nullptr;  ///< the run's wait, cut short when a copy finishes
 };
 

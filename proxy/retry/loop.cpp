@@ -73,15 +73,12 @@ attempt_observer& silent_observer() {
   return o;
 }
 
-net::awaitable<attempts_result> run_attempts(const config::policy& policy, const request_facts& facts,
-                                             attempt_runner& attempt, std::mt19937_64& rng, const observe::logger& log,
-                                             loop_hooks hooks) {
+net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_runner& attempt, loop_hooks hooks) {
   // Only this coroutine's locals and the step live in its frame: everything between two
   // attempts runs in the step's plain functions, so their temporaries (log fields, strings)
   // stay on the stack and not in every waiting request's frame (issue 4 measures it).
-  retry_step step({policy, facts, log, rng, hooks.gate ? *hooks.gate : open_gate(),
-                   hooks.observer ? *hooks.observer : silent_observer()},
-                  clock::now() + policy.total_timeout);
+  auto const& policy = ctx.policy;
+  retry_step step(ctx, clock::now() + policy.total_timeout);
   for (;;) {
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, step.deadline());
@@ -182,28 +179,26 @@ class http1_attempt final : public attempt_runner {
 
 }  // namespace
 
-net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
-                                           upstream::pool& pool, upstream::destination to,
-                                           upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, loop_hooks hooks) {
+net::awaitable<loop_result> run_retry_loop(const step_context& ctx, const http1_request& request, loop_hooks hooks,
+                                           const hedge_plan* hedge) {
   // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
-  bool const sends_deadline = facts.deadline.has_value();
+  bool const sends_deadline = ctx.facts.deadline.has_value();
+  auto make = [&request, sends_deadline] {
+    return std::make_unique<http1_attempt>(request.pool, request.to, request.req, request.body, request.is_head,
+                                           sends_deadline);
+  };
   loop_result out;
   attempts_result r;
-  if (hooks.hedge && hooks.hedge->max > 0) {
+  if (hedge && hedge->max > 0) {
     // Each copy of a hedged request is an HTTP/1.1 attempt of its own (hedge.hpp).
-    hedged_attempt attempt(
-        [&] { return std::make_unique<http1_attempt>(pool, to, req, body, is_head, sends_deadline); }, *hooks.hedge,
-        hedge_context{policy, facts, log, hooks.gate ? *hooks.gate : open_gate(),
-                      hooks.observer ? *hooks.observer : silent_observer()});
-    r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
+    hedged_attempt attempt(make, *hedge, ctx);
+    r = co_await run_attempts(ctx, attempt, hooks);
     if (!r.failure && !r.client_gone)
       out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
   } else {
-    http1_attempt attempt(pool, to, req, body, is_head, sends_deadline);
-    r = co_await run_attempts(policy, facts, attempt, rng, log, hooks);
-    if (!r.failure && !r.client_gone) out.response = std::move(attempt.response);
+    auto attempt = make();
+    r = co_await run_attempts(ctx, *attempt, hooks);
+    if (!r.failure && !r.client_gone) out.response = std::move(attempt->response);
   }
   out.attempts = r.attempts;
   out.failure = std::move(r.failure);

@@ -15,15 +15,21 @@ namespace rebound::retry {
 
 struct hedge_plan;
 
-/// What the loop shares with the session and the dependency. Null members are not used.
+/** What the loop watches while it waits between attempts. Null members are not used; the
+    dependency's gate and observer come with the step_context (step.hpp). */
 struct loop_hooks {
-  const bool* draining = nullptr;        ///< a drain sends no further retry
-  net::cancellation_slot drain;          ///< a drain emits here, ending a pending backoff wait
-  tcp::socket* client = nullptr;         ///< watched during a backoff: a client that hangs up cancels the loop
-  dependency_gate* gate = nullptr;       ///< budget and breaker (R-7)
-  attempt_observer* observer = nullptr;  ///< metrics
-  /// How this request is hedged (hedge.hpp); null or max 0: one copy at a time. HTTP/1.1 only.
-  const hedge_plan* hedge = nullptr;
+  const bool* draining = nullptr;  ///< a drain sends no further retry
+  net::cancellation_slot drain;    ///< a drain emits here, ending a pending backoff wait
+  tcp::socket* client = nullptr;   ///< watched during a backoff: a client that hangs up cancels the loop
+};
+
+/// An HTTP/1.1 request whose body is at hand (none, or kept for a resend): what each attempt sends.
+struct http1_request {
+  upstream::pool& pool;
+  upstream::destination to;
+  upstream::bhttp::request<upstream::bhttp::buffer_body>& req;
+  std::string_view body;
+  bool is_head = false;
 };
 
 struct loop_result {
@@ -48,20 +54,16 @@ class attempt_runner {
 };
 
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,
-    R-9's expiry). Without `hooks.drain`, the backoff wait is cancelled through the calling
-    coroutine's own cancellation slot. */
-net::awaitable<attempts_result> run_attempts(const config::policy& policy, const request_facts& facts,
-                                             attempt_runner& attempt, std::mt19937_64& rng, const observe::logger& log,
-                                             loop_hooks hooks);
+    R-9's expiry), each attempt handed to the retry step. Without `hooks.drain`, the backoff
+    wait is cancelled through the calling coroutine's own cancellation slot. */
+net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_runner& attempt, loop_hooks hooks);
 
-/** Runs attempts until one is final, retries are exhausted, or time is up; returns the last
-    response head, or why there is none. With `facts.deadline` (the caller's X-Request-Timeout,
-    the only source of one on HTTP/1.1), every attempt carries the time it has left in that
-    header, so the next hop stops when this one stops waiting. */
-net::awaitable<loop_result> run_retry_loop(const config::policy& policy, const request_facts& facts,
-                                           upstream::pool& pool, upstream::destination to,
-                                           upstream::bhttp::request<upstream::bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, std::mt19937_64& rng,
-                                           const observe::logger& log, loop_hooks hooks);
+/** Runs attempts of `request` until one is final, retries are exhausted, or time is up;
+    returns the last response head, or why there is none. With `ctx.facts.deadline` (the
+    caller's X-Request-Timeout, the only source of one on HTTP/1.1), every attempt carries the
+    time it has left in that header, so the next hop stops when this one stops waiting.
+    `hedge`: how the request is hedged (hedge.hpp); null or max 0: one copy at a time. */
+net::awaitable<loop_result> run_retry_loop(const step_context& ctx, const http1_request& request, loop_hooks hooks,
+                                           const hedge_plan* hedge);
 
 }  // namespace rebound::retry

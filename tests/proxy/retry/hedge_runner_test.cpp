@@ -74,6 +74,7 @@ struct fixture : retry_test::log_capture {
   request_facts facts;
   retry_test::recording_gate gate;
   recording_observer observer;
+  std::mt19937_64 rng{1};
   tally t;
   std::vector<copy_script> scripts;
   std::size_t made = 0;
@@ -88,7 +89,7 @@ net::awaitable<void> run_once(hedged_attempt& h, attempt_summary& out, clock_typ
 attempt_summary run(fixture& f, unsigned max_hedges, std::chrono::milliseconds delay) {
   net::io_context io;
   hedged_attempt h([&f] { return f.make(); }, hedge_plan{max_hedges, delay, hedge_delay_source::fixed},
-                   hedge_context{f.policy, f.facts, f.log, f.gate, f.observer});
+                   step_context{f.policy, f.facts, f.log, f.rng, f.gate, f.observer});
   attempt_summary out;
   net::co_spawn(io, run_once(h, out, clock_type::now() + 5s), net::detached);
   io.run();

@@ -13,7 +13,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <gtest/gtest.h>
 
-
 using namespace rebound;
 using namespace rebound::retry;
 using namespace std::chrono_literals;
@@ -76,7 +75,8 @@ struct fixture : retry_test::log_capture {
     cancel.async_wait([&](error_code ec) {
       if (!ec) caller.emit(net::cancellation_type::terminal);
     });
-    net::co_spawn(io, run_attempts(policy, facts, attempt, rng, log, loop_hooks{nullptr, {}, nullptr, &gate, &observer}),
+    step_context const step{policy, facts, log, rng, gate, observer};
+    net::co_spawn(io, run_attempts(step, attempt, loop_hooks{}),
                   net::bind_cancellation_slot(caller.slot(), [&](std::exception_ptr e, attempts_result r) {
                     EXPECT_FALSE(e) << "the loop must not throw when its caller cancels";
                     out = std::move(r);

@@ -1,0 +1,25 @@
+#pragma once
+/** One client request on its way through the HTTP/1.1 pipeline: the worker's context, the
+    connection it came on (with the bytes read past its head), its parsed head, and where it
+    goes. The session makes one per request once the head is vetted and routed, and hands it
+    to every step (forward, forward_once, hand_over) in place of six loose parameters. */
+#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/dependency_route.hpp"
+#include "proxy/http/request_target.hpp"
+#include "proxy/http/session_context.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+namespace rebound::http {
+
+struct client_request {
+  const session_context& ctx;
+  boost::beast::tcp_stream& client;
+  boost::beast::flat_buffer& buffer;  ///< bytes read past the head
+  request_parser& parser;             ///< the head, and the body still to be read
+  const request_target& target;
+  const dependency_route& route;
+};
+
+}  // namespace rebound::http
