@@ -22,21 +22,6 @@ using namespace rebound::store;
 using namespace store_calls;
 using namespace std::chrono_literals;
 
-namespace {
-
-/// A fresh directory for one test's database file, removed afterwards.
-struct temp_db {
-  std::filesystem::path dir;
-  temp_db() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-store-XXXXXX").string();
-    dir = ::mkdtemp(tmpl.data());
-  }
-  ~temp_db() { std::filesystem::remove_all(dir); }
-  std::string path() const { return (dir / "rebound.db").string(); }
-};
-
-}  // namespace
-
 TEST(Store, AnAcceptedTaskIsReadBackWholeAfterReopening) {
   temp_db db;
   {

@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <future>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace store_calls {
 
@@ -23,6 +26,17 @@ std::pair<std::optional<store_error>, T> wait_for(Submit submit) {
   submit([&p](std::optional<store_error> e, T v) { p.set_value({std::move(e), std::move(v)}); });
   return f.get();
 }
+
+/// A fresh directory for one test's database file, removed afterwards.
+struct temp_db {
+  std::filesystem::path dir;
+  temp_db() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-store-XXXXXX").string();
+    dir = ::mkdtemp(tmpl.data());
+  }
+  ~temp_db() { std::filesystem::remove_all(dir); }
+  std::string path() const { return (dir / "rebound.db").string(); }
+};
 
 inline const wall_clock::time_point t0 = wall_clock::time_point(std::chrono::seconds(1'800'000'000));
 

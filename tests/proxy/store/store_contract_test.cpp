@@ -25,13 +25,8 @@ namespace {
 
 /// The embedded store on a file of its own.
 struct SQLite {
-  std::filesystem::path dir;
-  SQLite() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "rebound-store-XXXXXX").string();
-    dir = ::mkdtemp(tmpl.data());
-  }
-  ~SQLite() { std::filesystem::remove_all(dir); }
-  std::unique_ptr<task_store> open() { return std::make_unique<sqlite_store>((dir / "rebound.db").string()); }
+  temp_db db;
+  std::unique_ptr<task_store> open() { return std::make_unique<sqlite_store>(db.path()); }
 };
 
 /// The shared store on a database of its own, on the server this test binary shares.
