@@ -22,7 +22,7 @@
 #include <sys/resource.h>
 #include <thread>
 
-namespace itest {
+namespace itest::adversarial_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -731,4 +731,4 @@ TEST(AdversarialUpstreamFaults, UpstreamThatNeverAnswersGets504WithinTheAttemptT
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::adversarial_test

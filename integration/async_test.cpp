@@ -14,7 +14,7 @@
 #include <regex>
 #include <set>
 
-namespace itest {
+namespace itest::async_test {
 namespace {
 
 const std::regex uuid_v4("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
@@ -406,9 +406,9 @@ TEST(Async, R8_TwentyKillsAtRandomMomentsLoseNoAcceptedCall) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::async_test
 
-namespace itest {
+namespace itest::async_test {
 
 // Issue 29, defect 15: nothing bounded the store (498 MiB of tasks in 20 s), and /readyz said
 // ready while every hand-over was refused. Past store.max_size a hand-over gets 507 store_full
@@ -468,4 +468,4 @@ TEST(Async, PastStoreMaxSizeHandOversGet507AndReadinessSaysTheStoreIsFull) {
   EXPECT_EQ(warnings, 1u) << "one warning for the episode, not one per refused call\n" << log;
 }
 
-}  // namespace itest
+}  // namespace itest::async_test

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace itest {
+namespace itest::auth_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -291,4 +291,4 @@ TEST(Auth, AMissingSecretFileRefusesToStart) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::auth_test

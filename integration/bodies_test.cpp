@@ -1,7 +1,7 @@
 // Bodies streamed both ways: Content-Length and chunked, large and small.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::bodies_test {
 namespace {
 
 std::string pattern(std::size_t n, unsigned seed = 7) {
@@ -175,4 +175,4 @@ TEST(Bodies, RequestBodyIsStreamedBeforeClientFinishes) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::bodies_test

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-namespace itest {
+namespace itest::budget_breaker_test {
 namespace {
 
 Script answer(unsigned status, std::string body = "") {
@@ -173,4 +173,4 @@ TEST(BudgetBreaker, SignalModeReportsButNeverRefuses) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::budget_breaker_test

@@ -2,7 +2,7 @@
 // warnings only, 1 with errors, 2 unreadable or malformed; the JSON form carries every finding.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::check_test {
 namespace {
 
 struct Checked {
@@ -113,4 +113,4 @@ TEST(Check, ProxyLogsWarningsAtStartUp) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::check_test

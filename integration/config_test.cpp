@@ -3,7 +3,7 @@
 
 #include <regex>
 
-namespace itest {
+namespace itest::config_test {
 namespace {
 
 std::string ports_yaml(std::uint16_t listen) {
@@ -62,4 +62,4 @@ TEST(Config, MissingFileExits2) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::config_test

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-namespace itest {
+namespace itest::connect_test {
 namespace {
 
 std::string connect_request(const std::string& authority) {
@@ -173,4 +173,4 @@ TEST(Connect, R7_OpenBreakerRefusesConnectWithoutTouchingTheTarget) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::connect_test

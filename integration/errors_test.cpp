@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace itest {
+namespace itest::errors_test {
 namespace {
 
 // A 127.0.0.1 listener that never accepts, its backlog filled: further SYNs are dropped, so a
@@ -186,4 +186,4 @@ TEST(UpstreamError, ClientConnectionStaysUsableAfterA502) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::errors_test

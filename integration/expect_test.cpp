@@ -2,7 +2,7 @@
 // upstream stays silent; an early final status from the upstream reaches the client.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::expect_test {
 namespace {
 
 std::string expect_head(const std::string& authority, const std::string& path, std::size_t length) {
@@ -74,4 +74,4 @@ TEST(Expect, EarlyFinalStatusFromUpstreamReachesClient) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::expect_test

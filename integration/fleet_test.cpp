@@ -9,7 +9,7 @@
 #include <memory>
 #include <set>
 
-namespace itest {
+namespace itest::fleet_test {
 namespace {
 
 /// The YAML of one instance of the fleet: the shared store, a webhook dependency on `up`.
@@ -188,4 +188,4 @@ TEST(Fleet, TheDatabaseStoppedAndStartedMidRunLosesNothing) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::fleet_test

@@ -1,7 +1,7 @@
 // Forwarding: target forms, Host, Via, hop-by-hop fields both ways, curl through http_proxy.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::forwarding_test {
 namespace {
 
 TEST(Forwarding, AbsoluteFormReachesUpstreamInOriginForm) {
@@ -313,4 +313,4 @@ TEST(Forwarding, Http10RequestIsForwarded) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::forwarding_test

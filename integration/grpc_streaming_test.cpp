@@ -14,6 +14,7 @@
 
 using namespace itest;
 
+namespace grpc_streaming_test {
 namespace {
 
 /// `peer` with its three streaming methods named by routes, as a user names them.
@@ -212,3 +213,5 @@ TEST(GrpcStreaming, CallsAreCountedByTheirGrpcStatusNotTheirHttpStatus) {
   EXPECT_EQ(count("200"), "1") << text;
   EXPECT_EQ(count("404"), "1") << "NOT_FOUND, a unary call\n" << text;
 }
+
+}  // namespace grpc_streaming_test

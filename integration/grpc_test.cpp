@@ -17,6 +17,7 @@
 using namespace itest;
 using namespace std::chrono_literals;
 
+namespace grpc_test {
 namespace {
 
 /// A call through rebound to the dependency `peer` (authority peer.test).
@@ -343,3 +344,5 @@ TEST(Grpc, R10_CorrelationIdFollowsTheSameRuleAsHttp) {
   auto const line = log.substr(log.rfind('\n', at) + 1, log.find('\n', at) - log.rfind('\n', at) - 1);
   EXPECT_NE(line.find("\"correlation_id\":\"grpc-corr-9\""), std::string::npos) << line;
 }
+
+}  // namespace grpc_test

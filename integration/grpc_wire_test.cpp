@@ -13,6 +13,7 @@
 using namespace itest;
 using namespace std::chrono_literals;
 
+namespace grpc_wire_test {
 namespace {
 
 /// How many requests of `path` the h2 peer has seen (asked through rebound: the peer's
@@ -197,3 +198,5 @@ TEST(GrpcWire, R3_EachAttemptCarriesTheTimeLeftAsItsGrpcTimeout) {
   EXPECT_LE(attempt, 8000);
   remove_tree(dir);
 }
+
+}  // namespace grpc_wire_test

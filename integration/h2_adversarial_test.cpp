@@ -18,6 +18,7 @@
 using namespace itest;
 using namespace std::chrono_literals;
 
+namespace h2_adversarial_test {
 namespace {
 
 const std::string attack_script = source_path("integration/h2_attack.py");
@@ -158,3 +159,5 @@ TEST(Http2Adversarial, AnswersToAZeroWindowClientAreLetGo) {
   ASSERT_TRUE(j) << r.out << r.err;
   EXPECT_GE(j->get("resets") ? j->get("resets")->n : 0, 20) << "every held answer was reset: " << r.out;
 }
+
+}  // namespace h2_adversarial_test

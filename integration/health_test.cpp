@@ -2,7 +2,7 @@
 // only for a 200 from the admin API within 2 s; 1 for anything else; 2 for a usage error.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::health_test {
 namespace {
 
 ProcessResult health(std::vector<std::string> args) {
@@ -71,4 +71,4 @@ TEST(Health, ABadAddressOrArgumentIsAUsageError) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::health_test

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-namespace itest {
+namespace itest::hedge_test {
 namespace {
 
 Script answer(std::string body, std::chrono::milliseconds delay = 0ms, unsigned status = 200) {
@@ -199,9 +199,9 @@ TEST(Hedge, AfterP95UsesTheObservedLatency) {
   EXPECT_TRUE(rb.wait_for_log("\"delay\":\"p95\"")) << rb.stdout_text();
 }
 
-}  // namespace itest
+}  // namespace itest::hedge_test
 
-namespace itest {
+namespace itest::hedge_test {
 
 // `rebound check` refuses a hedge on a route whose methods are not idempotent, naming
 // the line; an inherited one there is a warning, which does not block.
@@ -230,4 +230,4 @@ TEST(Hedge, CheckRefusesAHedgeOnAPostRoute) {
   remove_tree(dir);
 }
 
-}  // namespace itest
+}  // namespace itest::hedge_test

@@ -3,7 +3,7 @@
 // forwarded.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::hostile_input_test {
 namespace {
 
 // A chunked message whose trailer section holds one field of `size` bytes: Beast 1.81's
@@ -110,4 +110,4 @@ TEST(HostileInput, ANumericHostIsNotResolvedAsAnAddress) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::hostile_input_test

@@ -7,7 +7,7 @@
 #include <regex>
 #include <thread>
 
-namespace itest {
+namespace itest::inbound_test {
 namespace {
 
 /// The inbound listener's port, from rebound's `listening` event (it binds port 0).
@@ -297,9 +297,9 @@ TEST(Inbound, ARequestOutsideTheRoutesIsForwardedAsItIs) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::inbound_test
 
-namespace itest {
+namespace itest::inbound_test {
 namespace {
 
 ReboundOptions in_front_of_slow(const ScriptedUpstream& app, const store_dir& store, const std::string& timing) {
@@ -525,4 +525,4 @@ TEST(Inbound, LargeAnswersAreStreamedNotHeld) {
   EXPECT_LT(peak, before + shadow_factor() * 16 * 1024) << "3 x 8 MB held whole would be 24 MB";
 }
 
-}  // namespace itest
+}  // namespace itest::inbound_test

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-namespace itest {
+namespace itest::keepalive_test {
 namespace {
 
 TEST(KeepAlive, ThousandSequentialRequestsOnOneClientConnectionReuseUpstreamConnections) {
@@ -133,4 +133,4 @@ TEST(Pool, IdleUpstreamConnectionClosedByServerIsNotReused) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::keepalive_test

@@ -6,7 +6,7 @@
 #include <memory>
 #include <regex>
 
-namespace itest {
+namespace itest::layers_test {
 namespace {
 
 constexpr unsigned max_retries = 3;
@@ -253,4 +253,4 @@ TEST(Layers, RequestTimeoutListInOneFieldIsReadLikeTwoFields) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::layers_test

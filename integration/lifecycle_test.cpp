@@ -4,7 +4,7 @@
 #include <csignal>
 #include <random>
 
-namespace itest {
+namespace itest::lifecycle_test {
 namespace {
 
 // Polls readyz until it answers `status` (bounded); returns the last status seen.
@@ -328,4 +328,4 @@ TEST(Robustness, GarbageBytesNeverCrashTheProcess) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::lifecycle_test

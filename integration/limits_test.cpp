@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-namespace itest {
+namespace itest::limits_test {
 namespace {
 
 TEST(Limits, OversizedRequestHeadGets431) {
@@ -79,9 +79,9 @@ TEST(Limits, StalledRequestBodyIsCutAfterIdleTimeout) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::limits_test
 
-namespace itest {
+namespace itest::limits_test {
 namespace {
 
 TEST(Limits, AHeadThatArrivesTooSlowlyGets408) {
@@ -184,4 +184,4 @@ TEST(Limits, R6_BodiesPastTheProcessRetryBufferStreamThroughOnceAndStillArrive) 
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::limits_test

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-namespace itest {
+namespace itest::logs_test {
 namespace {
 
 ReboundOptions fast_retries() {
@@ -140,4 +140,4 @@ TEST(Logs, R10_EveryRetryAttemptCarriesTheStandardsFields) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::logs_test

@@ -2,7 +2,7 @@
 // GET /metrics on the admin listener, checked by name, labels and value.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::metrics_test {
 namespace {
 
 std::string scrape(const ReboundProcess& rb) {
@@ -98,4 +98,4 @@ TEST(Metrics, R7_OpenBreakerAndSpentBudgetShowInTheGauges) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::metrics_test

@@ -5,7 +5,7 @@
 // answers. Each secret carries the marker, so one search finds any of them.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::redaction_test {
 namespace {
 
 constexpr std::string_view marker = "S3CR3T";
@@ -141,4 +141,4 @@ TEST(Redaction, R9_NoSecretReachesLogsMetricsOrTheAdminApi) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::redaction_test

@@ -5,7 +5,7 @@
 
 #include <csignal>
 
-namespace itest {
+namespace itest::reload_test {
 namespace {
 
 /// The running file with its trailing `extra` replaced.
@@ -146,9 +146,9 @@ TEST(Reload, ChangedListenAddressNeedsARestartAndSaysSo) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::reload_test
 
-namespace itest {
+namespace itest::reload_test {
 namespace {
 
 TEST(Reload, WatchedFileIsReloadedWhenItChanges) {
@@ -170,9 +170,9 @@ TEST(Reload, WatchedFileIsReloadedWhenItChanges) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::reload_test
 
-namespace itest {
+namespace itest::reload_test {
 namespace {
 
 TEST(Reload, R6_AnInboundListenerOrKeyStoreAddedByAReloadNeedsARestartAndSaysSo) {
@@ -188,4 +188,4 @@ TEST(Reload, R6_AnInboundListenerOrKeyStoreAddedByAReloadNeedsARestartAndSaysSo)
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::reload_test

@@ -10,7 +10,7 @@
 #include <regex>
 #include <thread>
 
-namespace itest {
+namespace itest::retry_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -685,4 +685,4 @@ TEST(Retry, R3_SyncTotalTimeoutAbove30sIsRefused) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::retry_test

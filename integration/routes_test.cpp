@@ -2,7 +2,7 @@
 // its dependency that matches its path and method, else the dependency's.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::routes_test {
 namespace {
 
 TEST(Routes, FirstMatchingRouteSetsTheRetryPolicy) {
@@ -33,9 +33,9 @@ TEST(Routes, FirstMatchingRouteSetsTheRetryPolicy) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::routes_test
 
-namespace itest {
+namespace itest::routes_test {
 namespace {
 
 TEST(Origin, DependencyRequestsGoToItsOriginWithTheClientsHost) {
@@ -55,4 +55,4 @@ TEST(Origin, DependencyRequestsGoToItsOriginWithTheClientsHost) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::routes_test

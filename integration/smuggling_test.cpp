@@ -2,7 +2,7 @@
 // request (nor anything smuggled behind it) reaches the upstream.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::smuggling_test {
 namespace {
 
 // Sends `framing` headers with `rest` (body + a smuggled request) and checks the rejection.
@@ -56,4 +56,4 @@ TEST(Smuggling, WhitespaceBeforeHeaderColonIsRejected) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::smuggling_test

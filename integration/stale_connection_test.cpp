@@ -3,7 +3,7 @@
 // RFC 9110 section 9.2.2); a request that cannot be resent never rides a pooled connection.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::stale_connection_test {
 namespace {
 
 // A keep-alive answer after which the upstream closes the connection anyway: the pool holds
@@ -114,4 +114,4 @@ TEST(StaleConnection, AnIdempotentRequestOnADeadPooledConnectionIsResentAndAnswe
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::stale_connection_test

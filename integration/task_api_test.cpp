@@ -6,7 +6,7 @@
 
 #include <regex>
 
-namespace itest {
+namespace itest::task_api_test {
 namespace {
 
 std::string task_json(const ScriptedUpstream& up, const std::string& path, const std::string& more = {}) {
@@ -282,9 +282,9 @@ TEST(TaskApi, AsyncDeliveryHasItsMetrics) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::task_api_test
 
-namespace itest {
+namespace itest::task_api_test {
 
 // Issue 29, defect 7: a stored task whose delivery throws (a field of 70 KB, which Beast cannot
 // hold, written by an older rebound or another program) was left IN_FLIGHT with 0 attempts
@@ -321,4 +321,4 @@ TEST(TaskApi, R8_AStoredTaskThatCannotBeSentIsDeadLetteredNotLeftInFlight) {
   EXPECT_TRUE(alerts.wait_for_requests(1)) << "R-8: an alert fires for it like any dead letter";
 }
 
-}  // namespace itest
+}  // namespace itest::task_api_test

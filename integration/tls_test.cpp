@@ -4,7 +4,7 @@
 #include "helpers.hpp"
 #include "test_pki.hpp"
 
-namespace itest {
+namespace itest::tls_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -233,4 +233,4 @@ TEST(Tls, ABadCaBundleRefusesToStart) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::tls_test

@@ -2,7 +2,7 @@
 // header section, where a next hop would trust them as headers.
 #include "helpers.hpp"
 
-namespace itest {
+namespace itest::trailers_test {
 namespace {
 
 TEST(Trailers, ResponseTrailersReachTheClientAsTrailers) {
@@ -78,4 +78,4 @@ TEST(Trailers, RequestTrailersOfAKeptBodyAreDroppedNotMerged) {
 }
 
 }  // namespace
-}  // namespace itest
+}  // namespace itest::trailers_test

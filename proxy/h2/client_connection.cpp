@@ -23,7 +23,7 @@ void throw_exception_from_error(const failure& f, const boost::source_location&)
 namespace {
 
 /// Per-stream receive window: a unary response arrives without waiting for WINDOW_UPDATEs.
-constexpr std::int32_t stream_window = 1 << 20;
+constexpr std::int32_t response_stream_window = 1 << 20;
 constexpr std::int32_t connection_window = 16 << 20;
 
 struct client_stream {
@@ -87,7 +87,7 @@ struct client_connection::impl {
     pump.session = s;
     std::array<nghttp2_settings_entry, 2> settings{{
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(stream_window)},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(response_stream_window)},
     }};
     if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;
     nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, connection_window);

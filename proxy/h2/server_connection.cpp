@@ -31,7 +31,7 @@ using clock = std::chrono::steady_clock;
 /// How often drain and idleness are looked at when nothing is read.
 constexpr std::chrono::milliseconds tick{250};
 /// Per-stream receive window: a unary gRPC request arrives without waiting for WINDOW_UPDATEs.
-constexpr std::int32_t stream_window = 1 << 20;
+constexpr std::int32_t request_stream_window = 1 << 20;
 /// A header block that decodes to this many times max_header_list is an attack (an HPACK
 /// bomb: one-byte references to a large table entry), not a big head: the connection ends
 /// rather than spend a core decoding it. Between 1x and this, the stream is answered 431.
@@ -190,7 +190,7 @@ class server_state {
     pump_.session = s;
     std::array<nghttp2_settings_entry, 3> settings{{
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(stream_window)},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(request_stream_window)},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(limits_.max_header_list)},
     }};
     if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;

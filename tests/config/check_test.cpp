@@ -7,6 +7,7 @@
 using namespace rebound::config;
 using namespace std::chrono_literals;
 
+namespace check_test {
 namespace {
 
 struct row {
@@ -79,3 +80,5 @@ TEST(CheckPolicy, R8_ASyncRouteMayTurnDeadLettersOffSinceItHandsNothingOver) {
   p.dead_letter = false;
   EXPECT_TRUE(check_policy(p).empty());
 }
+
+}  // namespace check_test

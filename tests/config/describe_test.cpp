@@ -7,6 +7,7 @@
 using namespace rebound::config;
 using namespace std::chrono_literals;
 
+namespace describe_test {
 namespace {
 
 constexpr auto tuned = R"(
@@ -83,3 +84,5 @@ TEST(EffectiveConfig, ShowsRetryLayered) {
   EXPECT_NE(json.find(R"("retry_layered":true)"), std::string::npos) << json;   // edge
   EXPECT_NE(policy_json(rebound::config::policy{}).find(R"("retry_layered":false)"), std::string::npos);
 }
+
+}  // namespace describe_test

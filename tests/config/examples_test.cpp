@@ -12,6 +12,7 @@
 
 using namespace rebound::config;
 
+namespace examples_test {
 namespace {
 
 std::string read(const std::filesystem::path& p) {
@@ -88,3 +89,5 @@ TEST(Examples, ConfigurationReferenceShowsEveryKey) {
   }
   EXPECT_GT(checked, 40u);
 }
+
+}  // namespace examples_test

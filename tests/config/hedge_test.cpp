@@ -10,6 +10,7 @@
 using namespace rebound::config;
 using namespace std::chrono_literals;
 
+namespace hedge_config_test {
 namespace {
 
 constexpr auto hedged = R"(
@@ -153,3 +154,5 @@ TEST(HedgeConfig, IdempotentMethodsAreTheOnesAHedgeMayCopy) {
   for (auto const* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}) EXPECT_TRUE(hedge_safe_method(m)) << m;
   for (auto const* m : {"POST", "PATCH", "CONNECT", "get", "PURGE"}) EXPECT_FALSE(hedge_safe_method(m)) << m;
 }
+
+}  // namespace hedge_config_test

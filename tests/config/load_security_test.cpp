@@ -12,6 +12,7 @@
 using namespace rebound::config;
 using namespace std::chrono_literals;
 
+namespace load_security_test {
 namespace {
 
 /// A readable file for the keys that name one; removed with the test.
@@ -150,3 +151,5 @@ TEST(LoadSecurity, BearerFileAndUnknownTypes) {
 }
 
 }  // namespace
+
+}  // namespace load_security_test

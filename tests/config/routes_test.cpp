@@ -7,6 +7,7 @@
 using namespace rebound::config;
 using namespace std::chrono_literals;
 
+namespace routes_test {
 namespace {
 
 constexpr auto payments = R"(
@@ -164,3 +165,5 @@ TEST(Routes, GrpcStreamingMustBeABoolean) {
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].path, "dependencies.p.grpc_streaming");
 }
+
+}  // namespace routes_test

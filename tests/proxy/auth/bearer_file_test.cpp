@@ -9,6 +9,7 @@
 using namespace rebound::auth;
 using namespace std::chrono_literals;
 
+namespace bearer_file_test {
 namespace {
 
 struct token_file {
@@ -69,3 +70,5 @@ TEST(BearerFile, EmptyMissingOrMultiLineFilesGiveAReason) {
 }
 
 }  // namespace
+
+}  // namespace bearer_file_test

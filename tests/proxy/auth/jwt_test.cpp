@@ -4,6 +4,7 @@
 
 using namespace rebound::auth;
 
+namespace jwt_test {
 namespace {
 
 std::string b64url(std::string_view s) {
@@ -54,3 +55,5 @@ TEST(Jwt, BearerTokenOfAnAuthorizationValue) {
 }
 
 }  // namespace
+
+}  // namespace jwt_test

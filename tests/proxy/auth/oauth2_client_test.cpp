@@ -5,6 +5,7 @@
 using namespace rebound::auth;
 using namespace std::chrono_literals;
 
+namespace oauth2_client_test {
 namespace {
 
 auto const now = wall_clock::time_point(std::chrono::seconds(1'700'000'000));
@@ -45,3 +46,5 @@ TEST(OAuth2Client, RefreshIsDueAtTheSkewButNotBeforeHalfTheLifetime) {
 }
 
 }  // namespace
+
+}  // namespace oauth2_client_test

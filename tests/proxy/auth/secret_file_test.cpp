@@ -9,6 +9,7 @@
 
 using rebound::auth::read_secret_file;
 
+namespace secret_file_test {
 namespace {
 
 struct temp_dir {
@@ -51,3 +52,5 @@ TEST(SecretFile, ADirectoryAMissingFileOrAHugeOneIsAnErrorNotAThrow) {
   EXPECT_FALSE(huge.value);
   EXPECT_EQ(huge.error.find("xxxx"), std::string::npos) << "never shows the content";
 }
+
+}  // namespace secret_file_test

@@ -9,6 +9,7 @@
 
 using rebound::h2::body_pipe;
 
+namespace body_pipe_test {
 namespace {
 
 void put(body_pipe& p, const std::string& s) { p.append(reinterpret_cast<const std::uint8_t*>(s.data()), s.size()); }
@@ -109,3 +110,5 @@ TEST(BodyPipe, EndedBodyStaysEndedWhenItsProducerGoes) {
   EXPECT_EQ(take(p, 10), "x");
   EXPECT_TRUE(p.drained());
 }
+
+}  // namespace body_pipe_test

@@ -15,6 +15,7 @@
 using namespace h2test;
 using namespace boost::asio::experimental::awaitable_operators;
 
+namespace client_connection_test {
 namespace {
 
 net::awaitable<h2::message> echo(h2::message req) {
@@ -336,3 +337,5 @@ TEST(Http2ClientPool, ABurstSharesThePendingConnectAndIdleConnectionsAreSweptAwa
   EXPECT_EQ(s.accepted, 1) << "one connection for the ten calls";
   EXPECT_TRUE(closed) << "the idle connection was shut down by the sweep";
 }
+
+}  // namespace client_connection_test

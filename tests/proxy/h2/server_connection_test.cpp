@@ -11,6 +11,7 @@
 
 using namespace h2test;
 
+namespace server_connection_test {
 namespace {
 
 net::awaitable<h2::message> echo(h2::message req) {
@@ -245,3 +246,5 @@ TEST(Http2Server, ServesPythonGrpcUnaryCalls) {
 }
 
 }  // namespace
+
+}  // namespace server_connection_test

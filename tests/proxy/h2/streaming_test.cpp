@@ -10,6 +10,7 @@
 
 using namespace h2test;
 
+namespace streaming_test {
 namespace {
 
 void move_all(h2::body_pipe& in, h2::body_pipe& out) {
@@ -135,3 +136,5 @@ TEST(Http2Streaming, FlowControlCreditFollowsWhatWasRead) {
   EXPECT_EQ(echoed, total);
   EXPECT_TRUE(ended);
 }
+
+}  // namespace streaming_test

@@ -5,6 +5,7 @@
 namespace bhttp = boost::beast::http;
 using namespace rebound::http;
 
+namespace framing_test {
 namespace {
 bhttp::fields with(std::initializer_list<std::pair<const char*, const char*>> fs) {
   bhttp::fields f;
@@ -41,3 +42,5 @@ TEST(Framing, OtherCodingsBeforeChunkedAreNotImplemented) {
   ASSERT_TRUE(p);
   EXPECT_EQ(p->status, 501u);
 }
+
+}  // namespace framing_test

@@ -9,6 +9,7 @@
 using namespace rebound;
 using namespace rebound::http;
 
+namespace loop_guard_test {
 namespace {
 request_target target(std::string host, std::uint16_t port) {
   request_target t;
@@ -50,3 +51,5 @@ TEST(DependencyRoute, UnknownHostsAreRefusedOnlyUnderDeny) {
   EXPECT_EQ(refused->type, error_type::unknown_host);
   EXPECT_EQ(refused->dependency, "unknown.example:80");
 }
+
+}  // namespace loop_guard_test

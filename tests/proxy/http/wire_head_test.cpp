@@ -13,6 +13,7 @@
 namespace bhttp = boost::beast::http;
 using namespace rebound::http;
 
+namespace wire_head_test {
 namespace {
 
 /// What Beast's own serializer writes for the same head: the bytes rebound used to send.
@@ -91,3 +92,5 @@ TEST(WireHead, TheLastChunkCarriesOnlyTrailersThatMayTravel) {
   EXPECT_EQ(last_chunk_with(trailers), "0\r\nServer-Timing: db;dur=53\r\n\r\n");
   EXPECT_EQ(last_chunk_with(bhttp::fields{}), std::string(last_chunk));
 }
+
+}  // namespace wire_head_test

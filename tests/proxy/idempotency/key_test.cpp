@@ -52,6 +52,7 @@ TEST(Idempotency, R6_OneRuleForAValidKeyEverywhere) {
   EXPECT_EQ(key_in_field("abc"), "abc");
 }
 
+namespace key_test {
 namespace {
 sent_key sent(std::string_view v) { return {v, false}; }
 }  // namespace
@@ -95,3 +96,5 @@ TEST(Idempotency, R6_AHandedOverCallAlwaysCarriesAKey) {
   EXPECT_TRUE(p.made) << "delivery retries after any failure, whatever the method or inject";
   EXPECT_FALSE(p.key.empty());
 }
+
+}  // namespace key_test

@@ -11,6 +11,7 @@
 
 using rebound::observe::logger;
 
+namespace log_test {
 namespace {
 
 struct pipe_fds {
@@ -130,3 +131,5 @@ TEST(Log, StuckStdoutDropsNewLinesInsteadOfBlockingTheCaller) {
   for (std::size_t i = 0; i < lines.size(); ++i)
     ASSERT_NE(lines[i].find("\"i\":" + std::to_string(i) + "}"), std::string::npos) << i;
 }
+
+}  // namespace log_test

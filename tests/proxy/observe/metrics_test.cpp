@@ -8,6 +8,7 @@
 using namespace std::chrono_literals;
 using rebound::observe::metrics;
 
+namespace metrics_test {
 namespace {
 bool has(const std::string& text, const std::string& line) { return text.find(line) != std::string::npos; }
 }  // namespace
@@ -117,3 +118,5 @@ TEST(Metrics, DeclinedRetriesAreCountedByReason) {
   EXPECT_TRUE(has(text, "retry_declined_total{dependency=\"payments\",reason=\"overloaded\",service=\"checkout\"} 1"))
       << text;
 }
+
+}  // namespace metrics_test

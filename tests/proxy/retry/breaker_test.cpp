@@ -7,6 +7,7 @@ using namespace std::chrono_literals;
 using retry::breaker_state;
 using retry::circuit_breaker;
 
+namespace breaker_test {
 namespace {
 
 circuit_breaker::time_point at(std::chrono::milliseconds ms) { return circuit_breaker::time_point{} + 1000h + ms; }
@@ -201,3 +202,5 @@ TEST(Breaker, OffModeNeverChanges) {
   EXPECT_EQ(b.state(), breaker_state::closed);
   EXPECT_TRUE(b.admit(at(1ms)).allowed);
 }
+
+}  // namespace breaker_test

@@ -9,6 +9,7 @@ using namespace rebound;
 using namespace std::chrono_literals;
 using retry::retry_budget;
 
+namespace budget_test {
 namespace {
 
 retry_budget::time_point at(std::chrono::milliseconds ms) { return retry_budget::time_point{} + 1000h + ms; }
@@ -115,3 +116,5 @@ TEST(Budget, R7_ConcurrentWorkersOvershootByAtMostOneRetryEach) {
   EXPECT_LE(spent.load(), 200 + threads);
   EXPECT_EQ(b.in_window(at(1ms)).retries, static_cast<std::uint64_t>(spent.load()));
 }
+
+}  // namespace budget_test

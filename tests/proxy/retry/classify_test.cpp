@@ -5,6 +5,7 @@
 using namespace rebound::retry;
 using rebound::retry::error_type;
 
+namespace classify_test {
 namespace {
 attempt_outcome status(unsigned s) { return {s, std::nullopt}; }
 attempt_outcome error(error_type e) { return {std::nullopt, e}; }
@@ -98,3 +99,5 @@ TEST(Classify, R4_RetryOnNamesTheGrpcClasses) {
   EXPECT_EQ(classify(grpc(14), only), verdict::retryable);
   EXPECT_EQ(classify(grpc(8), only), verdict::final);
 }
+
+}  // namespace classify_test

@@ -11,6 +11,7 @@ using namespace rebound::retry;
 using namespace std::chrono_literals;
 using rebound::retry::error_type;
 
+namespace decide_test {
 namespace {
 
 const auto t0 = std::chrono::steady_clock::time_point{} + 1000h;
@@ -260,3 +261,5 @@ TEST(Decide, Layered_NoSignalKeepsR4AndR5) {
   ASSERT_TRUE(std::holds_alternative<retry_in>(d));
   EXPECT_GE(waited(d), 2000ms);
 }
+
+}  // namespace decide_test

@@ -7,6 +7,7 @@
 
 using namespace rebound;
 
+namespace dependency_guard_test {
 namespace {
 
 struct captured_log {
@@ -217,3 +218,5 @@ TEST(DependencyGuard, ReloadKeepsUnknownHostsUnlessTheDefaultsChanged) {
   EXPECT_TRUE(reg.snapshots().empty()) << "made afresh on its next request";
   EXPECT_EQ(reg.find("10.0.0.1:80", cfg.defaults)->take_snapshot().budget.allowed, 3u);
 }
+
+}  // namespace dependency_guard_test

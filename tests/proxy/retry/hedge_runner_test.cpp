@@ -19,6 +19,7 @@ using namespace rebound::retry;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
+namespace hedge_runner_test {
 namespace {
 
 /// One copy's script: answer `status` (or fail with `failure`) after `delay`.
@@ -179,3 +180,5 @@ TEST(HedgedAttempt, UpToMaxHedgesDelayApartWithinMaxRetries) {
   EXPECT_EQ(f.t.cancelled, 2u);
   EXPECT_EQ(f.observer.hedges, (std::vector<std::string>{"lost", "won"}));
 }
+
+}  // namespace hedge_runner_test

@@ -7,6 +7,7 @@ using namespace rebound;
 using namespace rebound::retry;
 using namespace std::chrono_literals;
 
+namespace hedge_test {
 namespace {
 const auto t0 = std::chrono::steady_clock::time_point(100s);
 
@@ -75,3 +76,5 @@ TEST(HedgeRace, AGoodOrFinalAnswerWinsARetryableFailureWaitsForTheOthers) {
   only_503.add(*retry_on::parse("503").value);
   EXPECT_EQ(after_copy({500, {}}, only_503, 1), race_move::win);
 }
+
+}  // namespace hedge_test

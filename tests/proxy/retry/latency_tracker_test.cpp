@@ -10,6 +10,7 @@ using namespace rebound::retry;
 using namespace std::chrono_literals;
 using us = std::chrono::microseconds;
 
+namespace latency_tracker_test {
 namespace {
 const auto t0 = std::chrono::steady_clock::time_point(100s);
 }
@@ -96,3 +97,5 @@ TEST(LatencyTracker, ReadersAndWritersAcrossSlicesAtOnce) {
   EXPECT_LE(t.samples(t0 + 999ms), 3u * 3u * 60u);
   EXPECT_GT(t.samples(t0 + 999ms), 0u);
 }
+
+}  // namespace latency_tracker_test

@@ -18,6 +18,7 @@ using namespace rebound::retry;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
+namespace loop_test {
 namespace {
 
 /// Each attempt waits `delay`, then fails with `failure`; an attempt whose wait is cut short
@@ -133,3 +134,5 @@ TEST(RunAttempts, WithoutCancellationAFailureIsCountedAndRetried) {
   EXPECT_EQ(f.gate.failures, 4u);
   EXPECT_EQ(f.gate.asked, 3u);
 }
+
+}  // namespace loop_test

@@ -7,6 +7,7 @@
 using namespace rebound::retry;
 using namespace std::chrono_literals;
 
+namespace request_timeout_test {
 namespace {
 
 std::optional<std::chrono::milliseconds> parsed(std::string_view v) {
@@ -75,3 +76,5 @@ TEST(RequestTimeout, SentValueIsTheTimeLeftRoundedDown) {
   // What it sends, the next hop reads back.
   EXPECT_EQ(parsed(format_request_timeout(t0 + 2345ms, t0)), 2345ms);
 }
+
+}  // namespace request_timeout_test

@@ -6,6 +6,7 @@ using namespace rebound::retry;
 using namespace std::chrono_literals;
 using rebound::retry::error_type;
 
+namespace retry_after_test {
 namespace {
 // Sun, 06 Nov 1994 08:49:00 GMT
 const auto now = std::chrono::system_clock::from_time_t(784111740);
@@ -71,3 +72,5 @@ TEST(RetryAfter, R3_NoRetryWhenTheWaitLeavesNoTimeForAnAttempt) {
   EXPECT_EQ(p.why_not, error_type::deadline_exceeded);
   EXPECT_TRUE(plan_wait(850ms, std::nullopt, 1s, 100ms).retry);
 }
+
+}  // namespace retry_after_test

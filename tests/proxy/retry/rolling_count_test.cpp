@@ -8,6 +8,7 @@
 using namespace std::chrono_literals;
 using rebound::retry::rolling_count;
 
+namespace rolling_count_test {
 namespace {
 rolling_count::time_point at(std::chrono::milliseconds ms) { return rolling_count::time_point{} + 1000h + ms; }
 }  // namespace
@@ -56,3 +57,5 @@ TEST(RollingCount, ConcurrentAddsAreNotLost) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(c.in_window(at(2s)), 40000u);
 }
+
+}  // namespace rolling_count_test

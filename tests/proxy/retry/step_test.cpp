@@ -17,6 +17,7 @@ using namespace std::chrono_literals;
 // member a designated initializer leaves out, defaults or not.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
+namespace step_test {
 namespace {
 
 const auto t0 = std::chrono::steady_clock::time_point{} + 1000h;
@@ -259,3 +260,5 @@ TEST(RetryStep, TheBreakerCountsR4FailuresWhateverRetryOnNarrows) {
   f.run({.name = "503 outside retry_on", .outcome = status(503)});
   EXPECT_EQ(f.gate.failures, 1u) << "a 503 is a transient failure for the breaker even when not retried";
 }
+
+}  // namespace step_test

@@ -19,6 +19,7 @@ using namespace rebound::store;
 using namespace store_calls;
 using namespace std::chrono_literals;
 
+namespace postgres_store_test {
 namespace {
 
 /// A database of its own on the server the test binary shares (PgServer::shared), for a test
@@ -315,3 +316,5 @@ TEST(PostgresStore, PastMaxSizeNewTasksAndKeysAreRefusedAsFullAndKnownKeysAnswer
   ASSERT_TRUE(ne);
   EXPECT_TRUE(ne->full);
 }
+
+}  // namespace postgres_store_test

@@ -21,6 +21,7 @@ using namespace rebound::store;
 using namespace store_calls;
 using namespace std::chrono_literals;
 
+namespace store_contract_test {
 namespace {
 
 /// The embedded store on a file of its own.
@@ -314,3 +315,5 @@ TYPED_TEST(StoreContract, CountsByStatusFollowEveryMove) {
   EXPECT_EQ(count(s, task_status::cancelled), 1u);
   EXPECT_EQ(count(s, task_status::in_flight), 1u);
 }
+
+}  // namespace store_contract_test

@@ -5,6 +5,7 @@
 
 using namespace rebound::store;
 
+namespace task_test {
 namespace {
 task_parts parts(std::vector<std::pair<std::string, std::string>> head) {
   return {"payments", "POST", "http://pay.local/charge", std::move(head), "{}", "", "Idempotency-Key", "key-1"};
@@ -32,3 +33,5 @@ TEST(NewTask, R6_TheAppsOwnKeyFieldIsKeptAsItWasSent) {
   ASSERT_EQ(t->headers.size(), 2u) << "no second key field";
   EXPECT_EQ(t->headers[1].second, "\"key-1\"");
 }
+
+}  // namespace task_test

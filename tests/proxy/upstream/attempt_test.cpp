@@ -23,6 +23,7 @@ using tcp = net::ip::tcp;
 using namespace rebound;
 using namespace std::chrono_literals;
 
+namespace attempt_test {
 namespace {
 
 /// What the scripted server does on one accepted connection, once it has read a whole request.
@@ -241,3 +242,5 @@ TEST(Exchange, NothingListeningIsConnectRefused) {
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().type, http::error_type::connect_refused);
 }
+
+}  // namespace attempt_test

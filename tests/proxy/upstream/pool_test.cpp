@@ -14,6 +14,7 @@ using tcp = net::ip::tcp;
 using rebound::upstream::pool;
 using namespace std::chrono_literals;
 
+namespace pool_test {
 namespace {
 
 /// A connected client stream and the server's end of it, on loopback.
@@ -176,3 +177,5 @@ TEST(Pool, ALowerTotalLimitClosesTheOldestAtOnce) {
   EXPECT_FALSE(p.take("k"));
   EXPECT_TRUE(p.take("j"));
 }
+
+}  // namespace pool_test
