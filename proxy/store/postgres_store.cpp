@@ -578,11 +578,13 @@ void postgres_store::listen() {
       }
       wait = options_.reconnect_min;
       wake_scheduler();  // tasks may have become due while nobody listened
+      listening_ = true;
     }
     // Short polls, so a closing store is not held up by an idle database.
     pollfd fd{PQsocket(c.raw), POLLIN, 0};
     if (::poll(&fd, 1, 250) < 0) continue;
     if (!PQconsumeInput(c.raw) || PQstatus(c.raw) == CONNECTION_BAD) {
+      listening_ = false;
       c.close();
       continue;
     }

@@ -85,6 +85,8 @@ class postgres_store final : public task_store {
   std::optional<std::string> unavailable() const override;
   std::optional<std::string> full() const override { return guard_.full(); }
   void set_due_listener(std::function<void()> wake) override;
+  /// Whether another instance's commit now wakes this one (its LISTEN is up).
+  bool listening() const { return listening_.load(); }
 
   /// Transactions committed: fewer than the calls when groups formed.
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
@@ -129,6 +131,8 @@ class postgres_store final : public task_store {
   unsigned connected_ = 0;  ///< connections up, under mutex_
   std::string down_reason_ = "connecting to the database";
   std::function<void()> due_listener_;
+  /// The listener's LISTEN is up: a NOTIFY from another instance now reaches this one.
+  std::atomic<bool> listening_{false};
   std::atomic<std::uint64_t> commits_{0};
   support::size_guard guard_{options_.max_size};
   std::atomic<std::int64_t> measured_at_ms_{-1'000'000};  ///< steady clock, when last measured

@@ -38,6 +38,18 @@ inline net::awaitable<void> sleep_for(clock::duration d) {
   co_await t.async_wait(use_tuple);
 }
 
+/** Waits until `done()` holds, looking every 5 ms, for at most `limit`: a wait on an event
+    the test cannot be called back for, never a guess at how long it takes. */
+template <class Predicate>
+net::awaitable<bool> wait_until(Predicate done, clock::duration limit = std::chrono::seconds(5)) {
+  auto const until = clock::now() + limit;
+  while (!done()) {
+    if (clock::now() >= until) co_return false;
+    co_await sleep_for(std::chrono::milliseconds(5));
+  }
+  co_return true;
+}
+
 struct test_server {
   test_server(net::io_context& io, h2::request_handler h, h2::server_limits l = {})
       : ioc(io), limits(l), handler{std::move(h), {}, {}} {}

@@ -134,7 +134,8 @@ TEST(Http2Server, RequestWithoutPathIsResetWithProtocolError) {
 net::awaitable<void> idle_then_look(test_server& s, bool* could_take_after) {
   auto c = co_await connect_to(s.port());
   if (!c) co_return;
-  co_await sleep_for(900ms);
+  // Past the 300 ms idle timeout the server's GOAWAY arrives and its session ends.
+  co_await wait_until([&] { return !c->can_take_stream() && s.sessions_ended == 1; });
   *could_take_after = c->can_take_stream();
 }
 
@@ -150,18 +151,19 @@ TEST(Http2Server, IdleConnectionGetsGoawayAndCloses) {
   EXPECT_EQ(s.sessions_ended, 1);
 }
 
-net::awaitable<void> drain_later(test_server& s) {
-  co_await sleep_for(100ms);
+net::awaitable<void> drain_once_called(test_server& s, const slow_state& st) {
+  co_await wait_until([&] { return st.calls == 1; });
   s.draining = true;  // while the slow handler still runs
 }
 
-net::awaitable<void> drain_mid_call(test_server& s, h2::exchange_result* out, int* ended_before) {
+net::awaitable<void> drain_mid_call(test_server& s, const slow_state& st, h2::exchange_result* out,
+                                    int* ended_before) {
   auto c = co_await connect_to(s.port());
   if (!c) co_return;
   auto req = grpc_request("/svc/Slow", "payload");
-  net::co_spawn(co_await net::this_coro::executor, drain_later(s), test_server::ignore{});
+  net::co_spawn(co_await net::this_coro::executor, drain_once_called(s, st), test_server::ignore{});
   *out = co_await c->exchange(req, 1 << 20, clock::now() + 5s);
-  co_await sleep_for(600ms);
+  co_await wait_until([&] { return s.sessions_ended == 1; });
   *ended_before = s.sessions_ended;
 }
 
@@ -172,7 +174,7 @@ TEST(Http2Server, DrainLetsTheOpenStreamFinishThenCloses) {
   s.start();
   h2::exchange_result r = h2::failure{};
   int ended = 0;
-  run(ioc, drain_mid_call(s, &r, &ended), &s);
+  run(ioc, drain_mid_call(s, st, &r, &ended), &s);
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->body, "payload");
   EXPECT_EQ(ended, 1) << "the drained connection closed on its own, before the test ended";

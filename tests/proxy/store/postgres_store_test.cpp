@@ -222,7 +222,10 @@ TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
   auto b = open(pg);
   std::atomic<int> woken{0};
   b->set_due_listener([&woken] { ++woken; });
-  std::this_thread::sleep_for(200ms);  // the listener's LISTEN is under way
+  // The LISTEN starts in the background and wakes the scheduler once when it is up (tasks
+  // may have become due unheard); only a wake after that is the NOTIFY.
+  for (int i = 0; i < 1000 && !b->listening(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(b->listening());
   auto const before = woken.load();
   ASSERT_TRUE(accept(*a, make_task("n1")));
   for (int i = 0; i < 500 && woken.load() == before; ++i) std::this_thread::sleep_for(10ms);
