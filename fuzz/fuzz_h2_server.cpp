@@ -54,7 +54,7 @@ net::awaitable<void> client(tcp::socket& s, std::string_view input) {
 /// The server side: serves the connection to its end, then closes it.
 net::awaitable<void> server_side(boost::beast::tcp_stream& server, boost::beast::flat_buffer& preread,
                                  const rebound::h2::server_limits& limits, const bool& draining, bool& served) {
-  co_await rebound::h2::serve(server, preread, limits, &echo, &draining, nullptr);
+  co_await rebound::h2::serve(server, preread, limits, &echo, {&draining, nullptr});
   served = true;
   boost::system::error_code ignored;
   server.socket().shutdown(tcp::socket::shutdown_both, ignored);

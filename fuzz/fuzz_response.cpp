@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   buffered.erase(0, used);
 
   bhttp::response<bhttp::buffer_body> res;
-  (void)prepare_client_response(res, p, is_head, client_version, true, 1);
+  (void)prepare_client_response(res, p, {is_head, client_version, true, 1});
 
   std::array<char, 4096> body{};
   while (!p.is_done()) {

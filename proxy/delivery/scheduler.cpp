@@ -155,10 +155,24 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
                           std::move(*key)});
 }
 
-/// Into the store and the log: what one attempt of `task` came to.
-net::awaitable<void> record(const http::session_context& ctx, delivery_state& state, const store::retry_task& task,
-                            const http::dependency_route& route, const config::policy& policy,
-                            const store::attempt_log& attempt, const next_state& judged, const std::string& message) {
+/// One delivery of a task: the worker's context, the scheduler's state, the task, and the
+/// dependency and policy it goes by.
+struct delivery_call {
+  const http::session_context& ctx;
+  delivery_state& state;
+  const store::retry_task& task;
+  const http::dependency_route& route;
+  const config::policy& policy;
+};
+
+/// Into the store and the log: what one attempt of the task came to.
+net::awaitable<void> record(const delivery_call& d, const store::attempt_log& attempt, const next_state& judged,
+                            const std::string& message) {
+  auto const& ctx = d.ctx;
+  auto& state = d.state;
+  auto const& task = d.task;
+  auto const& route = d.route;
+  auto const& policy = d.policy;
   auto const& log = *ctx.log;
   bool const is_alert = task.policy_id == alert_policy_id;
   // An alert that ran out is not dead-lettered: a failing alert must not raise another.
@@ -293,7 +307,8 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
       started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
       task.attempts - std::min(task.attempts, task.attempts_before));
   auto const deadline = started + policy.attempt_timeout;
-  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, task.body, is_head, deadline);
+  upstream::outgoing_request const out{req, task.body, is_head};
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);
 
   retry::attempt_summary summary;
@@ -304,7 +319,8 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
     summary.outcome.status = h.result_int();
     if (auto it = h.find(bhttp::field::retry_after); it != h.end()) summary.retry_after = retry_after = it->value();
     // Nobody reads the answer on; reading it lets the next delivery reuse the connection.
-    co_await upstream::settle(*ctx.pool, key, **attempt, max_settled_body, deadline);
+    upstream::pool_slot const back{*ctx.pool, key};
+    co_await upstream::settle(back, **attempt, max_settled_body, deadline);
   } else {
     message = attempt.error().message;
     summary.failure = std::move(attempt.error());
@@ -319,7 +335,8 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
       summary.outcome.status.value_or(0),
       summary.failure ? std::string(http::to_string(summary.failure->type)) : std::string(),
       took};
-  co_await record(ctx, *state, task, route, policy, attempt_record, judged, message);
+  delivery_call const call{ctx, *state, task, route, policy};
+  co_await record(call, attempt_record, judged, message);
 }
 
 /** One delivery. One that throws (Beast refuses a stored field of 64 KiB or more while the

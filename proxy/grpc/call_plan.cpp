@@ -149,16 +149,18 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
   return std::nullopt;
 }
 
-upstream::destination destination_of(call_plan& plan) {
+upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
   plan.pool_key = http::pool_key(plan.target, plan.route.tls);
-  return upstream::destination{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls};
+  // rebound's credential, unless the call carries its own (SPEC 5).
+  auto* const source = h2::message::find_in(head, "authorization") ? nullptr : plan.route.auth;
+  return upstream::destination{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls, source};
 }
 
 h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {
   auto const& f = result.failure
                       ? *result.failure
-                      : upstream::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
-  http::log_upstream_error(ctx, plan.facts, to_string(f.type), 200, result.attempts, f.message);
+                      : retry::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
+  http::log_upstream_error(ctx, plan.facts, {to_string(f.type), 200, result.attempts, f.message});
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
   say_what_this_layer_did(failed.head, result, f.type);
   plan.route.guard->answered(counted_status(failed.head, {}));
@@ -223,20 +225,19 @@ void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& res
   if (failure && retry::answers_overloaded(*failure)) set_field(head, "rebound-overloaded", "1");
 }
 
-net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>
-connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::credential_source* auth, h2::fields& head,
-                clock::time_point deadline) {
-  if (auth) {
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>>
+connect_attempt(h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline) {
+  if (auto* const auth = to.auth) {
     auto cred = co_await auth->authorization(deadline);
     if (!cred.authorization)
-      co_return upstream::attempt_failure{retry::error_type::auth_refresh_failed,
+      co_return retry::attempt_failure{retry::error_type::auth_refresh_failed,
                                           "no valid credential for the upstream: " + cred.error};
     set_field(head, "authorization", *cred.authorization);
   }
   co_return co_await pool.get(to, deadline);
 }
 
-upstream::attempt_failure failure_of(const h2::failure& f) {
+retry::attempt_failure failure_of(const h2::failure& f) {
   using k = h2::failure_kind;
   switch (f.kind) {
     case k::refused:

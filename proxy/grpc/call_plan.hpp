@@ -39,7 +39,7 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
 std::optional<h2::message> refused_before_attempts(call_plan& plan);
 
 /// Where the call's attempts go (referring to `plan`, which must outlive it).
-upstream::destination destination_of(call_plan& plan);
+upstream::destination destination_of(call_plan& plan, const h2::fields& head);
 
 /** The answer when the attempts ended without one to return: a trailers-only status for
     rebound's error type, logged as the HTTP/1.1 path logs its upstream errors. */
@@ -60,10 +60,9 @@ h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point dead
 void summarize(const h2::fields& head, const h2::fields& trailers, retry::attempt_summary& s);
 
 /** The connection an attempt goes on, and its head given rebound's credential (R-9) when
-    `auth` is set: fetched, or refreshed, before every attempt. */
-net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, upstream::attempt_failure>>
-connect_attempt(h2::client_pool& pool, const upstream::destination& to, auth::credential_source* auth, h2::fields& head,
-                clock::time_point deadline);
+    `to.auth` is set: fetched, or refreshed, before every attempt. */
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>>
+connect_attempt(h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline);
 
 /** What an answer says of this layer, as HTTP/1.1 answers say it (SPEC 4, issue 22):
     `rebound-attempts`, replacing what a rebound further along said; `rebound-retried:
@@ -79,7 +78,7 @@ void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& res
 void keep_pushback_well_formed(h2::fields& fields);
 
 /// An HTTP/2 failure as R-4 classifies it.
-upstream::attempt_failure failure_of(const h2::failure& f);
+retry::attempt_failure failure_of(const h2::failure& f);
 
 /// rebound's own answer for a failure of type `t`: trailers-only, with rebound-error.
 h2::message refuse(retry::error_type t, const std::string& message);

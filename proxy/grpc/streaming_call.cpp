@@ -15,22 +15,22 @@ namespace {
 class stream_attempt final : public retry::attempt_runner {
  public:
   stream_attempt(h2::client_pool& pool, upstream::destination to, const h2::fields& head,
-                 std::shared_ptr<h2::body_pipe> request, auth::credential_source* auth, clock::time_point call_deadline)
-      : pool_(pool), to_(to), head_(head), request_(std::move(request)), auth_(auth), call_deadline_(call_deadline) {}
+                 std::shared_ptr<h2::body_pipe> request, clock::time_point call_deadline)
+      : pool_(pool), to_(to), head_(head), request_(std::move(request)), call_deadline_(call_deadline) {}
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     retry::attempt_summary s;
     ++attempts_;
     if (attempts_ > 1 && !request_->rewind()) {
       // It outgrew what is kept while the retry waited: nothing is sent.
-      s.failure = upstream::attempt_failure{retry::error_type::upstream_protocol_error,
+      s.failure = retry::attempt_failure{retry::error_type::upstream_protocol_error,
                                             "the streamed request outgrew max_retry_body before its retry"};
       s.repeatable = false;
       co_return s;
     }
     // The upstream is told the call's own deadline: a stream outlives an attempt's timeout.
     auto head = attempt_head(head_, to_.tls != nullptr, call_deadline_, attempts_);
-    auto conn = co_await connect_attempt(pool_, to_, auth_, head, deadline);
+    auto conn = co_await connect_attempt(pool_, to_, head, deadline);
     s.repeatable = request_->replayable();
     if (!conn) {
       s.failure = std::move(conn.error());
@@ -70,7 +70,6 @@ class stream_attempt final : public retry::attempt_runner {
   upstream::destination to_;
   const h2::fields& head_;
   std::shared_ptr<h2::body_pipe> request_;
-  auth::credential_source* auth_;
   clock::time_point call_deadline_;
   unsigned attempts_ = 0;
 };
@@ -101,9 +100,8 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   auto& guard = *plan.route.guard;
   // R-6 and the request body kept for a replay decide whether a retry can go.
   call.body->keep_up_to(plan.facts.may_retry ? policy.max_retry_body : 0);
-  auto* source = h2::message::find_in(call.head, "authorization") ? nullptr : plan.route.auth;
   auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
-  stream_attempt attempt(*ctx.h2_pool, destination_of(plan), call.head, call.body, source, deadline);
+  stream_attempt attempt(*ctx.h2_pool, destination_of(plan, call.head), call.head, call.body, deadline);
   retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);

@@ -15,8 +15,8 @@ constexpr std::size_t max_response_body = (4u << 20) + 64 * 1024;
 /// One attempt of a call over HTTP/2: the upstream's answer, or why there is none.
 class h2_attempt final : public retry::attempt_runner {
  public:
-  h2_attempt(h2::client_pool& pool, upstream::destination to, const h2::message& request, auth::credential_source* auth)
-      : pool_(pool), to_(to), request_(request), auth_(auth) {}
+  h2_attempt(h2::client_pool& pool, upstream::destination to, const h2::message& request)
+      : pool_(pool), to_(to), request_(request) {}
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     retry::attempt_summary s;
@@ -25,7 +25,7 @@ class h2_attempt final : public retry::attempt_runner {
     attempt.head = attempt_head(request_.head, to_.tls != nullptr, deadline, attempts_);
     attempt.body = request_.body;
     attempt.trailers = request_.trailers;
-    auto conn = co_await connect_attempt(pool_, to_, auth_, attempt.head, deadline);
+    auto conn = co_await connect_attempt(pool_, to_, attempt.head, deadline);
     if (!conn) {
       s.failure = std::move(conn.error());
       co_return s;
@@ -47,7 +47,6 @@ class h2_attempt final : public retry::attempt_runner {
   h2::client_pool& pool_;
   upstream::destination to_;
   const h2::message& request_;
-  auth::credential_source* auth_;
   unsigned attempts_ = 0;
 };
 
@@ -63,9 +62,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   }
   if (auto refusal = refused_before_attempts(plan)) co_return std::move(*refusal);
   auto& guard = *plan.route.guard;
-  // rebound's credential, unless the call carries its own (SPEC 5).
-  auto* source = request.find("authorization") ? nullptr : plan.route.auth;
-  h2_attempt attempt(*ctx.h2_pool, destination_of(plan), request, source);
+  h2_attempt attempt(*ctx.h2_pool, destination_of(plan, request.head), request);
   retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);

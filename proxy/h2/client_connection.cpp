@@ -386,7 +386,7 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
   co_return std::move(st->fail).value_or(make_failure(failure_kind::protocol_error, "the stream ended without a response head"));
 }
 
-net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> client_pool::get(
+net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::attempt_failure>> client_pool::get(
     const upstream::destination& to, clock::time_point deadline) {
   for (;;) {
     // Looked up afresh after every wait: the map may have moved meanwhile.
@@ -397,7 +397,7 @@ net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstrea
     auto it = connecting_.find(to.pool_key);
     if (it == connecting_.end()) break;
     if (clock::now() >= deadline)
-      co_return upstream::attempt_failure{retry::error_type::connect_timeout,
+      co_return retry::attempt_failure{retry::error_type::connect_timeout,
                                           "no connection to the upstream by the deadline", false};
     auto pending = it->second;  // kept: the connect may end and erase it while this waits
     net::steady_timer wake(co_await net::this_coro::executor, deadline);
@@ -416,7 +416,7 @@ net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstrea
   auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn);
   connecting_.erase(to.pool_key);
   for (auto* waiter : pending->waiters) waiter->cancel();  // they look again: at the new connection, or connect
-  if (!opened.conn) co_return upstream::attempt_failure{opened.error, std::move(opened.message), false};
+  if (!opened.conn) co_return retry::attempt_failure{opened.error, std::move(opened.message), false};
   auto c = client_connection::start(std::move(*opened.conn));
   conns_[to.pool_key].push_back(c);
   co_return c;

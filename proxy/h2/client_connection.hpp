@@ -99,7 +99,7 @@ class client_pool {
  public:
   /** The connection for `to`, opened (TCP, then TLS with ALPN `h2` for an https origin)
       when there is none that can take a stream. A failure is the connect's error type. */
-  net::awaitable<boost::system::result<std::shared_ptr<client_connection>, upstream::attempt_failure>> get(
+  net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::attempt_failure>> get(
       const upstream::destination& to, clock::time_point deadline);
   /// Shuts every connection down (a drain).
   void shut_down();

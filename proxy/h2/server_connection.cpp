@@ -81,13 +81,12 @@ message refusal(const server_stream& ss, const char* http_status, grpc::code cod
 
 class server_state {
  public:
-  server_state(beast::tcp_stream& stream, const server_limits& limits, handlers handler, const bool* draining,
-               http::session_guard* guard)
+  server_state(beast::tcp_stream& stream, const server_limits& limits, handlers handler, session_signals signals)
       : stream_(stream),
         limits_(limits),
         handler_(std::move(handler)),
-        draining_(draining),
-        guard_(guard),
+        draining_(signals.draining),
+        guard_(signals.guard),
         pump_(stream.get_executor()),
         ticker_(stream.get_executor()),
         handlers_done_(stream.get_executor()) {}
@@ -556,14 +555,14 @@ class server_state {
 }  // namespace
 
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
-                           handlers handler, const bool* draining, http::session_guard* guard) {
-  server_state state(stream, limits, std::move(handler), draining, guard);
+                           handlers handler, session_signals signals) {
+  server_state state(stream, limits, std::move(handler), signals);
   co_await state.run(preread);
 }
 
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
-                           request_handler handler, const bool* draining, http::session_guard* guard) {
-  server_state state(stream, limits, handlers{std::move(handler), {}, {}}, draining, guard);
+                           request_handler handler, session_signals signals) {
+  server_state state(stream, limits, handlers{std::move(handler), {}, {}}, signals);
   co_await state.run(preread);
 }
 

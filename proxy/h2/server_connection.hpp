@@ -87,15 +87,21 @@ struct handlers {
   stream_handler stream;
 };
 
+/// What the process tells a connection, and is told by it. Null members are not used.
+struct session_signals {
+  const bool* draining = nullptr;         ///< a drain has begun: no new streams
+  http::session_guard* guard = nullptr;  ///< told when the connection is idle (no stream open)
+};
+
 /** Serves `stream` as HTTP/2 until the client closes, the connection fails, it sits idle for
-    `limits.idle_timeout`, or a drain (`*draining`) has let the open streams finish (new
-    streams are refused with a GOAWAY as soon as a drain is seen). `preread` holds the bytes
-    already read from the socket (the preface at least). Returns once every handler it
-    started has finished. `guard` is told when the connection is idle (no stream open). */
+    `limits.idle_timeout`, or a drain (`*signals.draining`) has let the open streams finish
+    (new streams are refused with a GOAWAY as soon as a drain is seen). `preread` holds the
+    bytes already read from the socket (the preface at least). Returns once every handler it
+    started has finished. */
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
-                           handlers handler, const bool* draining, http::session_guard* guard);
+                           handlers handler, session_signals signals);
 /// The same, for a server that takes every request whole.
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
-                           request_handler handler, const bool* draining, http::session_guard* guard);
+                           request_handler handler, session_signals signals);
 
 }  // namespace rebound::h2

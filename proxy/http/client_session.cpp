@@ -191,7 +191,7 @@ net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client,
                        [ctx](h2::streamed_request call) { return grpc::relay_call(ctx, std::move(call)); }};
   // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
   // twice by GCC 12.
-  auto serving = h2::serve(client, buffer, l, std::move(handler), ctx.sessions->draining_flag(), &guard);
+  auto serving = h2::serve(client, buffer, l, std::move(handler), {ctx.sessions->draining_flag(), &guard});
   co_await std::move(serving);
 }
 
@@ -307,19 +307,18 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       co_await run_tunnel(ctx, client, buffer, tunnel);
       co_return;
     }
+    client_request const request{ctx, client, buffer, parser, t, v.dependency};
     if (ctx.inbound) {
       auto const& req = parser.get();
       std::string_view const method(req.method_string().data(), req.method_string().size());
       auto const* ir = cfg.inbound.route_for(method, loggable_path(v.target.origin_form));
       auto const use = ir ? inbound::gate_for(*ir, parser) : inbound::gate_use::none;
       if (use == inbound::gate_use::gate) {
-        auto& target = v.target;
-        if (!co_await inbound::answer_through_gate(ctx, client, buffer, parser, target, v.dependency, *ir)) break;
+        if (!co_await inbound::answer_through_gate(request, *ir)) break;
         continue;
       }
       if (use == inbound::gate_use::unkeyed) v.dependency.guard->idempotent("unkeyed");
     }
-    client_request const request{ctx, client, buffer, parser, t, v.dependency};
     if (!co_await forward(request, guard)) break;
   }
   co_await lingering_close(client);

@@ -14,7 +14,7 @@
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/field_value.hpp"
 #include "proxy/retry/hedge.hpp"
-#include "proxy/retry/loop.hpp"
+#include "proxy/http/retry_loop.hpp"
 #include "proxy/retry/request_timeout.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -70,24 +70,21 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
                                           const final_answer& a) {
   auto const& facts = a.facts;
-  bool const is_head = a.is_head;
-  unsigned const client_version = a.client_version;
-  bool const keep = a.keep;
-  unsigned const attempts = a.attempts;
-  bool const gave_up = a.gave_up;
+  unsigned const attempts = a.client.attempts;
   auto const& key = a.key;
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
   auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
-  bool const client_keep_alive = prepare_client_response(res, rp, is_head, client_version, keep, attempts, gave_up);
+  bool const client_keep_alive = prepare_client_response(res, rp, a.client);
   std::string head;
   append_head(head, res.base());
-  auto rr = co_await relay_response_body(*ex.stream, ex.buffer, rp, client, head, idle, ctx.buffers);
+  relay_pacing const how{idle, ctx.buffers};
+  auto rr = co_await relay_response_body({*ex.stream, ex.buffer, rp}, client, head, how);
   if (!rr.ok()) {
     if (rr.read_error)
-      log_upstream_error(ctx, facts, "upstream_protocol_error", 0, attempts,
-                         "response body cut short: " + rr.read_error.message());
+      log_upstream_error(ctx, facts,
+                         {"upstream_protocol_error", 0, attempts, "response body cut short: " + rr.read_error.message()});
     co_return false;
   }
   if (upstream_keep_alive && ex.buffer.size() == 0 && !key.empty()) {
@@ -97,9 +94,12 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   co_return client_keep_alive;
 }
 
-net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
-                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
-                                          body_pace pace) {
+net::awaitable<kept_body> read_whole_body(const client_request& r, std::string& out, std::size_t limit) {
+  auto& client = r.client;
+  auto& buffer = r.buffer;
+  auto& parser = r.parser;
+  auto const idle = r.ctx.cfg().limits.idle_timeout;
+  auto const pace = pace_of(r.ctx.cfg(), std::chrono::steady_clock::now());
   // A Content-Length is the client's claim: at most what may be kept is reserved for it
   // (10^15 would be std::bad_alloc), and reading stops past `limit` whatever it said.
   if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*cl, limit + 1)));
@@ -147,8 +147,8 @@ std::optional<error_reply> body_read_refusal(const error_code& ec, const request
   return std::nullopt;  // the client went away or stalled: nobody to answer
 }
 
-void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
-                        unsigned status, unsigned attempts, std::string_view message) {
+void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, const upstream_error_event& e) {
+  auto const error_type = e.error_type;
   // a certificate rebound refuses is a security event, not a flaky upstream.
   auto const level =
       error_type == to_string(http::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
@@ -158,18 +158,18 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
                   {"method", facts.method},
                   {"path", facts.path},
                   {"error_type", error_type},
-                  {"status", status},
-                  {"attempts", attempts},
-                  {"message", message}});
+                  {"status", e.status},
+                  {"attempts", e.attempts},
+                  {"message", e.message}});
 }
 
 namespace {
 
 /// rebound's answer when the loop left no response, logged.
 error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts,
-                          const retry::loop_result& result) {
+                          const loop_result& result) {
   auto const& f = *result.failure;
-  log_upstream_error(ctx, facts, to_string(f.type), default_status(f.type), result.attempts, f.message);
+  log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
   return error_reply{default_status(f.type), f.type, f.message,     std::string(facts.dependency),
                      result.attempts,        0,      result.gave_up};
 }
@@ -192,8 +192,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
 
   std::string body;
   if (!parser.is_done()) {
-    auto kept = co_await read_whole_body(client, r.buffer, parser, body, policy.max_retry_body, idle,
-                                         pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
+    auto kept = co_await read_whole_body(r, body, policy.max_retry_body);
     if (kept.problem) {
       if (kept.problem->status != 0) {
         guard.answered(kept.problem->status);
@@ -221,13 +220,13 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
   retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
-  retry::http1_request const request{
+  http1_request const request{
       *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
                             facts.may_retry, pass_interim ? &client : nullptr, idle},
       req, body, is_head};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
-  auto result = co_await retry::run_retry_loop(step, request, hooks, &hedge);
+  auto result = co_await run_retry_loop(step, request, hooks, &hedge);
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
@@ -239,7 +238,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   }
   auto& ex = *result.response;
   guard.answered(ex.response->get().result_int());
-  final_answer const answer{facts, is_head, client_version, keep, result.attempts, result.gave_up, key};
+  final_answer const answer{facts, {is_head, client_version, keep, result.attempts, result.gave_up}, key};
   co_return co_await relay_final_response(ctx, client, ex, answer);
 }
 
@@ -317,8 +316,12 @@ std::optional<error_reply> take_caller_deadline(retry::request_facts& facts,
 
 /** The decisions about a request head, in a plain function so their temporaries stay off
     the coroutine frame that lives as long as the request (and its backoff waits). */
-void plan_request(forward_plan& plan, request_parser& parser, const request_target& target, std::string_view dependency,
-                  const config::policy& policy, std::mt19937_64& rng, std::chrono::steady_clock::time_point now) {
+void plan_request(forward_plan& plan, const client_request& r, std::chrono::steady_clock::time_point now) {
+  auto& parser = r.parser;
+  auto const& target = r.target;
+  std::string_view const dependency = r.route.name;
+  auto const& policy = *r.route.policy;
+  auto& rng = *r.ctx.rng;
   auto& req = parser.get();
   if (auto unmet = unmet_expectation(req)) {
     plan.how = forward_plan::route::refuse;
@@ -410,13 +413,12 @@ net::awaitable<bool> forward(const client_request& r, session_guard& session) {
   auto const& ctx = r.ctx;
   auto& client = r.client;
   auto& parser = r.parser;
-  auto const& target = r.target;
   auto const& route = r.route;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
   if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(r);
   forward_plan plan;
-  plan_request(plan, parser, target, route.name, policy, *ctx.rng, std::chrono::steady_clock::now());
+  plan_request(plan, r, std::chrono::steady_clock::now());
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   // A body kept for a replay takes its room from the process's retry buffer first (a chunked
   // one the most it may grow to); with none left it streams through once.

@@ -5,9 +5,11 @@
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/error_response.hpp"
+#include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
+#include "proxy/upstream/attempt.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -33,11 +35,10 @@ struct kept_body {
 };
 
 /** Reads the whole request body into `out`, so it can be sent again (every attempt, or a
-    delivery later). A chunked body has no length to check in advance: reading stops once it
+    delivery later), each read within limits.idle_timeout and the whole at the pace of
+    `pace_of`. A chunked body has no length to check in advance: reading stops once it
     passes `limit`. */
-net::awaitable<kept_body> read_whole_body(beast::tcp_stream& client, beast::flat_buffer& buffer, request_parser& parser,
-                                          std::string& out, std::size_t limit, std::chrono::milliseconds idle,
-                                          body_pace pace);
+net::awaitable<kept_body> read_whole_body(const client_request& r, std::string& out, std::size_t limit);
 
 /// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);
@@ -48,8 +49,13 @@ std::optional<error_reply> body_read_refusal(const error_code& ec, const request
 
 /// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
 /// request's facts (no header value, no query string) and the failure go in.
-void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, std::string_view error_type,
-                        unsigned status, unsigned attempts, std::string_view message);
+struct upstream_error_event {
+  std::string_view error_type;
+  unsigned status = 0;  ///< what the client was answered; 0: the response was under way
+  unsigned attempts = 0;
+  std::string_view message;
+};
+void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, const upstream_error_event& e);
 
 /// The breaker's admission of a request (HTTP or CONNECT): nullopt when it may go, else the
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
@@ -74,11 +80,7 @@ net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milli
     the connection is closed rather than pooled (one that is never taken from the pool). */
 struct final_answer {
   const retry::request_facts& facts;
-  bool is_head = false;
-  unsigned client_version = 11;
-  bool keep = false;  ///< the client connection may carry another request afterwards
-  unsigned attempts = 0;
-  bool gave_up = false;
+  client_side client;
   const std::string& key;  ///< the upstream pool's key; empty: close rather than pool
 };
 net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,

@@ -41,7 +41,7 @@ struct failure {
   std::string message;
 };
 
-failure upstream_failure(const upstream::attempt_failure& f) { return {default_status(f.type), f.type, f.message}; }
+failure upstream_failure(const retry::attempt_failure& f) { return {default_status(f.type), f.type, f.message}; }
 
 }  // namespace
 
@@ -69,7 +69,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   auto fail = [&](const failure& f) {
     attempt_over({std::nullopt, f.type});
     guard.answered(f.status);
-    log_upstream_error(ctx, facts, to_string(f.type), f.status, 1, f.message);
+    log_upstream_error(ctx, facts, {to_string(f.type), f.status, 1, f.message});
     return error_reply{f.status, f.type, f.message, std::string(dependency), 1};
   };
 
@@ -90,9 +90,9 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   // Expect: 100-continue exchange if asked for, then the body relayed as it arrives.
   upstream::request_sender const send =
       [&](upstream::connection& up, upstream::exchange& ex, upstream::interim_route& interim,
-          clock::time_point& deadline) -> net::awaitable<std::optional<upstream::attempt_failure>> {
+          clock::time_point& deadline) -> net::awaitable<std::optional<retry::attempt_failure>> {
     sending = true;
-    auto const client_gone = upstream::attempt_failure{error_type::bad_request, "the client ended the exchange"};
+    auto const client_gone = retry::attempt_failure{error_type::bad_request, "the client ended the exchange"};
     std::string head;
     append_head(head, req.base());
     if (want_continue) {
@@ -100,7 +100,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
       auto [ec, n] = co_await net::async_write(up, net::buffer(head), use_tuple);
       head.clear();
       if (ec)
-        co_return upstream::attempt_failure{upstream::classify_connect_error(ec),
+        co_return retry::attempt_failure{upstream::classify_connect_error(ec),
                                             "sending the request failed: " + ec.message()};
       // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
       // socket may carry only a session ticket, and waiting on a TLS read could not be
@@ -116,7 +116,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
       }
       if (upstream_spoke) {
         interim.stop_at_100 = true;
-        auto failed = co_await upstream::read_final_head(up, ex.buffer, ex.response, is_head, deadline, interim);
+        auto failed = co_await upstream::read_final_head(ex, is_head, deadline, interim);
         interim.stop_at_100 = false;
         if (failed) co_return failed;
         if (!interim.client) {  // the client left before its 100
@@ -141,8 +141,9 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
       }
     }
     auto const upload_start = clock::now();
-    auto rr = co_await relay_request_body(client, buffer, parser, up, head, idle, prefix,
-                                          pace_of(ctx.cfg(), body_start), ctx.buffers);
+    auto const pace = pace_of(ctx.cfg(), body_start);
+    relay_pacing const how{idle, ctx.buffers, &pace};
+    auto rr = co_await relay_request_body({client, buffer, parser}, up, head, prefix, how);
     deadline += clock::now() - upload_start;
     // The caller's own deadline (X-Request-Timeout) does not stretch for a slow upload.
     if (facts.deadline) deadline = std::min(deadline, *facts.deadline);
@@ -152,7 +153,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
       co_return client_gone;
     }
     if (rr.write_error)
-      co_return upstream::attempt_failure{upstream::classify_connect_error(rr.write_error),
+      co_return retry::attempt_failure{upstream::classify_connect_error(rr.write_error),
                                           "sending the request body failed: " + rr.write_error.message()};
     co_return std::nullopt;
   };
@@ -175,7 +176,8 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
     attempt_deadline = std::min(attempt_deadline, *facts.deadline);
     req.set(retry::request_timeout_header, retry::format_request_timeout(attempt_deadline, attempt_start));
   }
-  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, req, send, is_head, attempt_deadline);
+  upstream::outgoing_request const out{req, {}, is_head};
+  auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, send, attempt_deadline);
   if (!attempt) {
     if (client_failed) {
       if (client_reply) {
@@ -200,15 +202,17 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   attempt_over({res.result_int(), std::nullopt});
   guard.answered(res.result_int());
   bool const upstream_keep_alive = rp->keep_alive();
-  bool const client_keep_alive = prepare_client_response(
-      res, *rp, is_head, client_version, client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1);
+  client_side const to_client{is_head, client_version,
+                              client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining(), 1};
+  bool const client_keep_alive = prepare_client_response(res, *rp, to_client);
   std::string head;
   append_head(head, res.base());
-  auto rr = co_await relay_response_body(*up, ubuf, *rp, client, head, idle, ctx.buffers);
+  relay_pacing const how{idle, ctx.buffers};
+  auto rr = co_await relay_response_body({*up, ubuf, *rp}, client, head, how);
   if (!rr.ok()) {
     if (rr.read_error)
-      log_upstream_error(ctx, facts, "upstream_protocol_error", 0, 1,
-                         "response body cut short: " + rr.read_error.message());
+      log_upstream_error(ctx, facts,
+                         {"upstream_protocol_error", 0, 1, "response body cut short: " + rr.read_error.message()});
     co_return false;  // the client saw a partial response: only a close tells it so
   }
   if (upstream_keep_alive && !body_skipped && ubuf.size() == 0) {

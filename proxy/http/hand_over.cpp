@@ -122,8 +122,7 @@ net::awaitable<bool> hand_over(const client_request& r) {
     // The client waits for a 100 before it sends the body; rebound takes the body itself.
     if (req.version() >= 11 && req.count(bhttp::field::expect) > 0 && !co_await send_continue(client, idle))
       co_return false;
-    auto kept = co_await read_whole_body(client, r.buffer, parser, body, max_body, idle,
-                                         pace_of(ctx.cfg(), std::chrono::steady_clock::now()));
+    auto kept = co_await read_whole_body(r, body, max_body);
     if (kept.problem) {
       if (kept.problem->status == 0) co_return false;
       co_return co_await refuse(*kept.problem, false);

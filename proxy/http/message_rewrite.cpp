@@ -39,8 +39,10 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
 }
 
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
-                             const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
-                             bool client_keep_alive, unsigned attempts, bool gave_up) {
+                             const bhttp::response_parser<bhttp::buffer_body>& p, const client_side& client) {
+  bool const is_head = client.is_head;
+  unsigned const client_version = client.version;
+  bool client_keep_alive = client.keep_alive;
   strip_hop_by_hop(res.base());
   add_via(res.base(), res.version());
   auto const status = res.result_int();
@@ -54,8 +56,8 @@ bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
       client_keep_alive = false;  // an HTTP/1.0 client learns the end from the close
     }
   }
-  res.set("Rebound-Attempts", std::to_string(attempts));
-  if (gave_up) res.set(retry::retried_header, retry::retried_exhausted);
+  res.set("Rebound-Attempts", std::to_string(client.attempts));
+  if (client.gave_up) res.set(retry::retried_header, retry::retried_exhausted);
   res.version(11);
   res.keep_alive(client_keep_alive);
   if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");

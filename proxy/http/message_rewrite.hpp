@@ -33,13 +33,21 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
                               const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,
                               std::string_view via_token = {});
 
+/// The client's side of a response: what its request was, and what this layer did for it.
+struct client_side {
+  bool is_head = false;
+  unsigned version = 11;
+  bool keep_alive = false;  ///< the client connection may carry another request afterwards
+  unsigned attempts = 1;
+  bool gave_up = false;  ///< this layer retried and gave up
+};
+
 /** The response head as the client hop must see it, with `Rebound-Attempts` (and with
     `gave_up`, `Rebound-Retried: exhausted`: this layer retried and gave up, retry/layers.hpp);
     returns whether the client connection can stay open after this response. A
     `Rebound-Retried` from a layer below is passed on: the caller above learns that some layer
     spent its retries. */
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
-                             const bhttp::response_parser<bhttp::buffer_body>& p, bool is_head, unsigned client_version,
-                             bool client_keep_alive, unsigned attempts, bool gave_up = false);
+                             const bhttp::response_parser<bhttp::buffer_body>& p, const client_side& client);
 
 }  // namespace rebound::http

@@ -52,11 +52,15 @@ struct outgoing_piece {
   }
 };
 
-template <bool isRequest, class From, class To>
-net::awaitable<relay_result> relay(From& from, beast::flat_buffer& buffer,
-                                   bounded_parser<isRequest, bhttp::buffer_body>& p, To& to, std::string_view head,
-                                   std::chrono::milliseconds idle, std::string_view prefix, const body_pace* pace,
-                                   relay_buffers* buffers) {
+template <class From, class Parser, class To>
+net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::string_view head,
+                                   std::string_view prefix, relay_pacing how) {
+  auto& from = source.stream;
+  auto& buffer = source.buffer;
+  auto& p = source.parser;
+  auto const idle = how.idle;
+  auto const* pace = how.pace;
+  auto* buffers = how.buffers;
   std::uint64_t received = prefix.size();
   std::optional<relay_buffers::lease> chunk;
   chunk.emplace(relay_buffers::take_from(buffers, relay_buffers::small_size));
@@ -163,17 +167,15 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
   co_return ec;
 }
 
-net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
-                                                upstream::connection& to, std::string_view head,
-                                                std::chrono::milliseconds idle, std::string_view prefix,
-                                                const body_pace& pace, relay_buffers* buffers) {
-  return relay<true>(from, buffer, p, to, head, idle, prefix, &pace, buffers);
+net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to,
+                                                std::string_view head, std::string_view prefix,
+                                                const relay_pacing& how) {
+  return relay(from, to, head, prefix, how);
 }
 
-net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 response_parser& p, beast::tcp_stream& to, std::string_view head,
-                                                 std::chrono::milliseconds idle, relay_buffers* buffers) {
-  return relay<false>(from, buffer, p, to, head, idle, {}, nullptr, buffers);
+net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to,
+                                                 std::string_view head, const relay_pacing& how) {
+  return relay(from, to, head, {}, how);
 }
 
 }  // namespace rebound::http

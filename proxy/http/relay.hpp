@@ -86,14 +86,31 @@ struct relay_result {
   bool ok() const { return !read_error && !write_error; }
 };
 
-/** Reads the rest of `p`'s message from `from` and writes it to `to`, after `head` (the
-    serialized head, wire_head.hpp; empty when it went out already), framed as the fields of
-    `p`'s message say (chunked or not). Each read and each write must progress within `idle`.
-    `prefix` is body already read from `from`; it goes out first. */
-net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::flat_buffer& buffer, request_parser& p,
-                                                upstream::connection& to, std::string_view head,
-                                                std::chrono::milliseconds idle, std::string_view prefix,
-                                                const body_pace& pace, relay_buffers* buffers);
+/// Where a body is read from: the connection, what was read past the head, the parser.
+template <class Stream, class Parser>
+struct body_from {
+  Stream& stream;
+  beast::flat_buffer& buffer;
+  Parser& parser;
+};
+using request_body_from = body_from<beast::tcp_stream, request_parser>;
+using response_body_from = body_from<upstream::connection, response_parser>;
+
+/// How a relay runs: each read and each write must progress within `idle`; a request body
+/// also keeps to `pace`. Buffers come from `buffers` (null: the heap).
+struct relay_pacing {
+  std::chrono::milliseconds idle;
+  relay_buffers* buffers = nullptr;
+  const body_pace* pace = nullptr;
+};
+
+/** Reads the rest of `from`'s message and writes it to `to`, after `head` (the serialized
+    head, wire_head.hpp; empty when it went out already), framed as the fields of the
+    parser's message say (chunked or not). `prefix` is body already read from the client;
+    it goes out first. */
+net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to,
+                                                std::string_view head, std::string_view prefix,
+                                                const relay_pacing& how);
 
 /** Forwards an interim (1xx) response head to an HTTP/1.1 client, hop-by-hop fields
     removed: RFC 9110 section 15.2 has a proxy forward 1xx answers (103 Early Hints, 102)
@@ -101,8 +118,8 @@ net::awaitable<relay_result> relay_request_body(beast::tcp_stream& from, beast::
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp::response_header<>& head,
                                          std::chrono::milliseconds idle);
 
-net::awaitable<relay_result> relay_response_body(upstream::connection& from, beast::flat_buffer& buffer,
-                                                 response_parser& p, beast::tcp_stream& to, std::string_view head,
-                                                 std::chrono::milliseconds idle, relay_buffers* buffers);
+/// The same for an upstream's response body, to the client.
+net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to,
+                                                 std::string_view head, const relay_pacing& how);
 
 }  // namespace rebound::http

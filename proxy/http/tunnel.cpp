@@ -67,7 +67,7 @@ class connect_attempt final : public retry::attempt_runner {
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     auto r = co_await upstream::connect_to(target_.connect_host, target_.port, deadline);
     retry::attempt_summary s;
-    if (!r.stream) s.failure = upstream::attempt_failure{r.error, r.message, false};
+    if (!r.stream) s.failure = retry::attempt_failure{r.error, r.message, false};
     last.emplace(std::move(r));
     co_return s;
   }

@@ -31,6 +31,28 @@ constexpr std::size_t max_answer = 64 << 20;
 /// what is pinned is only its status, and a duplicate is refused rather than run again.
 constexpr std::string_view not_kept_field = "Rebound-Answer-Not-Kept";
 
+/// One request through the gate: what each of its steps reads.
+struct gate_call {
+  const http::session_context& ctx;
+  beast::tcp_stream& client;
+  const http::dependency_route& route;
+  const config::inbound_route& ir;
+  bhttp::request<bhttp::buffer_body>& req;
+  unsigned version;
+  bool keep;  ///< the client asked to keep the connection
+  bool is_head;
+  std::chrono::milliseconds idle;
+};
+
+/// What a request holds in the key store: its scope (the store's key), the key or event id
+/// the client sent, and the payload's fingerprint (keys only).
+struct held_key {
+  std::string scope;
+  std::string key;
+  std::string hash;
+  bool event = false;  ///< an event id (dedupe), not an Idempotency-Key
+};
+
 /** The key as sent, by R-6's one rule (idempotency/key.hpp): a Structured Field string or a
     bare value, never two fields. Empty when absent; nullopt when malformed. */
 std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req) {
@@ -51,11 +73,11 @@ std::string principal_of(const bhttp::request<bhttp::buffer_body>& req, const st
 /// seed 004's error codes in SPEC 6's shape.
 /// The gate's own refusals, in the shape of every rebound error (http::make_error_response):
 /// no attempt went to the app.
-bhttp::response<bhttp::string_body> gate_error(unsigned status, std::string_view type, std::string_view message,
-                                               const std::string& dependency, unsigned version, bool keep_alive) {
-  http::error_reply const e{status, {}, std::string(message), dependency, 0};
+bhttp::response<bhttp::string_body> gate_error(const gate_call& c, unsigned status, std::string_view type,
+                                               std::string_view message, bool keep_alive) {
+  http::error_reply const e{status, {}, std::string(message), c.route.name, 0};
   auto res = http::make_error_response(type, e, keep_alive);
-  res.version(version);
+  res.version(c.version);
   res.set(bhttp::field::cache_control, "no-store");
   return res;
 }
@@ -94,18 +116,18 @@ struct app_answer {
   std::unique_ptr<upstream::exchange> too_large{};
 };
 
-app_answer failed(const http::dependency_route& route, http::error_type type, std::string message,
-                  bool may_have_reached) {
-  return {std::nullopt, {http::default_status(type), type, std::move(message), route.name, 1}, may_have_reached};
+app_answer failed(const gate_call& c, http::error_type type, std::string message, bool may_have_reached) {
+  return {std::nullopt, {http::default_status(type), type, std::move(message), c.route.name, 1}, may_have_reached};
 }
 
 /** The request goes to the app once (one layer retries: the caller's), its answer read whole
-    by `deadline`, unless its Content-Length says it is larger than `max_body`. */
-net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req, const std::string& body,
-                                   const http::request_target& t, const http::dependency_route& route,
-                                   std::chrono::steady_clock::time_point deadline, std::uint64_t max_body) {
-  auto const key = http::pool_key(t, route.tls);
-  bool const is_head = req.method() == bhttp::verb::head;
+    by `deadline`, unless its Content-Length says it is larger than inbound.max_body. */
+net::awaitable<app_answer> ask_app(const gate_call& c, const http::request_target& t, const std::string& body,
+                                   std::chrono::steady_clock::time_point deadline) {
+  auto const max_body = c.ctx.cfg().inbound.max_body;
+  auto& req = c.req;
+  auto const key = http::pool_key(t, c.route.tls);
+  bool const is_head = c.is_head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
   // unknown, and the gate exists so that the app sees each request once. So its connection is
   // not pooled after either (nothing would take it: 2,000 keyed requests left 1,041 idle app
@@ -113,9 +135,10 @@ net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req, cons
   // ~0.1 ms against the key store's commit.
   upstream::pool no_reuse{0, 0, std::chrono::milliseconds(0)};
   upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
-  auto attempt = co_await upstream::run_attempt(no_reuse, to, req, body, is_head, deadline);
+  upstream::outgoing_request const out{req, body, is_head};
+  auto attempt = co_await upstream::run_attempt(no_reuse, to, out, deadline);
   if (!attempt)
-    co_return failed(route, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
+    co_return failed(c, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
   auto& ex = **attempt;
   if (auto const cl = ex.response->content_length(); cl && *cl > max_body) {
     app_answer large;
@@ -124,9 +147,9 @@ net::awaitable<app_answer> ask_app(bhttp::request<bhttp::buffer_body>& req, cons
   }
   store::pinned_response r;
   r.status = ex.response->get().result_int();
-  if (!co_await upstream::read_response_body(no_reuse, key, ex, r.body, max_answer, deadline))
-    co_return failed(route, http::error_type::upstream_protocol_error, "the app's answer could not be read whole",
-                     true);
+  upstream::pool_slot const back{no_reuse, key};
+  if (!co_await upstream::read_response_body(back, ex, r.body, max_answer, deadline))
+    co_return failed(c, http::error_type::upstream_protocol_error, "the app's answer could not be read whole", true);
   auto& head = ex.response->get();
   http::strip_hop_by_hop(head.base());
   http::add_via(head.base(), head.version());
@@ -202,25 +225,22 @@ const std::string no_pool;
 
 /// Streams an answer too large to keep (ask_app's `too_large`) to the client, as the
 /// forwarding path streams any answer.
-net::awaitable<bool> relay_unkept(const http::session_context& ctx, beast::tcp_stream& client, app_answer& answer,
-                                  const http::dependency_route& route, const bhttp::request<bhttp::buffer_body>& req,
-                                  unsigned version, bool keep) {
+net::awaitable<bool> relay_unkept(const gate_call& c, app_answer& answer) {
   retry::request_facts facts;
-  facts.dependency = route.name;
-  facts.method = req.method_string();
-  facts.path = http::loggable_path(req.target());
-  route.guard->answered(answer.too_large->response->get().result_int());
-  http::final_answer const last{facts, req.method() == bhttp::verb::head, version, keep, 1, false, no_pool};
-  co_return co_await http::relay_final_response(ctx, client, *answer.too_large, last);
+  facts.dependency = c.route.name;
+  facts.method = c.req.method_string();
+  facts.path = http::loggable_path(c.req.target());
+  c.route.guard->answered(answer.too_large->response->get().result_int());
+  http::final_answer const last{facts, {c.is_head, c.version, c.keep, 1, false}, no_pool};
+  co_return co_await http::relay_final_response(c.ctx, c.client, *answer.too_large, last);
 }
 
-void log_move(const http::session_context& ctx, const http::dependency_route& route, std::string_view key,
-              std::string_view hash, std::string_view from, std::string_view to) {
-  ctx.log->info("idempotency", {{"dependency", route.name},
-                                {"idempotency_key", key},
-                                {"payload_hash", hash},
-                                {"from_state", from},
-                                {"to_state", to}});
+void log_move(const gate_call& c, const held_key& k, std::string_view from, std::string_view to) {
+  c.ctx.log->info("idempotency", {{"dependency", c.route.name},
+                                  {"idempotency_key", k.key},
+                                  {"payload_hash", k.hash},
+                                  {"from_state", from},
+                                  {"to_state", to}});
 }
 
 /** What the app's answer does to a held key. 5xx and 429 say "try again": pinning them would
@@ -228,25 +248,24 @@ void log_move(const http::session_context& ctx, const http::dependency_route& ro
     app took it (2xx). Any other answer completes the key: pinned whole when `whole` (it fits
     inbound.max_body), else only its status under `not_kept_field`, so that a duplicate is
     refused instead of run again. Returns the answer's Idempotency-Status. */
-net::awaitable<std::string_view> settle_key(const http::session_context& ctx, const http::dependency_route& route,
-                                            const config::inbound_route& ir, const std::string& scope,
-                                            const std::string& key, const std::string& hash, bool event,
-                                            const store::pinned_response& pinned, bool whole) {
-  bool const pin = event ? pinned.status / 100 == 2 : pinned.status < 500 && pinned.status != 429;
+net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& k, const store::pinned_response& pinned,
+                                            bool whole) {
+  bool const pin = k.event ? pinned.status / 100 == 2 : pinned.status < 500 && pinned.status != 429;
   bool done = false;
   if (pin) {
-    auto const ttl = event ? ir.dedupe.ttl : ir.idempotency.ttl;
-    auto [ce, completed] = co_await store::async_complete_key(*ctx.store, scope, pinned, wall::now() + ttl, use_tuple);
+    auto const ttl = k.event ? c.ir.dedupe.ttl : c.ir.idempotency.ttl;
+    auto [ce, completed] =
+        co_await store::async_complete_key(*c.ctx.store, k.scope, pinned, wall::now() + ttl, use_tuple);
     done = !ce && completed;
   }
   if (!done) {
-    auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
-    log_move(ctx, route, key, hash, "pending", "absent");
-    route.guard->idempotent("not_stored");
+    auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
+    log_move(c, k, "pending", "absent");
+    c.route.guard->idempotent("not_stored");
     co_return "not-stored";
   }
-  log_move(ctx, route, key, hash, "pending", "complete");
-  route.guard->idempotent(whole ? "stored" : "not_kept");
+  log_move(c, k, "pending", "complete");
+  c.route.guard->idempotent(whole ? "stored" : "not_kept");
   co_return whole ? "stored" : "not-stored";
 }
 
@@ -263,17 +282,20 @@ gate_use gate_for(const config::inbound_route& r, const http::request_parser& pa
   return gate_use::unkeyed;
 }
 
-net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast::tcp_stream& client,
-                                         beast::flat_buffer& buffer, http::request_parser& parser,
-                                         http::request_target& target, http::dependency_route& route,
-                                         const config::inbound_route& ir) {
+net::awaitable<bool> answer_through_gate(const http::client_request& request, const config::inbound_route& ir) {
+  auto const& ctx = request.ctx;
+  auto& client = request.client;
+  auto& parser = request.parser;
+  auto const& route = request.route;
   auto const& cfg = ctx.cfg();
   auto const idle = cfg.limits.idle_timeout;
   auto& req = parser.get();
-  unsigned const version = req.version();
-  bool const keep = req.keep_alive();
+  gate_call const c{ctx,          client, route, ir, req, req.version(), req.keep_alive(), req.method() == bhttp::verb::head,
+                    idle};
+  unsigned const version = c.version;
+  bool const keep = c.keep;
+  bool const is_head = c.is_head;
   std::string const method(req.method_string());
-  bool const is_head = req.method() == bhttp::verb::head;
   bool const keyed = ir.idempotency.enabled && ir.keeps_keys_for(method);
   auto& guard = *route.guard;
   // Messages are literals or named strings, never temporaries built in the co_await
@@ -283,7 +305,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     guard.idempotent(outcome);
     guard.answered(status);
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
-    auto res = gate_error(status, type, message, route.name, version, keep && parser.is_done());
+    auto res = gate_error(c, status, type, message, keep && parser.is_done());
     if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
     if (type == "store_full") res.set(bhttp::field::retry_after, std::to_string(store::full_retry_after_s));
     co_return co_await send(client, res, idle);
@@ -296,8 +318,9 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
                               "this route keeps idempotency keys or event ids, but rebound started without a store: "
                               "restart it to open one");
 
-  std::string key;
-  std::string scope;
+  held_key k;
+  auto& key = k.key;
+  auto& scope = k.scope;
   if (keyed) {
     auto k = key_of(req);
     if (!k)
@@ -313,7 +336,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
               (ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*")) +
               "\n" + ir.match.path_prefix + "\n" + key;
   }
-  bool const event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
+  k.event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
+  bool const event = k.event;
   if (event) {
     key = std::string(req[ir.dedupe.header]);
     if (key.empty() || key.size() > 256) {
@@ -332,8 +356,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   if (!parser.is_done()) {
     if (version >= 11 && req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(client, idle))
       co_return false;
-    auto kept = co_await http::read_whole_body(client, buffer, parser, body, cfg.inbound.max_body, idle,
-                                               http::pace_of(cfg, std::chrono::steady_clock::now()));
+    auto kept = co_await http::read_whole_body(request, body, cfg.inbound.max_body);
     if (kept.problem) {
       if (kept.problem->status == 0) co_return false;
       co_await http::send_error(client, *kept.problem, false, idle);
@@ -346,16 +369,15 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   if (scope.empty()) {  // a keyed route, a request without a key, none required: forwarded as it is
     guard.idempotent("unkeyed");
   }
-  std::string const hash = scope.empty() || event
-                               ? std::string()
-                               : payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
+  if (!scope.empty() && !event)
+    k.hash = payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
   auto const started = std::chrono::steady_clock::now();
   if (!scope.empty()) {
     auto const now = wall::now();
     // The key is held while its request may be at the app: a crash mid-request frees it
     // only once the lease has run out.
     auto const lease = now + cfg.inbound.claim_lease;
-    auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, hash, now, lease, use_tuple);
+    auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, k.hash, now, lease, use_tuple);
     if (e && e->full) {
       // No room to remember the key: the request is not let through unprotected.
       if (e->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", e->message}});
@@ -367,28 +389,28 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     }
     switch (claim.state) {
       case store::key_state::claimed:
-        log_move(ctx, route, key, hash, "absent", "pending");
+        log_move(c, k, "absent", "pending");
         break;
       case store::key_state::in_flight:
-        log_move(ctx, route, key, hash, "pending", "pending");
+        log_move(c, k, "pending", "pending");
         co_return co_await refuse(409, "idempotency.in_flight", "conflict",
                                   "a request with this key is still being processed; retry later");
       case store::key_state::mismatch:
-        log_move(ctx, route, key, hash, "held", "mismatch");
+        log_move(c, k, "held", "mismatch");
         co_return co_await refuse(ir.idempotency.mismatch_status, "idempotency.payload_mismatch", "mismatch",
                                   "this key was used with another payload; a new request needs a new key");
       case store::key_state::replay: {
         if (!event && std::any_of(claim.response.headers.begin(), claim.response.headers.end(),
                                   [](const auto& f) { return beast::iequals(f.first, not_kept_field); })) {
           // The app ran it; its answer could not be kept. Running it again is what R-6 forbids.
-          log_move(ctx, route, key, hash, "complete", "mismatch");
+          log_move(c, k, "complete", "mismatch");
           std::string const why = "a request with this key completed with status " +
                                   std::to_string(claim.response.status) +
                                   ", but its answer was larger than inbound.max_body and was not kept; a new request "
                                   "needs a new key";
           co_return co_await refuse(409, "idempotency.answer_not_kept", "conflict", why);
         }
-        log_move(ctx, route, key, hash, "complete", "replayed");
+        log_move(c, k, "complete", "replayed");
         guard.idempotent("replayed");
         // A repeated event is acknowledged, not answered again: the app already took it.
         auto pinned =
@@ -401,7 +423,7 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     }
   }
 
-  http::prepare_upstream_request(req, parser, target, ctx.instance_token);
+  http::prepare_upstream_request(req, parser, request.target, ctx.instance_token);
   req.chunked(false);
   if (!body.empty() || req.method() == bhttp::verb::post || req.method() == bhttp::verb::put ||
       req.method() == bhttp::verb::patch)
@@ -410,8 +432,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     req.erase(bhttp::field::content_length);
   auto const answer_by = started + route.policy->attempt_timeout;
   if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one
-    auto answer = co_await ask_app(req, body, target, route, answer_by, cfg.inbound.max_body);
-    if (answer.too_large) co_return co_await relay_unkept(ctx, client, answer, route, req, version, keep);
+    auto answer = co_await ask_app(c, request.target, body, answer_by);
+    if (answer.too_large) co_return co_await relay_unkept(c, answer);
     if (!answer.response) {
       guard.answered(answer.failure.status);
       co_await http::send_error(client, answer.failure, keep, idle);
@@ -431,7 +453,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
                                                  "until it does, and its answer is pinned",
                                                  route.name, 1},
                                idle, answer_by);
-  auto answer = co_await ask_app(req, body, target, route, started + cfg.inbound.claim_lease, cfg.inbound.max_body);
+  auto const held_until = started + cfg.inbound.claim_lease;
+  auto answer = co_await ask_app(c, request.target, body, held_until);
   bool const client_answered = co_await on_timeout.settle();
   if (client_answered) guard.answered(504);
   if (answer.too_large) {
@@ -439,17 +462,17 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
     // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
     store::pinned_response const status_only{
         answer.too_large->response->get().result_int(), {{std::string(not_kept_field), "1"}}, {}};
-    co_await settle_key(ctx, route, ir, scope, key, hash, event, status_only, false);
+    co_await settle_key(c, k, status_only, false);
     if (client_answered) co_return false;
-    co_return co_await relay_unkept(ctx, client, answer, route, req, version, keep);
+    co_return co_await relay_unkept(c, answer);
   }
   if (!answer.response) {
     if (answer.may_have_reached) {
       // The app may have acted on it: a duplicate must not run it again before the lease ends.
-      log_move(ctx, route, key, hash, "pending", "pending");
+      log_move(c, k, "pending", "pending");
     } else {
       auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
-      log_move(ctx, route, key, hash, "pending", "absent");
+      log_move(c, k, "pending", "absent");
     }
     if (client_answered) co_return false;
     guard.answered(answer.failure.status);
@@ -460,7 +483,8 @@ net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast
   bool const fits = r.body.size() <= cfg.inbound.max_body;
   store::pinned_response status_only;
   if (!fits) status_only = {r.status, {{std::string(not_kept_field), "1"}}, {}};
-  auto const word = co_await settle_key(ctx, route, ir, scope, key, hash, event, fits ? r : status_only, fits);
+  auto const& kept_answer = fits ? r : status_only;
+  auto const word = co_await settle_key(c, k, kept_answer, fits);
   if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
   guard.answered(r.status);
   auto res = from_pinned(r, word, version, keep, is_head);

@@ -5,8 +5,7 @@
     (`Idempotency-Status: replayed`) without the app seeing it twice; on a route with `dedupe`,
     an event id seen within its window is answered 200 and never reaches the app again. */
 #include "config/config.hpp"
-#include "proxy/http/client_session.hpp"
-#include "proxy/http/dependency_route.hpp"
+#include "proxy/http/client_request.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include "proxy/http/bounded_parser.hpp"
@@ -28,9 +27,7 @@ gate_use gate_for(const config::inbound_route& route, const http::request_parser
 /** Answers the request through the gate: refused (400 key missing or malformed, 409 in
     flight, 422/409 payload mismatch), replayed from the store, or forwarded to the app once
     with its answer pinned. Returns whether the client connection stays open. */
-net::awaitable<bool> answer_through_gate(const http::session_context& ctx, beast::tcp_stream& client,
-                                         beast::flat_buffer& buffer, http::request_parser& parser,
-                                         http::request_target& target, http::dependency_route& route,
+net::awaitable<bool> answer_through_gate(const http::client_request& request,
                                          const config::inbound_route& inbound_route);
 
 }  // namespace rebound::inbound

@@ -48,19 +48,20 @@ breaker_state circuit_breaker::state() const { return state_of(word_.load(std::m
 
 circuit_breaker::time_point circuit_breaker::since() const { return at_ns(since_ns_.load(std::memory_order_relaxed)); }
 
-std::optional<breaker_transition> circuit_breaker::move(std::uint64_t seen, breaker_state from, breaker_state to,
-                                                        time_point stamp, time_point now, std::string_view reason) {
+std::optional<breaker_transition> circuit_breaker::move(std::uint64_t seen, breaker_state to, time_point stamp,
+                                                        time_point now, std::string_view reason) {
+  auto const from = state_of(seen);
   if (!word_.compare_exchange_strong(seen, pack(to, stamp), std::memory_order_acq_rel)) return std::nullopt;
   since_ns_.store(ns_of(now), std::memory_order_relaxed);
   return breaker_transition{from, to, reason};
 }
 
-std::optional<breaker_transition> circuit_breaker::open_from(std::uint64_t seen, breaker_state from,
-                                                             std::string_view reason, time_point now, double u) {
+std::optional<breaker_transition> circuit_breaker::open_from(std::uint64_t seen, std::string_view reason,
+                                                             time_point now, double u) {
   // +-10%: a fleet of sidecars that opened together does not probe together.
   auto const jittered = std::chrono::duration_cast<time_point::duration>(std::chrono::duration<double, std::nano>(
       static_cast<double>(std::chrono::nanoseconds(policy_.open_for).count()) * (0.9 + 0.2 * u)));
-  return move(seen, from, breaker_state::open, now + jittered, now, reason);
+  return move(seen, breaker_state::open, now + jittered, now, reason);
 }
 
 circuit_breaker::decision circuit_breaker::admit(time_point now) {
@@ -78,7 +79,7 @@ circuit_breaker::decision circuit_breaker::admit(time_point now) {
     }
     // The winner opens the round. A worker that sees half_open a moment before the round is
     // set counts against the old one: at worst it is refused for a second or probes early.
-    d.transition = move(word, breaker_state::open, breaker_state::half_open, now, now, "open_for elapsed");
+    d.transition = move(word, breaker_state::half_open, now, now, "open_for elapsed");
     if (d.transition) start_round();
     word = word_.load(std::memory_order_acquire);
     if (state_of(word) == breaker_state::open && policy_.mode == mode::enforce) {  // a probe failed meanwhile
@@ -116,11 +117,11 @@ std::optional<breaker_transition> circuit_breaker::record(bool failed, time_poin
     case breaker_state::open:
       return std::nullopt;  // an attempt that began before the breaker opened says nothing new
     case breaker_state::half_open:
-      if (failed) return open_from(word, breaker_state::half_open, "probe failed", now, u);
+      if (failed) return open_from(word, "probe failed", now, u);
       if (probe_successes_.fetch_add(1, std::memory_order_relaxed) + 1 <
           static_cast<std::int64_t>(policy_.half_open_probes))
         return std::nullopt;
-      if (auto t = move(word, breaker_state::half_open, breaker_state::closed, now, now, "probes succeeded")) {
+      if (auto t = move(word, breaker_state::closed, now, now, "probes succeeded")) {
         // The failures that opened it must not open it again at once.
         attempts_.clear();
         failures_.clear();
@@ -138,14 +139,14 @@ std::optional<breaker_transition> circuit_breaker::record(bool failed, time_poin
   if (attempts < policy_.min_requests ||
       static_cast<double>(failures) < policy_.failure_ratio * static_cast<double>(attempts))
     return std::nullopt;
-  return open_from(word, breaker_state::closed, "failure_ratio", now, u);
+  return open_from(word, "failure_ratio", now, u);
 }
 
 std::optional<breaker_transition> circuit_breaker::budget_exhausted(time_point now, double u) {
   if (policy_.mode == mode::off || !policy_.open_on_budget_exhausted) return std::nullopt;
   auto const word = word_.load(std::memory_order_acquire);
   if (state_of(word) != breaker_state::closed) return std::nullopt;
-  return open_from(word, breaker_state::closed, "budget_exhausted", now, u);
+  return open_from(word, "budget_exhausted", now, u);
 }
 
 }  // namespace rebound::retry

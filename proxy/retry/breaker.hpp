@@ -71,10 +71,11 @@ class circuit_breaker {
  private:
   /// The state word: the state in the low 2 bits, above them a time in nanoseconds of the
   /// steady clock: when an open breaker may probe, when a half-open round began.
-  std::optional<breaker_transition> open_from(std::uint64_t seen, breaker_state from, std::string_view reason,
-                                              time_point now, double u);
-  std::optional<breaker_transition> move(std::uint64_t seen, breaker_state from, breaker_state to, time_point stamp,
-                                         time_point now, std::string_view reason);
+  /// From the state word `seen` (its state is the one left) to `to`, unless another thread
+  /// moved it first.
+  std::optional<breaker_transition> open_from(std::uint64_t seen, std::string_view reason, time_point now, double u);
+  std::optional<breaker_transition> move(std::uint64_t seen, breaker_state to, time_point stamp, time_point now,
+                                         std::string_view reason);
   void start_round();
 
   config::breaker_policy policy_;

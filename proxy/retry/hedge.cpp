@@ -102,7 +102,7 @@ void hedged_attempt::finished(std::size_t i, std::exception_ptr e, attempt_summa
   if (e) {
     c.summary = {};
     c.summary.failure =
-        upstream::attempt_failure{error_type::upstream_protocol_error, "the attempt ended with an exception"};
+        retry::attempt_failure{error_type::upstream_protocol_error, "the attempt ended with an exception"};
   }
   c.running = false;
   --in_flight_;

@@ -2,9 +2,6 @@
 
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/decide.hpp"
-#include "proxy/retry/hedge.hpp"
-#include "proxy/retry/layers.hpp"
-#include "proxy/retry/request_timeout.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -128,83 +125,6 @@ net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_ru
       co_return step.take_result();
     }
   }
-}
-
-namespace {
-
-/// An HTTP/1.1 attempt: upstream::run_attempt, keeping the response head it returns.
-class http1_attempt final : public attempt_runner {
- public:
-  http1_attempt(upstream::pool& pool, upstream::destination to,
-                upstream::bhttp::request<upstream::bhttp::buffer_body>& req, std::string_view body, bool is_head,
-                bool sends_deadline)
-      : pool_(pool), to_(to), req_(req), body_(body), is_head_(is_head), sends_deadline_(sends_deadline) {}
-
-  net::awaitable<attempt_summary> run(clock::time_point deadline) override {
-    // What this attempt has left, not what the caller first gave: the time spent on earlier
-    // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
-    if (sends_deadline_) req_.set(request_timeout_header, format_request_timeout(deadline, clock::now()));
-    auto attempt = co_await upstream::run_attempt(pool_, to_, req_, body_, is_head_, deadline);
-    attempt_summary s;
-    if (!attempt) {
-      s.failure = std::move(attempt.error());
-      co_return s;
-    }
-    response = std::move(*attempt);
-    auto const& h = response->response->get();
-    s.outcome.status = h.result_int();
-    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
-      s.retry_after = std::string_view(it->value().data(), it->value().size());
-    auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
-      auto it = h.find(name);
-      if (it == h.end()) return std::nullopt;
-      return std::string_view(it->value().data(), it->value().size());
-    };
-    s.below = read_layer_signal(
-        {field(retried_header), field("Rebound-Attempts"), field("Rebound-Error"), field(overloaded_header)});
-    co_return s;
-  }
-  void drop() override { response.reset(); }
-
-  std::unique_ptr<upstream::exchange> response;
-
- private:
-  upstream::pool& pool_;
-  upstream::destination to_;
-  upstream::bhttp::request<upstream::bhttp::buffer_body>& req_;
-  std::string_view body_;
-  bool is_head_;
-  bool sends_deadline_;
-};
-
-}  // namespace
-
-net::awaitable<loop_result> run_retry_loop(const step_context& ctx, const http1_request& request, loop_hooks hooks,
-                                           const hedge_plan* hedge) {
-  // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
-  bool const sends_deadline = ctx.facts.deadline.has_value();
-  auto make = [&request, sends_deadline] {
-    return std::make_unique<http1_attempt>(request.pool, request.to, request.req, request.body, request.is_head,
-                                           sends_deadline);
-  };
-  loop_result out;
-  attempts_result r;
-  if (hedge && hedge->max > 0) {
-    // Each copy of a hedged request is an HTTP/1.1 attempt of its own (hedge.hpp).
-    hedged_attempt attempt(make, *hedge, ctx);
-    r = co_await run_attempts(ctx, attempt, hooks);
-    if (!r.failure && !r.client_gone)
-      out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
-  } else {
-    auto attempt = make();
-    r = co_await run_attempts(ctx, *attempt, hooks);
-    if (!r.failure && !r.client_gone) out.response = std::move(attempt->response);
-  }
-  out.attempts = r.attempts;
-  out.failure = std::move(r.failure);
-  out.client_gone = r.client_gone;
-  out.gave_up = r.gave_up;
-  co_return out;
 }
 
 }  // namespace rebound::retry

@@ -4,7 +4,7 @@
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/retry/step.hpp"
-#include "proxy/upstream/attempt.hpp"
+#include "proxy/net.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
 
@@ -12,8 +12,6 @@
 #include <random>
 
 namespace rebound::retry {
-
-struct hedge_plan;
 
 /** What the loop watches while it waits between attempts. Null members are not used; the
     dependency's gate and observer come with the step_context (step.hpp). */
@@ -23,25 +21,8 @@ struct loop_hooks {
   tcp::socket* client = nullptr;   ///< watched during a backoff: a client that hangs up cancels the loop
 };
 
-/// An HTTP/1.1 request whose body is at hand (none, or kept for a resend): what each attempt sends.
-struct http1_request {
-  upstream::pool& pool;
-  upstream::destination to;
-  upstream::bhttp::request<upstream::bhttp::buffer_body>& req;
-  std::string_view body;
-  bool is_head = false;
-};
-
-struct loop_result {
-  unsigned attempts = 0;
-  std::unique_ptr<upstream::exchange> response;      ///< the last response head, to be streamed to the client
-  std::optional<upstream::attempt_failure> failure;  ///< set when no response is left to return
-  bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
-  bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
-};
-
-/** How one protocol makes an attempt: HTTP/1.1 (`run_retry_loop` below) and gRPC over
-    HTTP/2 (grpc/) each implement it; the loop around it, and with it every rule of the
+/** How one protocol makes an attempt: HTTP/1.1 (http/retry_loop.hpp), CONNECT
+    (http/tunnel.cpp), gRPC over HTTP/2 (grpc/) each implement it; the loop around it, and with it every rule of the
     standard, is written once. The views of a summary stay valid until `drop` or the next run. */
 class attempt_runner {
  public:
@@ -57,13 +38,5 @@ class attempt_runner {
     R-9's expiry), each attempt handed to the retry step. Without `hooks.drain`, the backoff
     wait is cancelled through the calling coroutine's own cancellation slot. */
 net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_runner& attempt, loop_hooks hooks);
-
-/** Runs attempts of `request` until one is final, retries are exhausted, or time is up;
-    returns the last response head, or why there is none. With `ctx.facts.deadline` (the
-    caller's X-Request-Timeout, the only source of one on HTTP/1.1), every attempt carries the
-    time it has left in that header, so the next hop stops when this one stops waiting.
-    `hedge`: how the request is hedged (hedge.hpp); null or max 0: one copy at a time. */
-net::awaitable<loop_result> run_retry_loop(const step_context& ctx, const http1_request& request, loop_hooks hooks,
-                                           const hedge_plan* hedge);
 
 }  // namespace rebound::retry

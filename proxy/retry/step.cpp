@@ -3,9 +3,16 @@
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/layers.hpp"
 
+#include <boost/throw_exception.hpp>
+
 #include <algorithm>
+#include <stdexcept>
 
 namespace rebound::retry {
+
+void throw_exception_from_error(const attempt_failure& f, const boost::source_location& loc) {
+  boost::throw_exception(std::runtime_error("attempt failed: " + f.message), loc);
+}
 
 using steady = std::chrono::steady_clock;
 
@@ -32,7 +39,7 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
   // request is out of time.
   if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, deadline_) == deadline_)
-    failure = upstream::attempt_failure{error_type::deadline_exceeded,
+    failure = retry::attempt_failure{error_type::deadline_exceeded,
                                         facts.deadline && *facts.deadline == deadline_
                                             ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
                                             : "total_timeout reached"};
@@ -104,7 +111,7 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
               {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
     // a Retry-After past the deadline returns that response at once. Without a
     // response to return, the client learns why from the error type.
-    if (failure && s->error) result.failure = upstream::attempt_failure{*s->error, "no time left for another attempt"};
+    if (failure && s->error) result.failure = retry::attempt_failure{*s->error, "no time left for another attempt"};
     return stopped;
   }
   if (draining) return {};
@@ -119,7 +126,7 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
       result.gave_up = result.attempts > 1;
       if (failure)
         result.failure =
-            upstream::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
+            retry::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
       return {};
     }
   }
@@ -152,7 +159,7 @@ void retry_step::caller_left(std::string_view reason) {
 void retry_step::drain_cut(const std::string& last_outcome) {
   // The failed attempt's response went with its connection, so the message says what it was.
   if (!result_.failure)
-    result_.failure = upstream::attempt_failure{
+    result_.failure = retry::attempt_failure{
         error_type::deadline_exceeded, "shutting down before the retry; the last attempt answered " + last_outcome};
 }
 

@@ -9,18 +9,12 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/throw_exception.hpp>
 
 #include <array>
-#include <stdexcept>
 
 namespace rebound::upstream {
 
-void throw_exception_from_error(const attempt_failure& f, const boost::source_location& loc) {
-  boost::throw_exception(std::runtime_error("attempt failed: " + f.message), loc);
-}
-
-attempt_failure read_failure(const error_code& ec) {
+retry::attempt_failure read_failure(const error_code& ec) {
   if (ec == beast::error::timeout)
     return {http::error_type::attempt_timeout, "no response head within the attempt timeout"};
   if (ec == bhttp::error::end_of_stream || ends_stream(ec) || ec == net::error::connection_reset ||
@@ -29,9 +23,12 @@ attempt_failure read_failure(const error_code& ec) {
   return {http::error_type::upstream_protocol_error, "invalid response from upstream: " + ec.message()};
 }
 
-net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, beast::flat_buffer& buffer,
-                                                               std::optional<response_parser>& rp, bool is_head,
-                                                               clock::time_point deadline, interim_route& route) {
+net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& ex, bool is_head,
+                                                                      clock::time_point deadline,
+                                                                      interim_route& route) {
+  auto& up = *ex.stream;
+  auto& buffer = ex.buffer;
+  auto& rp = ex.response;
   for (;;) {
     rp.emplace();
     rp->header_limit(max_response_head);
@@ -43,7 +40,7 @@ net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, b
     auto const status = rp->get().result_int();
     if (status >= 200) co_return std::nullopt;
     if (status == 101)
-      co_return attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
+      co_return retry::attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
     if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
@@ -64,8 +61,8 @@ namespace {
 /** Reads the rest of `ex`'s response, handing each piece to `keep` (null: dropped), at most
     `limit` body bytes by `deadline`, then pools the connection when the exchange ended cleanly
     and the upstream keeps it open. False when the body could not be read whole. */
-net::awaitable<bool> finish_response(pool& p, const std::string& key, exchange& ex, std::size_t limit,
-                                     clock::time_point deadline, std::string* keep) {
+net::awaitable<bool> finish_response(pool_slot back, exchange& ex, std::size_t limit, clock::time_point deadline,
+                                     std::string* keep) {
   if (!ex.stream || !ex.response) co_return false;
   auto& rp = *ex.response;
   std::array<char, 16 * 1024> chunk;
@@ -85,7 +82,7 @@ net::awaitable<bool> finish_response(pool& p, const std::string& key, exchange& 
   // Bytes past the response would be an answer to nothing: such a connection is not reused.
   if (rp.keep_alive() && ex.buffer.size() == 0) {
     ex.stream->expires_never();
-    p.put(key, std::move(*ex.stream));
+    back.p.put(back.key, std::move(*ex.stream));
     ex.stream.reset();
   }
   co_return true;
@@ -93,22 +90,21 @@ net::awaitable<bool> finish_response(pool& p, const std::string& key, exchange& 
 
 }  // namespace
 
-net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
-                            clock::time_point deadline) {
-  co_await finish_response(p, key, ex, limit, deadline, nullptr);
+net::awaitable<void> settle(pool_slot back, exchange& ex, std::size_t limit, clock::time_point deadline) {
+  co_await finish_response(back, ex, limit, deadline, nullptr);
 }
 
-net::awaitable<bool> read_response_body(pool& p, const std::string& key, exchange& ex, std::string& out,
-                                        std::size_t limit, clock::time_point deadline) {
-  co_return co_await finish_response(p, key, ex, limit, deadline, &out);
+net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::string& out, std::size_t limit,
+                                        clock::time_point deadline) {
+  co_return co_await finish_response(back, ex, limit, deadline, &out);
 }
 
-net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,
+net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
                                                                 bhttp::request<bhttp::buffer_body>& req,
                                                                 clock::time_point deadline) {
   auto cred = co_await source.authorization(deadline);
   if (!cred.authorization)
-    co_return attempt_failure{http::error_type::auth_refresh_failed,
+    co_return retry::attempt_failure{http::error_type::auth_refresh_failed,
                               "no valid credential for the upstream: " + cred.error};
   req.set(bhttp::field::authorization, *cred.authorization);
   co_return std::nullopt;
@@ -118,9 +114,11 @@ namespace {
 
 /** The exchange both run_attempt overloads are: a body at hand goes in one write (and again,
     whole, on a fresh connection when a pooled one was dead); `send` streams one through once. */
-net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                             std::string_view body, const request_sender* send, bool is_head,
+net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_request r, const request_sender* send,
                                              clock::time_point deadline) {
+  auto& req = r.req;
+  auto const body = r.body;
+  bool const is_head = r.is_head;
   if (to.auth) {
     auto refused = co_await apply_credential(*to.auth, req, deadline);
     if (refused) {
@@ -146,7 +144,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
       // being refused.
       while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
         c = co_await open_connection(to.host, to.port, to.tls, deadline);
-      if (!c.conn) co_return attempt_failure{c.error, c.message, false};
+      if (!c.conn) co_return retry::attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
     auto& up = *out->stream;
@@ -181,14 +179,14 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
       if (wec) {
         // A cancelled attempt (a hedge that lost, retry/hedge.hpp) is not sent again.
         if (wec == net::error::operation_aborted)
-          co_return attempt_failure{http::error_type::connect_reset, "the attempt was cancelled"};
+          co_return retry::attempt_failure{http::error_type::connect_reset, "the attempt was cancelled"};
         if (reused && round == 0 && wec != beast::error::timeout) continue;
         if (wec == beast::error::timeout)
-          co_return attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
-        co_return attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
+          co_return retry::attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
+        co_return retry::attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
       }
     }
-    auto failed = co_await read_final_head(up, out->buffer, out->response, is_head, deadline, route);
+    auto failed = co_await read_final_head(*out, is_head, deadline, route);
     to.interim_to = route.client;
     if (!failed) co_return std::move(out);
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
@@ -197,19 +195,19 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, bhttp::req
       continue;  // stale: go again
     co_return std::move(*failed);
   }
-  co_return attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
+  co_return retry::attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};
 }
 
 }  // namespace
 
-net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, clock::time_point deadline) {
-  return exchange_once(p, to, req, body, nullptr, is_head, deadline);
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, outgoing_request r, clock::time_point deadline) {
+  return exchange_once(p, to, r, nullptr, deadline);
 }
 
-net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                           const request_sender& send, bool is_head, clock::time_point deadline) {
-  return exchange_once(p, to, req, {}, &send, is_head, deadline);
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, outgoing_request r, const request_sender& send,
+                                           clock::time_point deadline) {
+  r.body = {};
+  return exchange_once(p, to, r, &send, deadline);
 }
 
 }  // namespace rebound::upstream

@@ -5,7 +5,7 @@
 #include "proxy/http/bounded_parser.hpp"
 #include "proxy/http/error_response.hpp"
 #include "proxy/net.hpp"
-#include "proxy/upstream/attempt_failure.hpp"
+#include "proxy/retry/attempt_failure.hpp"
 #include "proxy/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -41,11 +41,8 @@ struct exchange {
   std::optional<response_parser> response;           ///< the final head
 };
 
-/// Only reached by calling value() on a failed attempt_result, which nothing on the data path does.
-[[noreturn]] void throw_exception_from_error(const attempt_failure& f, const boost::source_location& loc);
-
 /// An attempt's outcome as a value: the response head, or why there is none.
-using attempt_result = boost::system::result<std::unique_ptr<exchange>, attempt_failure>;
+using attempt_result = boost::system::result<std::unique_ptr<exchange>, retry::attempt_failure>;
 
 class tls_client;
 }  // namespace rebound::upstream
@@ -83,8 +80,22 @@ struct interim_route;
     into `ex.response` (an upstream that answers before taking the body), and moves
     `deadline` on by the time it waited for the client: the attempt timeout measures the
     upstream, not the client's upload. */
-using request_sender = std::function<net::awaitable<std::optional<attempt_failure>>(
+using request_sender = std::function<net::awaitable<std::optional<retry::attempt_failure>>(
     connection& up, exchange& ex, interim_route& route, clock::time_point& deadline)>;
+
+/// A request as it goes upstream: its head, and its body when that is at hand (none, or kept
+/// for a resend; empty when a request_sender streams it).
+struct outgoing_request {
+  bhttp::request<bhttp::buffer_body>& req;
+  std::string_view body;
+  bool is_head = false;  ///< a HEAD: the answer's head may promise a body that never comes
+};
+
+/// Where a connection goes back after a clean exchange: a pool, under an origin's key.
+struct pool_slot {
+  pool& p;
+  const std::string& key;
+};
 
 /** The one exchange with an upstream for a request whose body is at hand (none, or kept for
     retries): every attempt of the retry loop is one call. With `to.auth`, the credential is
@@ -92,35 +103,33 @@ using request_sender = std::function<net::awaitable<std::optional<attempt_failur
     and nothing is sent. With `to.may_reuse`, a pooled connection that turns out to be
     closed before any response byte is replaced by a fresh one once, within the same
     attempt, and the whole request goes again. */
-net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                           std::string_view body, bool is_head, clock::time_point deadline);
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, outgoing_request r, clock::time_point deadline);
 
 /** The same exchange for a request whose body streams through once: `send` puts it on the
     connection in place of the single write. Such a request can never be sent again, so it
     never takes a pooled connection, whatever `to.may_reuse` says. */
-net::awaitable<attempt_result> run_attempt(pool& p, destination to, bhttp::request<bhttp::buffer_body>& req,
-                                           const request_sender& send, bool is_head, clock::time_point deadline);
+net::awaitable<attempt_result> run_attempt(pool& p, destination to, outgoing_request r, const request_sender& send,
+                                           clock::time_point deadline);
 
 /** Reads the rest of a response nobody reads on (an async delivery's answer), at most
-    `limit` body bytes by `deadline`, and puts the connection back in `p` under `key` when
-    the exchange ended cleanly and the upstream keeps it open; else the connection closes
-    with `ex`. Without it every delivery would open a fresh connection. */
-net::awaitable<void> settle(pool& p, const std::string& key, exchange& ex, std::size_t limit,
-                            clock::time_point deadline);
+    `limit` body bytes by `deadline`, and puts the connection `back` when the exchange ended
+    cleanly and the upstream keeps it open; else the connection closes with `ex`. Without it
+    every delivery would open a fresh connection. */
+net::awaitable<void> settle(pool_slot back, exchange& ex, std::size_t limit, clock::time_point deadline);
 
 /// The same, keeping the body in `out`: false when it could not be read whole within `limit`.
-net::awaitable<bool> read_response_body(pool& p, const std::string& key, exchange& ex, std::string& out,
-                                        std::size_t limit, clock::time_point deadline);
+net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::string& out, std::size_t limit,
+                                        clock::time_point deadline);
 
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */
-net::awaitable<std::optional<attempt_failure>> apply_credential(auth::credential_source& source,
+net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
                                                                 bhttp::request<bhttp::buffer_body>& req,
                                                                 clock::time_point deadline);
 
 /// The failure type of a response head that could not be read.
-attempt_failure read_failure(const error_code& ec);
+retry::attempt_failure read_failure(const error_code& ec);
 
 /// Where interim (1xx) answers go while the final head is awaited.
 struct interim_route {
@@ -131,17 +140,17 @@ struct interim_route {
   bool sent_100 = false;                ///< out: a 100 went to the client
 };
 
-/** Reads response heads from `up` until a final one, into `rp` (bounded by
+/** Reads response heads from `ex`'s connection until a final one, into `ex.response` (bounded by
     max_response_head and bounded_parser's field limits). 1xx answers go to `route.client`
     (RFC 9110 section 15.2: a proxy forwards 1xx it did not ask for); a 100 only when the
     client asked for one, since any other 100 answers an Expect rebound handled itself.
     A client that cannot take an interim answer does not fail the exchange: its trouble
     shows when the final answer goes out. A 101 is a failure: rebound never forwards
     Upgrade. With `route.stop_at_100`, returns once a 100 went to the client (`rp` then
-    holds it), or could not (`route.client` is then null). On failure `rp` still holds what
-    was parsed, for the caller to judge. */
-net::awaitable<std::optional<attempt_failure>> read_final_head(connection& up, beast::flat_buffer& buffer,
-                                                               std::optional<response_parser>& rp, bool is_head,
-                                                               clock::time_point deadline, interim_route& route);
+    holds it), or could not (`route.client` is then null). On failure `ex.response` still holds
+    what was parsed, for the caller to judge. */
+net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& ex, bool is_head,
+                                                                      clock::time_point deadline,
+                                                                      interim_route& route);
 
 }  // namespace rebound::upstream

@@ -87,7 +87,7 @@ struct test_server {
     beast::tcp_stream stream(std::move(*sock));
     beast::flat_buffer preread;
     // Named first: by-value arguments inside a co_await expression hit a GCC 12 double free.
-    auto op = h2::serve(stream, preread, s.limits, s.handler, &s.draining, nullptr);
+    auto op = h2::serve(stream, preread, s.limits, s.handler, {&s.draining, nullptr});
     co_await std::move(op);
     ++s.sessions_ended;
   }

@@ -46,11 +46,11 @@ class scripted_copy final : public attempt_runner {
     attempt_summary out;
     if (ec) {
       ++t_.cancelled;
-      out.failure = upstream::attempt_failure{error_type::connect_reset, "cancelled"};
+      out.failure = retry::attempt_failure{error_type::connect_reset, "cancelled"};
       co_return out;
     }
     if (s_.failure)
-      out.failure = upstream::attempt_failure{*s_.failure, "scripted"};
+      out.failure = retry::attempt_failure{*s_.failure, "scripted"};
     else
       out.outcome.status = s_.status;
     co_return out;

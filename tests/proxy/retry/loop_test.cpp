@@ -32,7 +32,7 @@ class scripted_attempt final : public attempt_runner {
     timer.expires_after(delay_);
     auto [ec] = co_await timer.async_wait(use_tuple);
     attempt_summary out;
-    out.failure = upstream::attempt_failure{ec ? error_type::attempt_timeout : failure_, "scripted"};
+    out.failure = retry::attempt_failure{ec ? error_type::attempt_timeout : failure_, "scripted"};
     co_return out;
   }
   void drop() override {}

@@ -83,7 +83,7 @@ struct fixture : retry_test::log_capture {
     step.attempt_made();
     attempt_summary s;
     if (r.outcome.error)
-      s.failure = upstream::attempt_failure{*r.outcome.error, "scripted"};
+      s.failure = retry::attempt_failure{*r.outcome.error, "scripted"};
     else
       s.outcome = r.outcome;
     s.retry_after = r.retry_after;

@@ -92,7 +92,7 @@ upstream::attempt_result run(net::io_context& ioc, upstream::pool& p, const std:
   std::optional<upstream::attempt_result> out;
   upstream::destination to{key, host, port};
   to.may_reuse = may_reuse;
-  net::co_spawn(ioc, upstream::run_attempt(p, to, req, body, false, std::chrono::steady_clock::now() + within),
+  net::co_spawn(ioc, upstream::run_attempt(p, to, {req, body, false}, std::chrono::steady_clock::now() + within),
                 [&](std::exception_ptr e, upstream::attempt_result r) {
                   if (e) std::rethrow_exception(e);
                   out.emplace(std::move(r));
@@ -100,7 +100,7 @@ upstream::attempt_result run(net::io_context& ioc, upstream::pool& p, const std:
                 });
   ioc.run_for(10s);
   ioc.restart();
-  if (!out) return upstream::attempt_failure{http::error_type::attempt_timeout, "the test's io_context ran out"};
+  if (!out) return retry::attempt_failure{http::error_type::attempt_timeout, "the test's io_context ran out"};
   return std::move(*out);
 }
 

@@ -1,0 +1,85 @@
+#include "proxy/http/retry_loop.hpp"
+
+#include "proxy/retry/hedge.hpp"
+#include "proxy/retry/layers.hpp"
+#include "proxy/retry/request_timeout.hpp"
+
+namespace rebound::http {
+
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+/// An HTTP/1.1 attempt: upstream::run_attempt, keeping the response head it returns.
+class http1_attempt final : public retry::attempt_runner {
+ public:
+  http1_attempt(upstream::pool& pool, upstream::destination to, upstream::outgoing_request out, bool sends_deadline)
+      : pool_(pool), to_(to), out_(out), sends_deadline_(sends_deadline) {}
+
+  net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
+    // What this attempt has left, not what the caller first gave: the time spent on earlier
+    // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
+    if (sends_deadline_) out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
+    auto attempt = co_await upstream::run_attempt(pool_, to_, out_, deadline);
+    retry::attempt_summary s;
+    if (!attempt) {
+      s.failure = std::move(attempt.error());
+      co_return s;
+    }
+    response = std::move(*attempt);
+    auto const& h = response->response->get();
+    s.outcome.status = h.result_int();
+    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
+      s.retry_after = std::string_view(it->value().data(), it->value().size());
+    auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
+      auto it = h.find(name);
+      if (it == h.end()) return std::nullopt;
+      return std::string_view(it->value().data(), it->value().size());
+    };
+    s.below = retry::read_layer_signal(
+        {field(retry::retried_header), field("Rebound-Attempts"), field("Rebound-Error"), field(retry::overloaded_header)});
+    co_return s;
+  }
+  void drop() override { response.reset(); }
+
+  std::unique_ptr<upstream::exchange> response;
+
+ private:
+  upstream::pool& pool_;
+  upstream::destination to_;
+  upstream::outgoing_request out_;
+  bool sends_deadline_;
+};
+
+}  // namespace
+
+net::awaitable<loop_result> run_retry_loop(const retry::step_context& ctx, const http1_request& request,
+                                           retry::loop_hooks hooks, const retry::hedge_plan* hedge) {
+  // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
+  bool const sends_deadline = ctx.facts.deadline.has_value();
+  auto make = [&request, sends_deadline] {
+    return std::make_unique<http1_attempt>(request.pool, request.to,
+                                           upstream::outgoing_request{request.req, request.body, request.is_head},
+                                           sends_deadline);
+  };
+  loop_result out;
+  retry::attempts_result r;
+  if (hedge && hedge->max > 0) {
+    // Each copy of a hedged request is an HTTP/1.1 attempt of its own (hedge.hpp).
+    retry::hedged_attempt attempt(make, *hedge, ctx);
+    r = co_await retry::run_attempts(ctx, attempt, hooks);
+    if (!r.failure && !r.client_gone)
+      out.response = std::move(static_cast<http1_attempt&>(attempt.answered()).response);
+  } else {
+    auto attempt = make();
+    r = co_await retry::run_attempts(ctx, *attempt, hooks);
+    if (!r.failure && !r.client_gone) out.response = std::move(attempt->response);
+  }
+  out.attempts = r.attempts;
+  out.failure = std::move(r.failure);
+  out.client_gone = r.client_gone;
+  out.gave_up = r.gave_up;
+  co_return out;
+}
+
+}  // namespace rebound::http
