@@ -225,13 +225,13 @@ void say_what_this_layer_did(h2::fields& head, const retry::attempts_result& res
   if (failure && retry::answers_overloaded(*failure)) set_field(head, "rebound-overloaded", "1");
 }
 
-net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>>
-connect_attempt(h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline) {
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>> connect_attempt(
+    h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline) {
   if (auto* const auth = to.auth) {
     auto cred = co_await auth->authorization(deadline);
     if (!cred.authorization)
       co_return retry::attempt_failure{retry::error_type::auth_refresh_failed,
-                                          "no valid credential for the upstream: " + cred.error};
+                                       "no valid credential for the upstream: " + cred.error};
     set_field(head, "authorization", *cred.authorization);
   }
   co_return co_await pool.get(to, deadline);

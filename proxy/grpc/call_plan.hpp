@@ -61,8 +61,8 @@ void summarize(const h2::fields& head, const h2::fields& trailers, retry::attemp
 
 /** The connection an attempt goes on, and its head given rebound's credential (R-9) when
     `to.auth` is set: fetched, or refreshed, before every attempt. */
-net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>>
-connect_attempt(h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline);
+net::awaitable<boost::system::result<std::shared_ptr<h2::client_connection>, retry::attempt_failure>> connect_attempt(
+    h2::client_pool& pool, const upstream::destination& to, h2::fields& head, clock::time_point deadline);
 
 /** What an answer says of this layer, as HTTP/1.1 answers say it (SPEC 4, issue 22):
     `rebound-attempts`, replacing what a rebound further along said; `rebound-retried:

@@ -24,7 +24,7 @@ class stream_attempt final : public retry::attempt_runner {
     if (attempts_ > 1 && !request_->rewind()) {
       // It outgrew what is kept while the retry waited: nothing is sent.
       s.failure = retry::attempt_failure{retry::error_type::upstream_protocol_error,
-                                            "the streamed request outgrew max_retry_body before its retry"};
+                                         "the streamed request outgrew max_retry_body before its retry"};
       s.repeatable = false;
       co_return s;
     }

@@ -398,7 +398,7 @@ net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::
     if (it == connecting_.end()) break;
     if (clock::now() >= deadline)
       co_return retry::attempt_failure{retry::error_type::connect_timeout,
-                                          "no connection to the upstream by the deadline", false};
+                                       "no connection to the upstream by the deadline", false};
     auto pending = it->second;  // kept: the connect may end and erase it while this waits
     net::steady_timer wake(co_await net::this_coro::executor, deadline);
     // Unlisted however the wait ends: a cancelled call throws out of its next co_await.

@@ -89,7 +89,7 @@ struct handlers {
 
 /// What the process tells a connection, and is told by it. Null members are not used.
 struct session_signals {
-  const bool* draining = nullptr;         ///< a drain has begun: no new streams
+  const bool* draining = nullptr;        ///< a drain has begun: no new streams
   http::session_guard* guard = nullptr;  ///< told when the connection is idle (no stream open)
 };
 

@@ -83,8 +83,8 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, rp}, client, head, how);
   if (!rr.ok()) {
     if (rr.read_error)
-      log_upstream_error(ctx, facts,
-                         {"upstream_protocol_error", 0, attempts, "response body cut short: " + rr.read_error.message()});
+      log_upstream_error(
+          ctx, facts, {"upstream_protocol_error", 0, attempts, "response body cut short: " + rr.read_error.message()});
     co_return false;
   }
   if (upstream_keep_alive && ex.buffer.size() == 0 && !key.empty()) {
@@ -166,8 +166,7 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
 namespace {
 
 /// rebound's answer when the loop left no response, logged.
-error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts,
-                          const loop_result& result) {
+error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
   return error_reply{default_status(f.type), f.type, f.message,     std::string(facts.dependency),

@@ -101,7 +101,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
       head.clear();
       if (ec)
         co_return retry::attempt_failure{upstream::classify_connect_error(ec),
-                                            "sending the request failed: " + ec.message()};
+                                         "sending the request failed: " + ec.message()};
       // Wait briefly for the upstream's own 100 or early final answer. On TLS a readable
       // socket may carry only a session ticket, and waiting on a TLS read could not be
       // abandoned cleanly, so a TLS upstream is not waited for: the client is told to go on.
@@ -154,7 +154,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
     }
     if (rr.write_error)
       co_return retry::attempt_failure{upstream::classify_connect_error(rr.write_error),
-                                          "sending the request body failed: " + rr.write_error.message()};
+                                       "sending the request body failed: " + rr.write_error.message()};
     co_return std::nullopt;
   };
 

@@ -167,14 +167,13 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
   co_return ec;
 }
 
-net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to,
-                                                std::string_view head, std::string_view prefix,
-                                                const relay_pacing& how) {
+net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to, std::string_view head,
+                                                std::string_view prefix, const relay_pacing& how) {
   return relay(from, to, head, prefix, how);
 }
 
-net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to,
-                                                 std::string_view head, const relay_pacing& how) {
+net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,
+                                                 const relay_pacing& how) {
   return relay(from, to, head, {}, how);
 }
 

@@ -108,9 +108,8 @@ struct relay_pacing {
     head, wire_head.hpp; empty when it went out already), framed as the fields of the
     parser's message say (chunked or not). `prefix` is body already read from the client;
     it goes out first. */
-net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to,
-                                                std::string_view head, std::string_view prefix,
-                                                const relay_pacing& how);
+net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to, std::string_view head,
+                                                std::string_view prefix, const relay_pacing& how);
 
 /** Forwards an interim (1xx) response head to an HTTP/1.1 client, hop-by-hop fields
     removed: RFC 9110 section 15.2 has a proxy forward 1xx answers (103 Early Hints, 102)
@@ -119,7 +118,7 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp:
                                          std::chrono::milliseconds idle);
 
 /// The same for an upstream's response body, to the client.
-net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to,
-                                                 std::string_view head, const relay_pacing& how);
+net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,
+                                                 const relay_pacing& how);
 
 }  // namespace rebound::http

@@ -19,7 +19,8 @@ class http1_attempt final : public retry::attempt_runner {
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     // What this attempt has left, not what the caller first gave: the time spent on earlier
     // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
-    if (sends_deadline_) out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
+    if (sends_deadline_)
+      out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
     auto attempt = co_await upstream::run_attempt(pool_, to_, out_, deadline);
     retry::attempt_summary s;
     if (!attempt) {
@@ -36,8 +37,8 @@ class http1_attempt final : public retry::attempt_runner {
       if (it == h.end()) return std::nullopt;
       return std::string_view(it->value().data(), it->value().size());
     };
-    s.below = retry::read_layer_signal(
-        {field(retry::retried_header), field("Rebound-Attempts"), field("Rebound-Error"), field(retry::overloaded_header)});
+    s.below = retry::read_layer_signal({field(retry::retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
+                                        field(retry::overloaded_header)});
     co_return s;
   }
   void drop() override { response.reset(); }

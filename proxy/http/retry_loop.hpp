@@ -27,9 +27,9 @@ struct http1_request {
 
 struct loop_result {
   unsigned attempts = 0;
-  std::unique_ptr<upstream::exchange> response;      ///< the last response head, to be streamed to the client
-  std::optional<retry::attempt_failure> failure;     ///< set when no response is left to return
-  bool client_gone = false;                          ///< the client hung up during a backoff: nobody to answer
+  std::unique_ptr<upstream::exchange> response;   ///< the last response head, to be streamed to the client
+  std::optional<retry::attempt_failure> failure;  ///< set when no response is left to return
+  bool client_gone = false;                       ///< the client hung up during a backoff: nobody to answer
   bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
@@ -38,7 +38,7 @@ struct loop_result {
     caller's X-Request-Timeout, the only source of one on HTTP/1.1), every attempt carries the
     time it has left in that header, so the next hop stops when this one stops waiting.
     `hedge`: how the request is hedged (retry/hedge.hpp); null or max 0: one copy at a time. */
-net::awaitable<loop_result> run_retry_loop(const retry::step_context& ctx, const http1_request& request, retry::loop_hooks hooks,
-                                           const retry::hedge_plan* hedge);
+net::awaitable<loop_result> run_retry_loop(const retry::step_context& ctx, const http1_request& request,
+                                           retry::loop_hooks hooks, const retry::hedge_plan* hedge);
 
 }  // namespace rebound::http

@@ -137,8 +137,7 @@ net::awaitable<app_answer> ask_app(const gate_call& c, const http::request_targe
   upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
   upstream::outgoing_request const out{req, body, is_head};
   auto attempt = co_await upstream::run_attempt(no_reuse, to, out, deadline);
-  if (!attempt)
-    co_return failed(c, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
+  if (!attempt) co_return failed(c, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);
   auto& ex = **attempt;
   if (auto const cl = ex.response->content_length(); cl && *cl > max_body) {
     app_answer large;
@@ -290,7 +289,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   auto const& cfg = ctx.cfg();
   auto const idle = cfg.limits.idle_timeout;
   auto& req = parser.get();
-  gate_call const c{ctx,          client, route, ir, req, req.version(), req.keep_alive(), req.method() == bhttp::verb::head,
+  gate_call const c{ctx, client, route, ir, req, req.version(), req.keep_alive(), req.method() == bhttp::verb::head,
                     idle};
   unsigned const version = c.version;
   bool const keep = c.keep;

@@ -40,9 +40,9 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
   if (failure && failure->type == error_type::attempt_timeout &&
       std::min(attempt_start + policy.attempt_timeout, deadline_) == deadline_)
     failure = retry::attempt_failure{error_type::deadline_exceeded,
-                                        facts.deadline && *facts.deadline == deadline_
-                                            ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
-                                            : "total_timeout reached"};
+                                     facts.deadline && *facts.deadline == deadline_
+                                         ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
+                                         : "total_timeout reached"};
   attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
   result.failure = failure;
   auto const took =

@@ -42,7 +42,7 @@ struct request_facts {
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.
 struct attempt_summary {
-  std::optional<retry::attempt_failure> failure;  ///< set when no response came back
+  std::optional<retry::attempt_failure> failure;     ///< set when no response came back
   attempt_outcome outcome;                           ///< the response's status (and grpc-status)
   std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
   std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
@@ -61,7 +61,7 @@ struct attempt_summary {
 
 struct attempts_result {
   unsigned attempts = 0;
-  std::optional<retry::attempt_failure> failure;  ///< set when no response is left to return
+  std::optional<retry::attempt_failure> failure;     ///< set when no response is left to return
   bool client_gone = false;                          ///< the client hung up during a backoff
   bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };

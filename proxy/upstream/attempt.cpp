@@ -40,7 +40,8 @@ net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& 
     auto const status = rp->get().result_int();
     if (status >= 200) co_return std::nullopt;
     if (status == 101)
-      co_return retry::attempt_failure{http::error_type::upstream_protocol_error, "upstream switched protocols unasked"};
+      co_return retry::attempt_failure{http::error_type::upstream_protocol_error,
+                                       "upstream switched protocols unasked"};
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
     if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
@@ -100,12 +101,12 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
 }
 
 net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
-                                                                bhttp::request<bhttp::buffer_body>& req,
-                                                                clock::time_point deadline) {
+                                                                       bhttp::request<bhttp::buffer_body>& req,
+                                                                       clock::time_point deadline) {
   auto cred = co_await source.authorization(deadline);
   if (!cred.authorization)
     co_return retry::attempt_failure{http::error_type::auth_refresh_failed,
-                              "no valid credential for the upstream: " + cred.error};
+                                     "no valid credential for the upstream: " + cred.error};
   req.set(bhttp::field::authorization, *cred.authorization);
   co_return std::nullopt;
 }

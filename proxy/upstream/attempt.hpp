@@ -125,8 +125,8 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */
 net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
-                                                                bhttp::request<bhttp::buffer_body>& req,
-                                                                clock::time_point deadline);
+                                                                       bhttp::request<bhttp::buffer_body>& req,
+                                                                       clock::time_point deadline);
 
 /// The failure type of a response head that could not be read.
 retry::attempt_failure read_failure(const error_code& ec);
@@ -150,7 +150,6 @@ struct interim_route {
     holds it), or could not (`route.client` is then null). On failure `ex.response` still holds
     what was parsed, for the caller to judge. */
 net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& ex, bool is_head,
-                                                                      clock::time_point deadline,
-                                                                      interim_route& route);
+                                                                      clock::time_point deadline, interim_route& route);
 
 }  // namespace rebound::upstream

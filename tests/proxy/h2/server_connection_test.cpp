@@ -156,8 +156,7 @@ net::awaitable<void> drain_once_called(test_server& s, const slow_state& st) {
   s.draining = true;  // while the slow handler still runs
 }
 
-net::awaitable<void> drain_mid_call(test_server& s, const slow_state& st, h2::exchange_result* out,
-                                    int* ended_before) {
+net::awaitable<void> drain_mid_call(test_server& s, const slow_state& st, h2::exchange_result* out, int* ended_before) {
   auto c = co_await connect_to(s.port());
   if (!c) co_return;
   auto req = grpc_request("/svc/Slow", "payload");
