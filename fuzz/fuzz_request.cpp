@@ -2,9 +2,9 @@
 // rebound's field limits, the framing (smuggling) checks, the request-target parser, the loop
 // guard, the upstream rewrite, then the body in relay-sized pieces with its trailers.
 // Any input must end in a parsed request or an error value: never a crash, a throw, a leak.
-#include "proxy/http/bounded_parser.hpp"
-#include "proxy/http/framing.hpp"
-#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/http/wire/framing.hpp"
+#include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"

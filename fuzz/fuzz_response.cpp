@@ -1,7 +1,7 @@
 // An upstream's answer as the relay reads it: a bounded response parser (1xx, trailers,
 // chunked, close-delimited bodies), then the rewrite into the client's head.
-#include "proxy/http/bounded_parser.hpp"
-#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 
 #include <boost/asio/buffer.hpp>

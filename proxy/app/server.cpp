@@ -8,14 +8,16 @@
 #include "proxy/store/postgres_store.hpp"
 #include "proxy/store/sqlite_store.hpp"
 #include "proxy/h2/client_connection.hpp"
+#include "proxy/grpc/serve.hpp"
 #include "proxy/http/client_session.hpp"
+#include "proxy/inbound/serve.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/retry_buffer.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/upstream/pool.hpp"
-#include "proxy/upstream/secure_origins.hpp"
+#include "proxy/auth/secure_origins.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -140,7 +142,13 @@ void start_session(worker& w, const http::session_context& ctx, tcp::socket sock
     net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
     return;
   }
-  net::co_spawn(w.ioc, http::run_client_session(ctx, std::move(socket)), report_failure{ctx.log, "client_session"});
+  // The proxy port also speaks HTTP/2 (gRPC); the inbound listener sends every request to the app.
+  http::session_doors doors;
+  if (ctx.inbound)
+    doors.inbound = inbound::serve_request;
+  else
+    doors.http2 = grpc::serve_if_http2;
+  net::co_spawn(w.ioc, http::run_client_session(ctx, doors, std::move(socket)), report_failure{ctx.log, "client_session"});
 }
 
 /// Connections taken at once, without waiting, after each accept that waited.
@@ -240,7 +248,7 @@ struct control_state {
   retry::guard_registry& guards;
   observe::logger& log;
   const run_options& options;
-  std::shared_ptr<const upstream::secure_origins> origins;  ///< the running config's
+  std::shared_ptr<const auth::secure_origins> origins;  ///< the running config's
 };
 
 std::string joined(const std::vector<std::string>& names) {
@@ -299,9 +307,9 @@ void reload(control_state& cs) {
     log.set_level(next.log_level);
 
   auto const current = std::make_shared<const config::config>(std::move(next));
-  std::shared_ptr<const upstream::secure_origins> origins;
+  std::shared_ptr<const auth::secure_origins> origins;
   try {
-    origins = std::make_shared<const upstream::secure_origins>(*current, &log, cs.origins.get());
+    origins = std::make_shared<const auth::secure_origins>(*current, &log, cs.origins.get());
   } catch (const std::exception& e) {  // a CA bundle or key that does not load: the old config serves on
     log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
     return;
@@ -471,7 +479,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   observe::metrics metrics(cfg->service);
   retry::guard_registry guards(*cfg, log, metrics);
   // Throws on a CA bundle or key that does not load: start-up is refused.
-  auto const origins = std::make_shared<const upstream::secure_origins>(*cfg, &log);
+  auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
   auto const running = std::make_shared<const http::running_config>(http::running_config{cfg, origins});
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();

@@ -3,7 +3,7 @@
     projected service-account token, a Vault agent sink). The file is checked before every
     attempt (one stat) and read again when it changed; a JWT's `exp` is honoured, so an
     expired token is never sent: the attempt fails until the file is renewed. */
-#include "proxy/auth/credential_source.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
 
 #include <mutex>
@@ -12,7 +12,10 @@
 
 namespace rebound::auth {
 
-class bearer_file final : public credential_source {
+using upstream::credential;
+using steady_clock = std::chrono::steady_clock;
+
+class bearer_file final : public upstream::credential_source {
  public:
   explicit bearer_file(std::string path) : path_(std::move(path)) {}
   net::awaitable<credential> authorization(steady_clock::time_point deadline) override;

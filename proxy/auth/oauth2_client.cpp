@@ -2,7 +2,7 @@
 
 #include "proxy/auth/jwt.hpp"
 #include "proxy/auth/secret_file.hpp"
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/upstream/connect.hpp"
 #include "proxy/upstream/tls_client.hpp"
 

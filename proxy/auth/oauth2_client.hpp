@@ -8,7 +8,7 @@
     first request that finds the token stale starts it on its own worker, every other one
     waits (up to its attempt's deadline) on a timer that the refresh cancels when it ends. */
 #include "config/config.hpp"
-#include "proxy/auth/credential_source.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
 #include "proxy/observe/log.hpp"
 
@@ -33,12 +33,23 @@ struct token_answer {
   std::string error;  ///< when !access_token; never holds the secret or a token
 };
 
+using steady_clock = std::chrono::steady_clock;
+using upstream::credential;
+
+/** When a token that lives `lifetime` and expires at `expires_at` must be replaced: at
+    `refresh_skew` before its expiry, but no earlier than half its life, so a token shorter
+    than the skew is still used for a while instead of being fetched for every attempt. */
+constexpr steady_clock::time_point refresh_at(steady_clock::time_point expires_at, steady_clock::duration lifetime,
+                                              steady_clock::duration refresh_skew) {
+  return expires_at - std::min(refresh_skew, lifetime / 2);
+}
+
 /** Reads a token endpoint's answer (status and JSON body, RFC 6749 section 5.1/5.2).
     Without `expires_in`, the token's own JWT `exp` is used, else `fallback_lifetime`. */
 token_answer read_token_answer(unsigned status, std::string_view body, wall_clock::time_point now,
                                std::chrono::seconds fallback_lifetime = std::chrono::seconds(300));
 
-class oauth2_client final : public credential_source, public std::enable_shared_from_this<oauth2_client> {
+class oauth2_client final : public upstream::credential_source, public std::enable_shared_from_this<oauth2_client> {
  public:
   /// `tls`: for an https token_url (nullptr for http://).
   oauth2_client(config::auth_settings settings, std::string dependency, std::shared_ptr<upstream::tls_client> tls,

@@ -288,7 +288,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto const key = http::pool_key(target, route.tls);
   upstream::destination const to{
       key,     target.connect_host,          target.port, route.tls, http::credentials_for(req, route), true,
-      nullptr, std::chrono::milliseconds(0), false};
+      nullptr, false};
 
   retry::request_facts facts;
   facts.may_retry = true;  // every task carries an idempotency key

@@ -2,7 +2,7 @@
 
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
-#include "proxy/auth/credential_source.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
 #include "proxy/grpc/status.hpp"
 #include "proxy/grpc/timeout.hpp"

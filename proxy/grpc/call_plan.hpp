@@ -4,7 +4,7 @@
     attempt sends, and how an answer's head and trailers read as an attempt summary. */
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/h2/message.hpp"
-#include "proxy/http/client_session.hpp"
+#include "proxy/http/session_context.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"

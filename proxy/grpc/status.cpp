@@ -52,6 +52,11 @@ h2::message trailers_only(code status, std::string_view message, std::string_vie
   return m;
 }
 
+h2::message refusal(h2::stream_refusal why, std::string_view message) {
+  auto const c = why == h2::stream_refusal::too_slow ? code::deadline_exceeded : code::resource_exhausted;
+  return trailers_only(c, message, retry::to_string(retry::error_type::bad_request));
+}
+
 unsigned counted_status(const h2::fields& head, const h2::fields& trailers) {
   auto const* status = h2::message::find_in(head, ":status");
   if (!status) return 502;

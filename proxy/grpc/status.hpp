@@ -44,6 +44,10 @@ h2::fields status_fields(code status, std::string_view message, std::string_view
 /// A trailers-only answer with `status` and `message`, naming `error` in `rebound-error`.
 h2::message trailers_only(code status, std::string_view message, std::string_view error);
 
+/** rebound's refusal of a call that broke a connection's limit (h2::handlers::refuse_call):
+    DEADLINE_EXCEEDED for a request too slow, RESOURCE_EXHAUSTED for one too large. */
+h2::message refusal(h2::stream_refusal why, std::string_view message);
+
 /** The `code` a gRPC answer is counted under in proxy_requests_total: every gRPC answer is
     HTTP 200, so it is its grpc-status mapped as google.rpc.Code maps to HTTP (UNAVAILABLE 503,
     DEADLINE_EXCEEDED 504, RESOURCE_EXHAUSTED 429, INTERNAL 500, ...), so that a dashboard

@@ -10,7 +10,7 @@
     a head of its own, that head goes to the client and the call is never sent again: the
     messages that follow are the server's, not rebound's to repeat. */
 #include "proxy/h2/server_connection.hpp"
-#include "proxy/http/client_session.hpp"
+#include "proxy/http/session_context.hpp"
 
 namespace rebound::grpc {
 

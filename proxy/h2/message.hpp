@@ -33,4 +33,12 @@ struct message {
   }
 };
 
+/** Why a server connection answered a stream itself, before any handler saw it: its request
+    broke one of the connection's limits (server_limits). */
+enum class stream_refusal {
+  too_slow,        ///< 408: the body did not arrive within body_timeout and min_body_rate
+  head_too_large,  ///< 431: more than max_header_list of fields
+  body_too_large,  ///< 413: more than max_request_body
+};
+
 }  // namespace rebound::h2

@@ -1,6 +1,5 @@
 #include "proxy/h2/server_connection.hpp"
 
-#include "proxy/grpc/status.hpp"
 #include "proxy/h2/nghttp2_session.hpp"
 #include "proxy/http/session_registry.hpp"
 
@@ -68,15 +67,6 @@ message status_only(const char* status) {
   message m;
   m.head.push_back({":status", status});
   return m;
-}
-
-/** rebound's own refusal of a stream (too large, too slow). A gRPC call gets a gRPC status in
-    a trailers-only answer, with `rebound-error` as every other refusal of a call has: a gRPC
-    client reads a bare HTTP 413 or 431 as UNKNOWN or UNAVAILABLE, with no reason. Anything
-    else gets the HTTP status alone. */
-message refusal(const server_stream& ss, const char* http_status, grpc::code code, std::string_view why) {
-  if (!ss.grpc) return status_only(http_status);
-  return grpc::trailers_only(code, why, retry::to_string(retry::error_type::bad_request));
 }
 
 class server_state {
@@ -357,6 +347,21 @@ class server_state {
       min_body_rate allow is answered 408 and its bytes let go; an answer the client has taken
       nothing of for idle_timeout (a zero window it never opens) has its stream reset, which
       frees it. */
+  /** rebound's own refusal of a stream: a gRPC call's as its handler says (a trailers-only
+      status with `rebound-error`), anything else's as the HTTP status alone. */
+  message refusal(const server_stream& ss, stream_refusal why, std::string_view text) const {
+    if (ss.grpc && handler_.refuse_call) return handler_.refuse_call(why, text);
+    switch (why) {
+      case stream_refusal::too_slow:
+        return status_only("408");
+      case stream_refusal::head_too_large:
+        return status_only("431");
+      case stream_refusal::body_too_large:
+        break;
+    }
+    return status_only("413");
+  }
+
   void check_streams(clock::time_point now) {
     for (auto& [id, ss] : streams_) {
       if (!ss->streaming && !ss->request_complete && !ss->answered) {
@@ -368,7 +373,7 @@ class server_state {
           ss->request = {};
           release_held(*ss);
           ss->refused_early = true;
-          ss->response = refusal(*ss, "408", grpc::code::deadline_exceeded,
+          ss->response = refusal(*ss, stream_refusal::too_slow,
                                  "the request message did not arrive within limits.body_timeout");
           answer(*ss);
         }
@@ -401,7 +406,7 @@ class server_state {
     ss.request_complete = true;
     if (ss.answered) return;  // a 413 went out already
     if (ss.head_too_large) {
-      ss.response = refusal(ss, "431", grpc::code::resource_exhausted,
+      ss.response = refusal(ss, stream_refusal::head_too_large,
                             "the request metadata is larger than limits.max_request_head");
       answer(ss);
       return;
@@ -473,7 +478,7 @@ class server_state {
       ss->refused_early = true;
       ss->request.body = std::string();
       st.release_held(*ss);
-      ss->response = refusal(*ss, "413", grpc::code::resource_exhausted,
+      ss->response = st.refusal(*ss, stream_refusal::body_too_large,
                              "the request message is larger than limits.max_request_body");
       st.answer(*ss);
       return 0;
@@ -562,7 +567,7 @@ net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& prerea
 
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
                            request_handler handler, session_signals signals) {
-  server_state state(stream, limits, handlers{std::move(handler), {}, {}}, signals);
+  server_state state(stream, limits, handlers{std::move(handler), {}, {}, {}}, signals);
   co_await state.run(preread);
 }
 

@@ -85,6 +85,10 @@ struct handlers {
   request_handler whole;
   std::function<bool(const fields& head)> streams;
   stream_handler stream;
+  /** How a refused call (content-type application/grpc) is answered, as gRPC clients read a
+      refusal (grpc/status.hpp): a bare HTTP 413 or 431 is UNKNOWN to them, with no reason.
+      Null, or any other request: the HTTP status alone. */
+  std::function<message(stream_refusal why, std::string_view message)> refuse_call;
 };
 
 /// What the process tells a connection, and is told by it. Null members are not used.

@@ -1,19 +1,14 @@
 #include "proxy/http/client_session.hpp"
 
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
-#include "proxy/grpc/call_plan.hpp"
-#include "proxy/grpc/streaming_call.hpp"
-#include "proxy/grpc/unary_call.hpp"
-#include "proxy/h2/server_connection.hpp"
-#include "proxy/http/framing.hpp"
+#include "proxy/http/wire/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/inbound/idempotency_gate.hpp"
 #include "proxy/observe/correlation.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -152,49 +147,6 @@ class connection_slot {
   std::atomic<std::size_t>* count_;
 };
 
-/** Whether the client opened with HTTP/2's preface (h2c with prior knowledge: a gRPC channel
-    that targets rebound). A first read shorter than the preface that still matches it is
-    read on until it decides, by `due` (head_timeout from the first byte, as for an HTTP/1.1
-    head: a preface sent a byte at a time must not hold the connection forever). */
-net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& buffer, std::chrono::milliseconds idle,
-                                 std::chrono::steady_clock::time_point due) {
-  for (;;) {
-    auto const data = buffer.cdata();
-    auto const m = h2::match_preface(std::string_view(static_cast<const char*>(data.data()), data.size()));
-    if (m != h2::preface_match::maybe) co_return m == h2::preface_match::yes;
-    client.expires_at(std::min(std::chrono::steady_clock::now() + idle, due));
-    auto [ec, n] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
-    buffer.commit(n);
-    if (ec) co_return false;  // what was read is parsed as HTTP/1.1, and fails there
-  }
-}
-
-/// Serves an HTTP/2 connection: each call goes through grpc::answer_call, or grpc::relay_call
-/// when its route says it streams.
-net::awaitable<void> serve_http2(session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                 session_guard& guard) {
-  auto const& limits = ctx.cfg().limits;
-  h2::server_limits l;
-  // A call is held whole (its trailers decide R-4): without a configured bound, gRPC's own
-  // default message limit plus room for framing.
-  l.max_request_body = limits.max_request_body > 0 ? limits.max_request_body : (4u << 20) + 64 * 1024;
-  l.max_header_list = limits.max_request_head;
-  l.idle_timeout = limits.idle_timeout;
-  l.connection_buffer = std::max<std::uint64_t>(limits.http2_connection_buffer, l.max_request_body);
-  l.body_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limits.body_timeout);
-  l.min_body_rate = limits.min_body_rate;
-  h2::handlers handler{[ctx](h2::message request) { return grpc::answer_call(ctx, std::move(request)); },
-                       [ctx](const h2::fields& head) mutable {
-                         if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
-                         return grpc::is_streaming_call(ctx, head);
-                       },
-                       [ctx](h2::streamed_request call) { return grpc::relay_call(ctx, std::move(call)); }};
-  // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
-  // twice by GCC 12.
-  auto serving = h2::serve(client, buffer, l, std::move(handler), {ctx.sessions->draining_flag(), &guard});
-  co_await std::move(serving);
-}
-
 }  // namespace
 
 /** Half-closes, then reads and drops what the client still sends for a moment before
@@ -225,14 +177,14 @@ net::awaitable<void> refuse_connection(tcp::socket socket) {
   co_await lingering_close(client);
 }
 
-net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket) {
+net::awaitable<void> run_client_session(session_context ctx, session_doors doors, tcp::socket socket) {
   connection_slot slot(ctx.open_connections);
   beast::tcp_stream client(std::move(socket));
   error_code ignored;
   client.socket().set_option(tcp::no_delay(true), ignored);
   session_guard guard(*ctx.sessions, client);
   beast::flat_buffer buffer;
-  bool first = !ctx.inbound && ctx.h2_pool;
+  bool first = doors.http2 && ctx.h2_pool;
 
   for (;;) {
     // A drain ends a connection between requests, unless the next request has already
@@ -264,11 +216,7 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
     }
     if (first) {
       first = false;
-      auto const preface_due = std::chrono::steady_clock::now() + cfg.limits.head_timeout;
-      if (co_await opens_http2(client, buffer, idle, preface_due)) {
-        co_await serve_http2(ctx, client, buffer, guard);
-        co_return;
-      }
+      if (co_await doors.http2(ctx, client, buffer, guard)) co_return;
     }
     client.expires_after(idle);
     std::optional<cancel_at> head_due;
@@ -308,18 +256,12 @@ net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket)
       co_return;
     }
     client_request const request{ctx, client, buffer, parser, t, v.dependency};
-    if (ctx.inbound) {
-      auto const& req = parser.get();
-      std::string_view const method(req.method_string().data(), req.method_string().size());
-      auto const* ir = cfg.inbound.route_for(method, loggable_path(v.target.origin_form));
-      auto const use = ir ? inbound::gate_for(*ir, parser) : inbound::gate_use::none;
-      if (use == inbound::gate_use::gate) {
-        if (!co_await inbound::answer_through_gate(request, *ir)) break;
-        continue;
-      }
-      if (use == inbound::gate_use::unkeyed) v.dependency.guard->idempotent("unkeyed");
-    }
-    if (!co_await forward(request, guard)) break;
+    bool keep = false;
+    if (doors.inbound)
+      keep = co_await doors.inbound(request, guard);
+    else
+      keep = co_await forward(request, guard);
+    if (!keep) break;
   }
   co_await lingering_close(client);
 }

@@ -4,9 +4,27 @@
 #include "proxy/http/session_context.hpp"
 #include "proxy/net.hpp"
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
 namespace rebound::http {
 
-net::awaitable<void> run_client_session(session_context ctx, tcp::socket socket);
+class session_guard;
+struct client_request;
+
+/** The ways in above the HTTP/1.1 session, which app/ plugs in: they are built on http/, so
+    http/ knows them only as these hooks. Null: not offered on this listener. */
+struct session_doors {
+  /// Serves the connection as HTTP/2 when its first bytes are HTTP/2's preface (gRPC,
+  /// grpc/serve.hpp): true when it did, and the connection is over.
+  net::awaitable<bool> (*http2)(session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                session_guard& guard) = nullptr;
+  /// Answers a request of the inbound listener: through the idempotency gate where its route
+  /// asks for one (inbound/serve.hpp), else forwarded. False: the connection ends.
+  net::awaitable<bool> (*inbound)(const client_request& request, session_guard& guard) = nullptr;
+};
+
+net::awaitable<void> run_client_session(session_context ctx, session_doors doors, tcp::socket socket);
 
 /// Answers a connection over limits.max_connections with 503 `overloaded` and closes it.
 net::awaitable<void> refuse_connection(tcp::socket socket);

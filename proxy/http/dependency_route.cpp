@@ -1,7 +1,7 @@
 #include "proxy/http/dependency_route.hpp"
 
 #include "proxy/retry/dependency_guard.hpp"
-#include "proxy/upstream/secure_origins.hpp"
+#include "proxy/auth/secure_origins.hpp"
 
 namespace rebound::http {
 

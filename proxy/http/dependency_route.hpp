@@ -3,7 +3,7 @@
     that needs it: the retry loop, the single-attempt path and CONNECT never look it up again.
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
-#include "proxy/http/error_reply.hpp"
+#include "proxy/http/wire/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/http/session_context.hpp"
 
@@ -15,10 +15,8 @@ namespace rebound::retry {
 class dependency_guard;
 }
 namespace rebound::upstream {
-class tls_client;
-}
-namespace rebound::auth {
 class credential_source;
+class tls_client;
 }
 
 namespace rebound::http {
@@ -30,7 +28,7 @@ struct dependency_route {
   /// Budget and breaker, held for the whole request: a reload may replace them meanwhile.
   std::shared_ptr<retry::dependency_guard> guard;
   upstream::tls_client* tls = nullptr;      ///< the origin's TLS client when it is https://, else null
-  auth::credential_source* auth = nullptr;  ///< rebound's credential for the dependency (R-9), if configured
+  upstream::credential_source* auth = nullptr;  ///< rebound's credential for the dependency (R-9), if configured
 };
 
 /** The dependency and policy of a request for `t`: a configured dependency, or the defaults

@@ -9,7 +9,7 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/retry_buffer.hpp"
-#include "proxy/http/wire_head.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/field_value.hpp"
@@ -219,10 +219,11 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
   retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
+  interim_to_client interim_out{client, idle};
   http1_request const request{
       *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
-                            facts.may_retry, pass_interim ? &client : nullptr, idle},
+                            facts.may_retry, pass_interim ? &interim_out : nullptr},
       req, body, is_head};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
   auto result = co_await run_retry_loop(step, request, hooks, &hedge);
@@ -390,7 +391,7 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 }  // namespace
 
-auth::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route) {
+upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route) {
   if (!route.auth || req.find(bhttp::field::authorization) != req.end()) return nullptr;
   return route.auth;
 }

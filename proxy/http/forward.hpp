@@ -4,7 +4,7 @@
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/http/dependency_route.hpp"
-#include "proxy/http/error_response.hpp"
+#include "proxy/http/wire/error_response.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/request_target.hpp"
@@ -13,7 +13,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 
 #include <optional>
 #include <string_view>
@@ -63,7 +63,7 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
 /// rebound's credential source for the dependency, or nullptr: none configured, or the
 /// request carries its own Authorization, which is kept (SPEC 5).
-auth::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route);
+upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route);
 
 /// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
 /// on every path (forwarded or handed over).

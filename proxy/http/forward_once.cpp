@@ -3,10 +3,10 @@
 #include "proxy/http/forward.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
-#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
-#include "proxy/http/wire_head.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 #include "proxy/retry/request_timeout.hpp"
 #include "proxy/retry/step.hpp"
 #include "proxy/upstream/connect.hpp"
@@ -161,14 +161,14 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   // A fresh connection, never a pooled one: this request cannot be sent a second time (its
   // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
   // out dead only once the request is on it, when the upstream may have processed it.
+  interim_to_client interim_out{client, idle};
   upstream::destination to{key,
                            target.connect_host,
                            target.port,
                            route.tls,
                            credentials_for(req, route),
                            false,
-                           client_version >= 11 ? &client : nullptr,
-                           idle,
+                           client_version >= 11 ? &interim_out : nullptr,
                            want_continue};
   attempt_start = clock::now();
   auto attempt_deadline = attempt_start + policy.attempt_timeout;

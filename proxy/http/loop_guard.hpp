@@ -9,7 +9,7 @@
       marks the requests it forwards with a random token of its own, so a chain of distinct
       rebound instances is not mistaken for a loop. */
 #include "config/config.hpp"
-#include "proxy/http/error_reply.hpp"
+#include "proxy/http/wire/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
 
 #include <boost/beast/http/fields.hpp>

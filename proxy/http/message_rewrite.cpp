@@ -2,7 +2,7 @@
 
 #include "proxy/upstream/tls_client.hpp"
 
-#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 

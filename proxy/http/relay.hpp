@@ -3,11 +3,12 @@
     holding the whole body (Beast's relay pattern, made asynchronous). Chunked input is
     re-framed per the header fields the caller set. */
 #include "proxy/net.hpp"
+#include "proxy/upstream/attempt.hpp"
 #include "proxy/upstream/connection.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 
 #include <array>
 #include <chrono>
@@ -116,6 +117,19 @@ net::awaitable<relay_result> relay_request_body(request_body_from from, upstream
     it did not ask for. */
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const bhttp::response_header<>& head,
                                          std::chrono::milliseconds idle);
+
+/// An exchange's interim answers, passed on to an HTTP/1.1 client by relay_interim.
+class interim_to_client final : public upstream::interim_listener {
+ public:
+  interim_to_client(beast::tcp_stream& client, std::chrono::milliseconds idle) : client_(client), idle_(idle) {}
+  net::awaitable<error_code> interim(const bhttp::response_header<>& head) override {
+    return relay_interim(client_, head, idle_);
+  }
+
+ private:
+  beast::tcp_stream& client_;
+  std::chrono::milliseconds idle_;
+};
 
 /// The same for an upstream's response body, to the client.
 net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,

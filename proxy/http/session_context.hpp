@@ -18,8 +18,10 @@ class guard_cache;
 }
 namespace rebound::upstream {
 class pool;
+}
+namespace rebound::auth {
 class secure_origins;
-}  // namespace rebound::upstream
+}
 namespace rebound::store {
 class task_store;
 }
@@ -38,7 +40,7 @@ class session_registry;
     one generation with the TLS origins of another. */
 struct running_config {
   std::shared_ptr<const config::config> cfg;
-  std::shared_ptr<const upstream::secure_origins> origins;
+  std::shared_ptr<const auth::secure_origins> origins;
 };
 
 /// What a worker gives each of its sessions.
@@ -70,7 +72,7 @@ struct session_context {
   retry_buffer* kept_bodies = nullptr;
 
   const config::config& cfg() const { return *running->cfg; }
-  const upstream::secure_origins* origins() const { return running->origins.get(); }
+  const auth::secure_origins* origins() const { return running->origins.get(); }
 };
 
 }  // namespace rebound::http

@@ -5,7 +5,7 @@
 #include "proxy/idempotency/key.hpp"
 
 #include "proxy/http/forward.hpp"
-#include "proxy/http/hop_by_hop.hpp"
+#include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 #include "proxy/store/task_store.hpp"
@@ -134,7 +134,7 @@ net::awaitable<app_answer> ask_app(const gate_call& c, const http::request_targe
   // connections): a pool that keeps nothing closes it. A fresh loopback connection costs
   // ~0.1 ms against the key store's commit.
   upstream::pool no_reuse{0, 0, std::chrono::milliseconds(0)};
-  upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, {}, false};
+  upstream::destination const to{key, t.connect_host, t.port, nullptr, nullptr, false, nullptr, false};
   upstream::outgoing_request const out{req, body, is_head};
   auto attempt = co_await upstream::run_attempt(no_reuse, to, out, deadline);
   if (!attempt) co_return failed(c, attempt.error().type, attempt.error().message, attempt.error().may_have_reached);

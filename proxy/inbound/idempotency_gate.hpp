@@ -6,9 +6,10 @@
     an event id seen within its window is answered 200 and never reaches the app again. */
 #include "config/config.hpp"
 #include "proxy/http/client_request.hpp"
+#include "proxy/net.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
-#include "proxy/http/bounded_parser.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 
 namespace rebound::observe {
 class metrics;

@@ -1,8 +1,7 @@
 #include "proxy/upstream/attempt.hpp"
 
-#include "proxy/auth/credential_source.hpp"
-#include "proxy/http/relay.hpp"
-#include "proxy/http/wire_head.hpp"
+#include "proxy/upstream/credential_source.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 #include "proxy/upstream/connect.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -44,7 +43,7 @@ net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& 
                                        "upstream switched protocols unasked"};
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
-    if (auto wec = co_await http::relay_interim(*route.client, rp->get().base(), route.idle)) {
+    if (auto wec = co_await route.client->interim(rp->get().base())) {
       route.client = nullptr;
       // A client that cannot take the 100 will not send the body the upstream now waits for.
       if (is_100 && route.stop_at_100) co_return std::nullopt;
@@ -100,7 +99,7 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
   co_return co_await finish_response(back, ex, limit, deadline, &out);
 }
 
-net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
+net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credential_source& source,
                                                                        bhttp::request<bhttp::buffer_body>& req,
                                                                        clock::time_point deadline) {
   auto cred = co_await source.authorization(deadline);
@@ -153,7 +152,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     // is then retried: they promise nothing about the final answer (an Early Hints of a
     // failed attempt only wasted a preload). A 100 to a request whose body is at hand
     // answers an Expect rebound did not forward.
-    interim_route route{to.interim_to, to.client_idle, to.pass_100, false, false};
+    interim_route route{to.interim_to, to.pass_100, false, false};
     if (send) {
       auto failed = co_await (*send)(up, *out, route, deadline);
       if (failed) co_return std::move(*failed);

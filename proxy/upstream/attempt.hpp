@@ -2,8 +2,8 @@
 /** One attempt at a request whose body is fully known (none, or buffered for retries):
     take a pooled connection or connect, send head and body, and read the final response
     head. The loop in retry/ decides whether there is another. */
-#include "proxy/http/bounded_parser.hpp"
-#include "proxy/http/error_response.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/http/wire/error_response.hpp"
 #include "proxy/net.hpp"
 #include "proxy/retry/attempt_failure.hpp"
 #include "proxy/upstream/pool.hpp"
@@ -44,12 +44,19 @@ struct exchange {
 /// An attempt's outcome as a value: the response head, or why there is none.
 using attempt_result = boost::system::result<std::unique_ptr<exchange>, retry::attempt_failure>;
 
-class tls_client;
-}  // namespace rebound::upstream
-namespace rebound::auth {
 class credential_source;
-}
-namespace rebound::upstream {
+class tls_client;
+
+
+/** Who hears of an exchange's interim (1xx) answers. upstream/ reports them as events and
+    never writes to the client itself: the HTTP/1.1 side passes them on (http/relay.hpp's
+    `interim_to_client`); gRPC and delivery have nobody to tell. */
+class interim_listener {
+ public:
+  virtual ~interim_listener() = default;
+  /// Passes `head` on; an error: the listener cannot take it, and hears of no more.
+  virtual net::awaitable<error_code> interim(const bhttp::response_header<>& head) = 0;
+};
 
 /// Where the upstream is and which pool slot its connections use.
 struct destination {
@@ -58,16 +65,15 @@ struct destination {
   std::uint16_t port;
   tls_client* tls = nullptr;  ///< set for an https origin
   /// rebound's credential for the dependency (`auth`), unless the request carries its own.
-  auth::credential_source* auth = nullptr;
+  credential_source* auth = nullptr;
   /** The request may go on a pooled connection: it is safe to send twice (R-6) and all of
       it is at hand to send again. A pooled connection can turn out dead only once the
       request is on it, and then whether the upstream processed it is unknown; such a
       request goes again, whole, on a fresh connection. Any other request only ever goes
       on a fresh connection (RFC 9110 section 9.2.2). */
   bool may_reuse = true;
-  /// Where interim (1xx) answers go: the client, when it speaks HTTP/1.1; else they are dropped.
-  beast::tcp_stream* interim_to = nullptr;
-  std::chrono::milliseconds client_idle{0};  ///< how long a write to `interim_to` may take
+  /// Who hears of interim (1xx) answers: the client, when it speaks HTTP/1.1; null: dropped.
+  interim_listener* interim_to = nullptr;
   /// The client sent Expect: 100-continue and waits for a 100: the upstream's goes on to it.
   bool pass_100 = false;
 };
@@ -124,7 +130,7 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
 /** R-9: sets the Authorization of `req` from `source`, made sure of first; without a valid
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */
-net::awaitable<std::optional<retry::attempt_failure>> apply_credential(auth::credential_source& source,
+net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credential_source& source,
                                                                        bhttp::request<bhttp::buffer_body>& req,
                                                                        clock::time_point deadline);
 
@@ -133,8 +139,7 @@ retry::attempt_failure read_failure(const error_code& ec);
 
 /// Where interim (1xx) answers go while the final head is awaited.
 struct interim_route {
-  beast::tcp_stream* client = nullptr;  ///< null: dropped (an HTTP/1.0 client, or none to tell)
-  std::chrono::milliseconds idle{0};    ///< how long a write to the client may take
+  interim_listener* client = nullptr;  ///< null: dropped (an HTTP/1.0 client, or none to tell)
   bool pass_100 = false;                ///< the client sent Expect: 100-continue and has had no 100 yet
   bool stop_at_100 = false;             ///< return once a 100 went to the client: its body goes next
   bool sent_100 = false;                ///< out: a 100 went to the client

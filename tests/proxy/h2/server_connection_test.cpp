@@ -2,6 +2,8 @@
 // where installed, by nghttp2's command-line client.
 #include "proxy/h2/server_connection.hpp"
 
+#include "proxy/grpc/status.hpp"
+
 #include "tests/proxy/h2/h2_fixture.hpp"
 
 #include <cstdio>
@@ -75,13 +77,15 @@ TEST(Http2Server, TrailersOnlyAnswerEndsOnItsHeaders) {
 }
 
 // A gRPC call over the limit gets RESOURCE_EXHAUSTED (issue 29, defect 13: a bare 413 reads
-// as UNKNOWN to a gRPC client); any other request the bare 413.
+// as UNKNOWN to a gRPC client) from the refusal the proxy port plugs in (grpc/serve.cpp);
+// any other request the bare 413.
 TEST(Http2Server, RequestBodyOverLimitIsRefusedWithoutTheHandler) {
   net::io_context ioc;
   slow_state st;
   h2::server_limits limits;
   limits.max_request_body = 100;
-  test_server s(ioc, [&st](h2::message m) { return slow(&st, std::move(m)); }, limits);
+  h2::handlers handler{[&st](h2::message m) { return slow(&st, std::move(m)); }, {}, {}, grpc::refusal};
+  test_server s(ioc, std::move(handler), limits);
   s.start();
   h2::exchange_result r = h2::failure{};
   run(ioc, one_call(s, grpc_request("/svc/M", std::string(5000, 'b')), &r), &s);

@@ -5,7 +5,7 @@
     worker afterwards. A reload keeps a dependency's credential source, and the token it
     holds, when its `auth` settings did not change. */
 #include "config/config.hpp"
-#include "proxy/auth/credential_source.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/upstream/tls_client.hpp"
 
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace rebound::upstream {
+namespace rebound::auth {
 
 class secure_origins {
  public:
@@ -24,18 +24,18 @@ class secure_origins {
   secure_origins(const config::config& cfg, const observe::logger* log, const secure_origins* previous = nullptr);
 
   /// The TLS client of a dependency with an https:// origin; nullptr otherwise.
-  tls_client* tls_for(std::string_view dependency) const;
+  upstream::tls_client* tls_for(std::string_view dependency) const;
 
   /// The credential source of a dependency with `auth`; nullptr otherwise.
-  auth::credential_source* auth_for(std::string_view dependency) const;
+  upstream::credential_source* auth_for(std::string_view dependency) const;
 
  private:
   struct credentials {
     config::auth_settings settings;
-    std::shared_ptr<auth::credential_source> source;
+    std::shared_ptr<upstream::credential_source> source;
   };
-  std::unordered_map<std::string, std::shared_ptr<tls_client>> tls_;
+  std::unordered_map<std::string, std::shared_ptr<upstream::tls_client>> tls_;
   std::unordered_map<std::string, credentials> auth_;
 };
 
-}  // namespace rebound::upstream
+}  // namespace rebound::auth

@@ -1,4 +1,4 @@
-#include "proxy/http/wire_head.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>

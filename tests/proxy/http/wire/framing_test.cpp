@@ -1,4 +1,4 @@
-#include "proxy/http/framing.hpp"
+#include "proxy/http/wire/framing.hpp"
 
 #include <gtest/gtest.h>
 

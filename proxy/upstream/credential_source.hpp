@@ -1,5 +1,5 @@
 #pragma once
-/** A credential rebound owns for a dependency (`auth:`, R-9): asked before every attempt
+/** A credential rebound owns for a dependency (`auth:`, R-9; made in auth/): asked before every attempt
     for an Authorization value that is valid now, refreshing it first when it has expired or
     will within `refresh_skew`. A source that cannot give one says why; the attempt then
     fails with `auth_refresh_failed` and nothing is sent with a weaker credential or none. */
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace rebound::auth {
+namespace rebound::upstream {
 
 using steady_clock = std::chrono::steady_clock;
 
@@ -25,12 +25,4 @@ class credential_source {
   virtual net::awaitable<credential> authorization(steady_clock::time_point deadline) = 0;
 };
 
-/** When a token that lives `lifetime` and expires at `expires_at` must be replaced: at
-    `refresh_skew` before its expiry, but no earlier than half its life, so a token shorter
-    than the skew is still used for a while instead of being fetched for every attempt. */
-constexpr steady_clock::time_point refresh_at(steady_clock::time_point expires_at, steady_clock::duration lifetime,
-                                              steady_clock::duration refresh_skew) {
-  return expires_at - std::min(refresh_skew, lifetime / 2);
-}
-
-}  // namespace rebound::auth
+}  // namespace rebound::upstream
