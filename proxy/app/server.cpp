@@ -148,7 +148,8 @@ void start_session(worker& w, const http::session_context& ctx, tcp::socket sock
     doors.inbound = inbound::serve_request;
   else
     doors.http2 = grpc::serve_if_http2;
-  net::co_spawn(w.ioc, http::run_client_session(ctx, doors, std::move(socket)), report_failure{ctx.log, "client_session"});
+  net::co_spawn(w.ioc, http::run_client_session(ctx, doors, std::move(socket)),
+                report_failure{ctx.log, "client_session"});
 }
 
 /// Connections taken at once, without waiting, after each accept that waited.

@@ -287,8 +287,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
     req.content_length(task.body.size());
   auto const key = http::pool_key(target, route.tls);
   upstream::destination const to{
-      key,     target.connect_host,          target.port, route.tls, http::credentials_for(req, route), true,
-      nullptr, false};
+      key, target.connect_host, target.port, route.tls, http::credentials_for(req, route), true, nullptr, false};
 
   retry::request_facts facts;
   facts.may_retry = true;  // every task carries an idempotency key

@@ -47,8 +47,7 @@ net::awaitable<void> serve_http2(http::session_context ctx, beast::tcp_stream& c
                          if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
                          return is_streaming_call(ctx, head);
                        },
-                       [ctx](h2::streamed_request call) { return relay_call(ctx, std::move(call)); },
-                       refusal};
+                       [ctx](h2::streamed_request call) { return relay_call(ctx, std::move(call)); }, refusal};
   // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
   // twice by GCC 12.
   auto serving = h2::serve(client, buffer, l, std::move(handler), {ctx.sessions->draining_flag(), &guard});

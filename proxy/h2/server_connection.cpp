@@ -373,8 +373,8 @@ class server_state {
           ss->request = {};
           release_held(*ss);
           ss->refused_early = true;
-          ss->response = refusal(*ss, stream_refusal::too_slow,
-                                 "the request message did not arrive within limits.body_timeout");
+          ss->response =
+              refusal(*ss, stream_refusal::too_slow, "the request message did not arrive within limits.body_timeout");
           answer(*ss);
         }
         continue;
@@ -406,8 +406,8 @@ class server_state {
     ss.request_complete = true;
     if (ss.answered) return;  // a 413 went out already
     if (ss.head_too_large) {
-      ss.response = refusal(ss, stream_refusal::head_too_large,
-                            "the request metadata is larger than limits.max_request_head");
+      ss.response =
+          refusal(ss, stream_refusal::head_too_large, "the request metadata is larger than limits.max_request_head");
       answer(ss);
       return;
     }
@@ -478,8 +478,8 @@ class server_state {
       ss->refused_early = true;
       ss->request.body = std::string();
       st.release_held(*ss);
-      ss->response = st.refusal(*ss, stream_refusal::body_too_large,
-                             "the request message is larger than limits.max_request_body");
+      ss->response =
+          st.refusal(*ss, stream_refusal::body_too_large, "the request message is larger than limits.max_request_body");
       st.answer(*ss);
       return 0;
     }

@@ -17,7 +17,7 @@ class dependency_guard;
 namespace rebound::upstream {
 class credential_source;
 class tls_client;
-}
+}  // namespace rebound::upstream
 
 namespace rebound::http {
 

@@ -391,7 +391,8 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 }  // namespace
 
-upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route) {
+upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req,
+                                             const dependency_route& route) {
   if (!route.auth || req.find(bhttp::field::authorization) != req.end()) return nullptr;
   return route.auth;
 }

@@ -63,7 +63,8 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
 /// rebound's credential source for the dependency, or nullptr: none configured, or the
 /// request carries its own Authorization, which is kept (SPEC 5).
-upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req, const dependency_route& route);
+upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req,
+                                             const dependency_route& route);
 
 /// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
 /// on every path (forwarded or handed over).

@@ -47,7 +47,6 @@ using attempt_result = boost::system::result<std::unique_ptr<exchange>, retry::a
 class credential_source;
 class tls_client;
 
-
 /** Who hears of an exchange's interim (1xx) answers. upstream/ reports them as events and
     never writes to the client itself: the HTTP/1.1 side passes them on (http/relay.hpp's
     `interim_to_client`); gRPC and delivery have nobody to tell. */
@@ -139,7 +138,7 @@ retry::attempt_failure read_failure(const error_code& ec);
 
 /// Where interim (1xx) answers go while the final head is awaited.
 struct interim_route {
-  interim_listener* client = nullptr;  ///< null: dropped (an HTTP/1.0 client, or none to tell)
+  interim_listener* client = nullptr;   ///< null: dropped (an HTTP/1.0 client, or none to tell)
   bool pass_100 = false;                ///< the client sent Expect: 100-continue and has had no 100 yet
   bool stop_at_100 = false;             ///< return once a 100 went to the client: its body goes next
   bool sent_100 = false;                ///< out: a 100 went to the client
