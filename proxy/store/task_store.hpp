@@ -78,12 +78,17 @@ struct key_claim {
 /// Tasks by status, indexed by task_status.
 using status_counts = std::array<std::uint64_t, 6>;
 
-class task_store {
- public:
-  virtual ~task_store() = default;
+/// How every store call answers: with an error, or with what it found.
+template <class T>
+using store_callback = std::function<void(std::optional<store_error>, T)>;
 
+/** The durable queue of async delivery (R-8): tasks, their leases, attempts and dead letters.
+    The store contract is split by role, so a part that needs one names only it; both stores
+    are all three (task_store). */
+class task_queue {
+ public:
   template <class T>
-  using callback = std::function<void(std::optional<store_error>, T)>;
+  using callback = store_callback<T>;
 
   /// Makes `task` durable (committed to disk) before `done` runs without an error.
   virtual void submit_accept(retry_task task, callback<bool> done) = 0;
@@ -122,9 +127,31 @@ class task_store {
       `ended_before`, with their attempts: store.retention. Dead letters stay until replayed
       or deleted (R-8). The number deleted. */
   virtual void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) = 0;
-  virtual void submit_put_policy(stored_policy p, callback<policy_put> done) = 0;
 
-  // Idempotency keys of the inbound side (R-6: servers keep keys and answer duplicates).
+ protected:
+  ~task_queue() = default;
+};
+
+/// Retry policies registered through the admin API (POST /policies), shared by a fleet.
+class policy_registry {
+ public:
+  template <class T>
+  using callback = store_callback<T>;
+
+  /// Registers `p` once: created, unchanged (the same spec again), or a conflict.
+  virtual void submit_put_policy(stored_policy p, callback<policy_put> done) = 0;
+  virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
+
+ protected:
+  ~policy_registry() = default;
+};
+
+/// Idempotency keys of the inbound side (R-6: servers keep keys and answer duplicates).
+class key_store {
+ public:
+  template <class T>
+  using callback = store_callback<T>;
+
   /** Claims `scope_key` for a request whose payload is `fingerprint`, atomically: free (never
       seen, expired, or held by a request whose lease ran out: a crash) becomes held until
       `lease_until`; otherwise what the key holds. */
@@ -137,7 +164,18 @@ class task_store {
   virtual void submit_release_key(std::string scope_key, callback<bool> done) = 0;
   /// Deletes up to `limit` keys that expired before `now`; the number deleted.
   virtual void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) = 0;
-  virtual void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) = 0;
+
+ protected:
+  ~key_store() = default;
+};
+
+/// A store: the three roles over one database, and what /readyz asks of it.
+class task_store : public task_queue, public policy_registry, public key_store {
+ public:
+  template <class T>
+  using callback = store_callback<T>;
+
+  virtual ~task_store() = default;
 
   /// Why the store takes no calls now (its database is unreachable, say); nothing: it does.
   /// /readyz answers 503 with it. Safe from any thread.
@@ -176,13 +214,13 @@ auto async_call(Submit submit, Token&& token) {
 // temporaries may end before the store runs the call.
 
 template <class Token>
-auto async_accept(task_store& s, retry_task task, Token&& token) {
+auto async_accept(task_queue& s, retry_task task, Token&& token) {
   return detail::async_call<bool>([&s, t = std::move(task)](auto cb) mutable { s.submit_accept(std::move(t), cb); },
                                   token);
 }
 
 template <class Token>
-auto async_claim(task_store& s, std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
+auto async_claim(task_queue& s, std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                  std::size_t limit, Token&& token) {
   return detail::async_call<std::vector<retry_task>>(
       [&s, o = std::move(owner), now, lease_until, limit](auto cb) { s.submit_claim(o, now, lease_until, limit, cb); },
@@ -190,7 +228,7 @@ auto async_claim(task_store& s, std::string owner, wall_clock::time_point now, w
 }
 
 template <class Token>
-auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt, task_status next,
+auto async_finish_attempt(task_queue& s, std::string owner, attempt_log attempt, task_status next,
                           wall_clock::time_point next_attempt_at, Token&& token) {
   return detail::async_call<bool>([&s, o = std::move(owner), a = std::move(attempt), next, next_attempt_at](
                                       auto cb) { s.submit_finish_attempt(o, a, next, next_attempt_at, cb); },
@@ -198,63 +236,63 @@ auto async_finish_attempt(task_store& s, std::string owner, attempt_log attempt,
 }
 
 template <class Token>
-auto async_postpone(task_store& s, std::string owner, std::string id, wall_clock::time_point until, Token&& token) {
+auto async_postpone(task_queue& s, std::string owner, std::string id, wall_clock::time_point until, Token&& token) {
   return detail::async_call<bool>(
       [&s, o = std::move(owner), i = std::move(id), until](auto cb) { s.submit_postpone(o, i, until, cb); }, token);
 }
 
 template <class Token>
-auto async_get(task_store& s, std::string id, Token&& token) {
+auto async_get(task_queue& s, std::string id, Token&& token) {
   return detail::async_call<std::optional<retry_task>>([&s, i = std::move(id)](auto cb) { s.submit_get(i, cb); },
                                                        token);
 }
 
 template <class Token>
-auto async_attempts(task_store& s, std::string id, unsigned after, std::size_t limit, Token&& token) {
+auto async_attempts(task_queue& s, std::string id, unsigned after, std::size_t limit, Token&& token) {
   return detail::async_call<std::vector<attempt_log>>(
       [&s, i = std::move(id), after, limit](auto cb) { s.submit_attempts(i, after, limit, cb); }, token);
 }
 
 template <class Token>
-auto async_list(task_store& s, task_filter filter, Token&& token) {
+auto async_list(task_queue& s, task_filter filter, Token&& token) {
   return detail::async_call<std::vector<retry_task>>([&s, f = std::move(filter)](auto cb) { s.submit_list(f, cb); },
                                                      token);
 }
 
 template <class Token>
-auto async_replay(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
+auto async_replay(task_queue& s, std::string id, wall_clock::time_point now, Token&& token) {
   return detail::async_call<bool>([&s, i = std::move(id), now](auto cb) { s.submit_replay(i, now, cb); }, token);
 }
 
 template <class Token>
-auto async_replay_matching(task_store& s, task_filter filter, wall_clock::time_point now, Token&& token) {
+auto async_replay_matching(task_queue& s, task_filter filter, wall_clock::time_point now, Token&& token) {
   return detail::async_call<std::vector<std::string>>(
       [&s, f = std::move(filter), now](auto cb) { s.submit_replay_matching(f, now, cb); }, token);
 }
 
 template <class Token>
-auto async_cancel(task_store& s, std::string id, wall_clock::time_point now, Token&& token) {
+auto async_cancel(task_queue& s, std::string id, wall_clock::time_point now, Token&& token) {
   return detail::async_call<bool>([&s, i = std::move(id), now](auto cb) { s.submit_cancel(i, now, cb); }, token);
 }
 
 template <class Token>
-auto async_delete_dead_letter(task_store& s, std::string id, Token&& token) {
+auto async_delete_dead_letter(task_queue& s, std::string id, Token&& token) {
   return detail::async_call<bool>([&s, i = std::move(id)](auto cb) { s.submit_delete_dead_letter(i, cb); }, token);
 }
 
 template <class Token>
-auto async_counts(task_store& s, Token&& token) {
+auto async_counts(task_queue& s, Token&& token) {
   return detail::async_call<status_counts>([&s](auto cb) { s.submit_counts(cb); }, token);
 }
 
 template <class Token>
-auto async_purge(task_store& s, wall_clock::time_point ended_before, std::size_t limit, Token&& token) {
+auto async_purge(task_queue& s, wall_clock::time_point ended_before, std::size_t limit, Token&& token) {
   return detail::async_call<std::uint64_t>(
       [&s, ended_before, limit](auto cb) { s.submit_purge(ended_before, limit, cb); }, token);
 }
 
 template <class Token>
-auto async_claim_key(task_store& s, std::string scope_key, std::string fingerprint, wall_clock::time_point now,
+auto async_claim_key(key_store& s, std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                      wall_clock::time_point lease_until, Token&& token) {
   return detail::async_call<key_claim>([&s, k = std::move(scope_key), f = std::move(fingerprint), now,
                                         lease_until](auto cb) { s.submit_claim_key(k, f, now, lease_until, cb); },
@@ -262,7 +300,7 @@ auto async_claim_key(task_store& s, std::string scope_key, std::string fingerpri
 }
 
 template <class Token>
-auto async_complete_key(task_store& s, std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
+auto async_complete_key(key_store& s, std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
                         Token&& token) {
   return detail::async_call<bool>([&s, k = std::move(scope_key), r = std::move(r),
                                    expires_at](auto cb) { s.submit_complete_key(k, r, expires_at, cb); },
@@ -270,22 +308,22 @@ auto async_complete_key(task_store& s, std::string scope_key, pinned_response r,
 }
 
 template <class Token>
-auto async_release_key(task_store& s, std::string scope_key, Token&& token) {
+auto async_release_key(key_store& s, std::string scope_key, Token&& token) {
   return detail::async_call<bool>([&s, k = std::move(scope_key)](auto cb) { s.submit_release_key(k, cb); }, token);
 }
 
 template <class Token>
-auto async_purge_keys(task_store& s, wall_clock::time_point now, std::size_t limit, Token&& token) {
+auto async_purge_keys(key_store& s, wall_clock::time_point now, std::size_t limit, Token&& token) {
   return detail::async_call<std::uint64_t>([&s, now, limit](auto cb) { s.submit_purge_keys(now, limit, cb); }, token);
 }
 
 template <class Token>
-auto async_put_policy(task_store& s, stored_policy p, Token&& token) {
+auto async_put_policy(policy_registry& s, stored_policy p, Token&& token) {
   return detail::async_call<policy_put>([&s, p = std::move(p)](auto cb) { s.submit_put_policy(p, cb); }, token);
 }
 
 template <class Token>
-auto async_get_policy(task_store& s, std::string id, Token&& token) {
+auto async_get_policy(policy_registry& s, std::string id, Token&& token) {
   return detail::async_call<std::optional<stored_policy>>(
       [&s, i = std::move(id)](auto cb) { s.submit_get_policy(i, cb); }, token);
 }
