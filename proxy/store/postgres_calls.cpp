@@ -26,8 +26,7 @@ using support::to_ms;
 /// Queues `work` for a store thread; a call no connection could take fails with the reason.
 template <class T, class Work>
 void postgres_store::enqueue(callback<T> done, Work work) {
-  push(job{[done, work](pg_connection& c) { return work(c, done); },
-           [done](const store_error& e) { done(e, T{}); }});
+  push(job{[done, work](pg_connection& c) { return work(c, done); }, [done](const store_error& e) { done(e, T{}); }});
 }
 
 namespace {
@@ -76,10 +75,10 @@ std::vector<param> filter_params(const task_filter& f, task_status status) {
 void postgres_store::submit_accept(retry_task task, callback<bool> done) {
   enqueue<bool>(std::move(done), [this, task = std::move(task)](pg_connection& c, const callback<bool>& done) {
     if (auto refused = refuse_new(c)) return answer<bool>(done, std::move(refused), false);
-    c.run(q().accept, {text(task.id), text(task.idempotency_key), text(task.dependency), text(task.method),
-                text(task.target), bytes(encode_headers(task.headers)), bytes(task.body), text(task.policy_id),
-                number(task.attempts), number(to_ms(task.next_attempt_at)), number(to_ms(task.created_at)),
-                text(to_string(task.status))});
+    c.run(q().accept,
+          {text(task.id), text(task.idempotency_key), text(task.dependency), text(task.method), text(task.target),
+           bytes(encode_headers(task.headers)), bytes(task.body), text(task.policy_id), number(task.attempts),
+           number(to_ms(task.next_attempt_at)), number(to_ms(task.created_at)), text(to_string(task.status))});
     if (c.failed) return failure<bool>(done, c.error);
     c.notify = true;
     return answer<bool>(done, std::nullopt, true);
@@ -88,41 +87,38 @@ void postgres_store::submit_accept(retry_task task, callback<bool> done) {
 
 void postgres_store::submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                                   std::size_t limit, callback<std::vector<retry_task>> done) {
-  enqueue<std::vector<retry_task>>(std::move(done), [this, owner = std::move(owner), now, lease_until, limit](
-                                                        pg_connection& c, const callback<std::vector<retry_task>>& done) {
-    // Claims come every poll: what keeps the size (and /readyz) current while nothing new
-    // arrives, as deliveries and retention make room.
-    measure(c);
-    if (c.failed) return failure<std::vector<retry_task>>(done, c.error);
-    // SKIP LOCKED: rows another instance is claiming right now are passed over, not waited
-    // for, so a fleet's claims never queue behind each other.
-    std::vector<retry_task> out;
-    for (auto const* sql : {&q().claim_expired, &q().claim_due}) {
-      if (out.size() >= limit) break;
-      auto r = c.run(*sql, {text(owner), number(to_ms(lease_until)), number(to_ms(now)),
-                            number(static_cast<std::int64_t>(limit - out.size()))});
-      if (c.failed) return failure<std::vector<retry_task>>(done, c.error);
-      for (int i = 0; i < r.rows(); ++i) out.push_back(read_task(r, i));
-    }
-    for (auto& t : out) t.status = task_status::in_flight;
-    return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
-  });
+  enqueue<std::vector<retry_task>>(
+      std::move(done), [this, owner = std::move(owner), now, lease_until, limit](
+                           pg_connection& c, const callback<std::vector<retry_task>>& done) {
+        // Claims come every poll: what keeps the size (and /readyz) current while nothing new
+        // arrives, as deliveries and retention make room.
+        measure(c);
+        if (c.failed) return failure<std::vector<retry_task>>(done, c.error);
+        // SKIP LOCKED: rows another instance is claiming right now are passed over, not waited
+        // for, so a fleet's claims never queue behind each other.
+        std::vector<retry_task> out;
+        for (auto const* sql : {&q().claim_expired, &q().claim_due}) {
+          if (out.size() >= limit) break;
+          auto r = c.run(*sql, {text(owner), number(to_ms(lease_until)), number(to_ms(now)),
+                                number(static_cast<std::int64_t>(limit - out.size()))});
+          if (c.failed) return failure<std::vector<retry_task>>(done, c.error);
+          for (int i = 0; i < r.rows(); ++i) out.push_back(read_task(r, i));
+        }
+        for (auto& t : out) t.status = task_status::in_flight;
+        return answer<std::vector<retry_task>>(done, std::nullopt, std::move(out));
+      });
 }
 
 void postgres_store::submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                                            wall_clock::time_point next_attempt_at, callback<bool> done) {
   enqueue<bool>(std::move(done), [owner = std::move(owner), attempt = std::move(attempt), next, next_attempt_at](
                                      pg_connection& c, const callback<bool>& done) {
-    auto u = c.run(
-        q().finish_attempt,
-        {text(to_string(next)), number(attempt.number), number(to_ms(next_attempt_at)), text(attempt.task_id),
-         text(owner)});
+    auto u = c.run(q().finish_attempt, {text(to_string(next)), number(attempt.number), number(to_ms(next_attempt_at)),
+                                        text(attempt.task_id), text(owner)});
     if (c.failed) return failure<bool>(done, c.error);
     if (u.changes() == 0) return answer<bool>(done, std::nullopt, false);  // the lease was lost
-    c.run(
-        q().log_attempt,
-        {text(attempt.task_id), number(attempt.number), number(to_ms(attempt.at)), number(attempt.status),
-         text(attempt.error_type), number(attempt.duration.count())});
+    c.run(q().log_attempt, {text(attempt.task_id), number(attempt.number), number(to_ms(attempt.at)),
+                            number(attempt.status), text(attempt.error_type), number(attempt.duration.count())});
     if (c.failed) return failure<bool>(done, c.error);
     return answer<bool>(done, std::nullopt, true);
   });
@@ -130,14 +126,12 @@ void postgres_store::submit_finish_attempt(std::string owner, attempt_log attemp
 
 void postgres_store::submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
                                      callback<bool> done) {
-  enqueue<bool>(std::move(done), [owner = std::move(owner), id = std::move(id), until](pg_connection& c,
-                                                                                       const callback<bool>& done) {
-    auto u = c.run(
-        q().postpone,
-        {number(to_ms(until)), text(id), text(owner)});
-    if (c.failed) return failure<bool>(done, c.error);
-    return answer<bool>(done, std::nullopt, u.changes() > 0);
-  });
+  enqueue<bool>(std::move(done),
+                [owner = std::move(owner), id = std::move(id), until](pg_connection& c, const callback<bool>& done) {
+                  auto u = c.run(q().postpone, {number(to_ms(until)), text(id), text(owner)});
+                  if (c.failed) return failure<bool>(done, c.error);
+                  return answer<bool>(done, std::nullopt, u.changes() > 0);
+                });
 }
 
 void postgres_store::submit_get(std::string id, callback<std::optional<retry_task>> done) {
@@ -155,9 +149,7 @@ void postgres_store::submit_attempts(std::string id, unsigned after, std::size_t
   enqueue<std::vector<attempt_log>>(
       std::move(done),
       [id = std::move(id), after, limit](pg_connection& c, const callback<std::vector<attempt_log>>& done) {
-        auto r = c.run(
-            q().attempts,
-            {text(id), number(after), number(static_cast<std::int64_t>(limit))});
+        auto r = c.run(q().attempts, {text(id), number(after), number(static_cast<std::int64_t>(limit))});
         if (c.failed) return failure<std::vector<attempt_log>>(done, c.error);
         std::vector<attempt_log> out;
         for (int i = 0; i < r.rows(); ++i)
@@ -179,9 +171,7 @@ void postgres_store::submit_list(task_filter filter, callback<std::vector<retry_
 
 void postgres_store::submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) {
   enqueue<bool>(std::move(done), [id = std::move(id), now](pg_connection& c, const callback<bool>& done) {
-    auto u = c.run(
-        q().replay,
-        {text(id), number(to_ms(now))});
+    auto u = c.run(q().replay, {text(id), number(to_ms(now))});
     if (c.failed) return failure<bool>(done, c.error);
     c.notify = u.changes() > 0;
     return answer<bool>(done, std::nullopt, u.changes() > 0);
@@ -208,8 +198,7 @@ void postgres_store::submit_replay_matching(task_filter filter, wall_clock::time
 void postgres_store::submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) {
   enqueue<bool>(std::move(done), [id = std::move(id), now](pg_connection& c, const callback<bool>& done) {
     // next_attempt_at becomes when it ended, as for every finished task (submit_purge).
-    auto u = c.run(q().cancel,
-                   {text(id), number(to_ms(now))});
+    auto u = c.run(q().cancel, {text(id), number(to_ms(now))});
     if (c.failed) return failure<bool>(done, c.error);
     return answer<bool>(done, std::nullopt, u.changes() > 0);
   });
@@ -238,8 +227,7 @@ void postgres_store::submit_counts(callback<status_counts> done) {
 
 void postgres_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit,
                                   callback<std::uint64_t> done) {
-  enqueue<std::uint64_t>(std::move(done), [ended_before, limit](pg_connection& c,
-                                                                const callback<std::uint64_t>& done) {
+  enqueue<std::uint64_t>(std::move(done), [ended_before, limit](pg_connection& c, const callback<std::uint64_t>& done) {
     // SKIP LOCKED: every instance of a fleet purges; they split the rows instead of waiting.
     // Attempts go with their task (ON DELETE CASCADE). A status at a time, each walking the
     // ended-task index in order.
@@ -257,14 +245,13 @@ void postgres_store::submit_purge(wall_clock::time_point ended_before, std::size
 
 void postgres_store::submit_put_policy(stored_policy p, callback<policy_put> done) {
   enqueue<policy_put>(std::move(done), [p = std::move(p)](pg_connection& c, const callback<policy_put>& done) {
-    auto u = c.run(
-        q().put_policy,
-        {text(p.id), text(p.spec), number(to_ms(p.created_at))});
+    auto u = c.run(q().put_policy, {text(p.id), text(p.spec), number(to_ms(p.created_at))});
     if (c.failed) return failure<policy_put>(done, c.error);
     if (u.changes() > 0) return answer<policy_put>(done, std::nullopt, policy_put::created);
     auto r = c.run(q().policy_spec, {text(p.id)});
     if (c.failed || r.rows() == 0) return failure<policy_put>(done, c.failed ? c.error : "the policy vanished");
-    return answer<policy_put>(done, std::nullopt, r.text(0, 0) == p.spec ? policy_put::unchanged : policy_put::conflict);
+    return answer<policy_put>(done, std::nullopt,
+                              r.text(0, 0) == p.spec ? policy_put::unchanged : policy_put::conflict);
   });
 }
 
@@ -281,8 +268,8 @@ void postgres_store::submit_get_policy(std::string id, callback<std::optional<st
 
 void postgres_store::submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                                       wall_clock::time_point lease_until, callback<key_claim> done) {
-  enqueue<key_claim>(std::move(done), [this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now,
-                                       lease_until](pg_connection& c, const callback<key_claim>& done) {
+  enqueue<key_claim>(std::move(done), [this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint),
+                                       now, lease_until](pg_connection& c, const callback<key_claim>& done) {
     // Only a key that is new needs room; one held or answered is found whatever the size.
     // So the full check comes first only when the key is unknown (the insert below).
     if (guard_.full()) {
@@ -294,31 +281,26 @@ void postgres_store::submit_claim_key(std::string scope_key, std::string fingerp
     }
     // Never seen: the insert takes it. Two instances inserting at once: the second waits for
     // the first's commit and inserts nothing, then reads what the first holds.
-    auto ins = c.run(
-        q().insert_key,
-        {text(scope_key), text(fingerprint), number(to_ms(lease_until))});
+    auto ins = c.run(q().insert_key, {text(scope_key), text(fingerprint), number(to_ms(lease_until))});
     if (c.failed) return failure<key_claim>(done, c.error);
     if (ins.changes() > 0) return answer<key_claim>(done, std::nullopt, key_claim{});
-    auto r = c.run(
-        q().find_key,
-        {text(scope_key)});
+    auto r = c.run(q().find_key, {text(scope_key)});
     if (c.failed) return failure<key_claim>(done, c.error);
     if (r.rows() > 0) {
       bool const pending = r.text(0, 1) == "pending";
       // An expired answer, or a holder whose lease ran out (it crashed): the key is free again.
       bool const free = pending ? r.integer(0, 2) <= to_ms(now) : r.integer(0, 3) <= to_ms(now);
       if (!free) {
-        if (r.text(0, 0) != fingerprint) return answer<key_claim>(done, std::nullopt, key_claim{key_state::mismatch, {}});
+        if (r.text(0, 0) != fingerprint)
+          return answer<key_claim>(done, std::nullopt, key_claim{key_state::mismatch, {}});
         if (pending) return answer<key_claim>(done, std::nullopt, key_claim{key_state::in_flight, {}});
-        return answer<key_claim>(done, std::nullopt,
-                                 key_claim{key_state::replay,
-                                           pinned_response{static_cast<unsigned>(r.integer(0, 4)),
-                                                           decode_headers(r.text(0, 5)), r.text(0, 6)}});
+        return answer<key_claim>(
+            done, std::nullopt,
+            key_claim{key_state::replay, pinned_response{static_cast<unsigned>(r.integer(0, 4)),
+                                                         decode_headers(r.text(0, 5)), r.text(0, 6)}});
       }
     }
-    c.run(
-        q().reclaim_key,
-        {text(scope_key), text(fingerprint), number(to_ms(lease_until))});
+    c.run(q().reclaim_key, {text(scope_key), text(fingerprint), number(to_ms(lease_until))});
     if (c.failed) return failure<key_claim>(done, c.error);
     return answer<key_claim>(done, std::nullopt, key_claim{});
   });
@@ -328,10 +310,8 @@ void postgres_store::submit_complete_key(std::string scope_key, pinned_response 
                                          callback<bool> done) {
   enqueue<bool>(std::move(done), [scope_key = std::move(scope_key), r = std::move(r), expires_at](
                                      pg_connection& c, const callback<bool>& done) {
-    auto u = c.run(
-        q().complete_key,
-        {text(scope_key), number(to_ms(expires_at)), number(r.status), bytes(encode_headers(r.headers)),
-         bytes(r.body)});
+    auto u = c.run(q().complete_key, {text(scope_key), number(to_ms(expires_at)), number(r.status),
+                                      bytes(encode_headers(r.headers)), bytes(r.body)});
     if (c.failed) return failure<bool>(done, c.error);
     return answer<bool>(done, std::nullopt, u.changes() > 0);
   });
@@ -347,9 +327,7 @@ void postgres_store::submit_release_key(std::string scope_key, callback<bool> do
 
 void postgres_store::submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) {
   enqueue<std::uint64_t>(std::move(done), [now, limit](pg_connection& c, const callback<std::uint64_t>& done) {
-    auto u = c.run(
-        q().purge_keys,
-        {number(to_ms(now)), number(static_cast<std::int64_t>(limit))});
+    auto u = c.run(q().purge_keys, {number(to_ms(now)), number(static_cast<std::int64_t>(limit))});
     if (c.failed) return failure<std::uint64_t>(done, c.error);
     return answer<std::uint64_t>(done, std::nullopt, u.changes());
   });

@@ -29,8 +29,6 @@ inline std::string trimmed(const char* message) {
   return s;
 }
 
-
-
 /// One statement's rows, in binary format: texts are their bytes, integers big-endian.
 class pg_result {
  public:
@@ -79,10 +77,10 @@ class pg_result {
 class pg_connection {
  public:
   PGconn* raw = nullptr;
-  bool failed = false;  ///< a statement of the current transaction failed
-  bool lost = false;    ///< the server is gone: reconnect
-  bool notify = false;  ///< the current transaction made tasks due: NOTIFY before COMMIT
-  bool counted = false; ///< counted in the store's connections up
+  bool failed = false;   ///< a statement of the current transaction failed
+  bool lost = false;     ///< the server is gone: reconnect
+  bool notify = false;   ///< the current transaction made tasks due: NOTIFY before COMMIT
+  bool counted = false;  ///< counted in the store's connections up
   std::string error;
 
   pg_connection() = default;
@@ -118,8 +116,8 @@ class pg_connection {
       lengths.push_back(static_cast<int>(p.value.size()));
       formats.push_back(p.binary ? 1 : 0);
     }
-    pg_result r(PQexecPrepared(raw, it->second.c_str(), static_cast<int>(params.size()), values.data(),
-                               lengths.data(), formats.data(), 1));
+    pg_result r(PQexecPrepared(raw, it->second.c_str(), static_cast<int>(params.size()), values.data(), lengths.data(),
+                               formats.data(), 1));
     if (!r.ok()) note_failure(r);
     return r;
   }
@@ -149,4 +147,3 @@ class pg_connection {
 };
 
 }  // namespace rebound::store::detail
-

@@ -66,7 +66,6 @@ inline bool exec(sqlite3* db, const char* sql, std::string* error = nullptr) {
   return false;
 }
 
-
 /** The open file and its prepared statements, used by the store's thread alone. Statements
     are prepared once: preparing costs as much as running the small ones, many times a
     second under load. */

@@ -18,7 +18,6 @@
 
 namespace rebound::store {
 
-
 namespace {
 
 /// The store contract's statements, in SQLite's dialect (statements.cpp).

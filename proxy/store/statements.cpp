@@ -34,8 +34,8 @@ std::string render(std::string sql, dialect d) {
 
 /// A replayed dead letter: due at once, with a fresh window, its history kept.
 std::string replay_set(const char* now) {
-  return std::string("UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ") + now + ", window_start = " +
-         now + ", attempts_before = attempts ";
+  return std::string("UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = ") + now +
+         ", window_start = " + now + ", attempts_before = attempts ";
 }
 
 /// The WHERE of a task_filter over retry_tasks, parameters $1 to $6.
@@ -118,13 +118,33 @@ statements make(dialect d) {
   s.purge_keys =
       "DELETE FROM idempotency_keys WHERE scope_key IN (SELECT scope_key FROM idempotency_keys WHERE state IN "
       "('complete', 'pending') AND expires_at <= $1 LIMIT $2{skip_locked})";
-  for (auto* each : {&s.accept,          &s.claim_expired,  &s.claim_due,          &s.finish_attempt,
-                     &s.log_attempt,     &s.postpone,       &s.get_task,           &s.attempts,
-                     &s.list,            &s.replay,         &s.replay_matching,    &s.cancel,
-                     &s.delete_dead_letter, &s.delete_attempts_of, &s.count_by_status, &s.purge_tasks,
-                     &s.purge_attempts,  &s.put_policy,     &s.policy_spec,        &s.get_policy,
-                     &s.key_known,       &s.find_key,       &s.insert_key,         &s.reclaim_key,
-                     &s.complete_key,    &s.release_key,    &s.purge_keys})
+  for (auto* each : {&s.accept,
+                     &s.claim_expired,
+                     &s.claim_due,
+                     &s.finish_attempt,
+                     &s.log_attempt,
+                     &s.postpone,
+                     &s.get_task,
+                     &s.attempts,
+                     &s.list,
+                     &s.replay,
+                     &s.replay_matching,
+                     &s.cancel,
+                     &s.delete_dead_letter,
+                     &s.delete_attempts_of,
+                     &s.count_by_status,
+                     &s.purge_tasks,
+                     &s.purge_attempts,
+                     &s.put_policy,
+                     &s.policy_spec,
+                     &s.get_policy,
+                     &s.key_known,
+                     &s.find_key,
+                     &s.insert_key,
+                     &s.reclaim_key,
+                     &s.complete_key,
+                     &s.release_key,
+                     &s.purge_keys})
     *each = render(std::move(*each), d);
   return s;
 }

@@ -12,18 +12,18 @@ enum class dialect { sqlite, postgres };
 
 /// Parameters are numbered as written in statements.cpp ($1, $2, ... in order of the C++ call).
 struct statements {
-  std::string accept;          ///< the 12 columns of a new task
-  std::string claim_expired;   ///< $1 owner, $2 lease until, $3 now, $4 limit; RETURNING the task columns
-  std::string claim_due;       ///< the same, for due PENDING tasks
-  std::string finish_attempt;  ///< $1 status, $2 attempts, $3 next attempt, $4 id, $5 owner
-  std::string log_attempt;     ///< $1 task, $2 number, $3 at, $4 status, $5 error type, $6 duration
-  std::string postpone;        ///< $1 until, $2 id, $3 owner
-  std::string get_task;        ///< $1 id
-  std::string attempts;        ///< $1 task, $2 after, $3 limit
-  std::string list;            ///< the filter: $1 status .. $6 limit (bind_filter order)
-  std::string replay;          ///< $1 id, $2 now
-  std::string replay_matching; ///< the filter, $7 now; RETURNING id
-  std::string cancel;          ///< $1 id, $2 now
+  std::string accept;              ///< the 12 columns of a new task
+  std::string claim_expired;       ///< $1 owner, $2 lease until, $3 now, $4 limit; RETURNING the task columns
+  std::string claim_due;           ///< the same, for due PENDING tasks
+  std::string finish_attempt;      ///< $1 status, $2 attempts, $3 next attempt, $4 id, $5 owner
+  std::string log_attempt;         ///< $1 task, $2 number, $3 at, $4 status, $5 error type, $6 duration
+  std::string postpone;            ///< $1 until, $2 id, $3 owner
+  std::string get_task;            ///< $1 id
+  std::string attempts;            ///< $1 task, $2 after, $3 limit
+  std::string list;                ///< the filter: $1 status .. $6 limit (bind_filter order)
+  std::string replay;              ///< $1 id, $2 now
+  std::string replay_matching;     ///< the filter, $7 now; RETURNING id
+  std::string cancel;              ///< $1 id, $2 now
   std::string delete_dead_letter;  ///< $1 id
   std::string delete_attempts_of;  ///< $1 task (SQLite: no cascade)
   std::string count_by_status;
