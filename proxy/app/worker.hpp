@@ -1,0 +1,89 @@
+#pragma once
+/** A worker: one thread with its single-threaded io_context, its listeners, upstream pools
+    and sessions (the nginx/Envoy worker model: a connection's state never crosses threads),
+    and what runs on it: the accept loop and the pool sweep. Internal to app/. */
+#include "proxy/h2/client_connection.hpp"
+#include "proxy/http/relay.hpp"
+#include "proxy/http/session_context.hpp"
+#include "proxy/http/session_registry.hpp"
+#include "proxy/net.hpp"
+#include "proxy/observe/log.hpp"
+#include "proxy/retry/dependency_guard.hpp"
+#include "proxy/upstream/pool.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace rebound::app {
+
+/// Idle pooled upstream connections live this long; upstreams commonly close at 60 s or
+/// later, so reuse never races their own idle close.
+inline constexpr std::chrono::seconds pool_idle_timeout{30};
+/// Enough for 1,000 concurrent clients of one upstream: with 256, a burst that wide closed
+/// three connections in four after answering and opened them again for the next requests
+/// (bench/run.sh c1000: 2.4x HAProxy's CPU per request).
+inline constexpr std::size_t pool_max_idle_per_upstream = 1024;
+/// Until the first sweep sets it from the descriptor limit (idle_upstream_cap).
+inline constexpr std::size_t pool_max_idle_at_start = 256;
+
+/// Member order is destruction order in reverse: the pool and the acceptor go before the
+/// io_context they use; the registry outlives it, since destroying the io_context destroys
+/// suspended sessions, which unregister.
+struct worker {
+  http::session_registry sessions;
+  http::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
+  net::io_context ioc{1};
+  upstream::pool pool{pool_max_idle_per_upstream, pool_max_idle_at_start, pool_idle_timeout};
+  h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
+  std::mt19937_64 rng{std::random_device{}()};    // jitter only; keys come from OpenSSL's CSPRNG
+  std::optional<retry::guard_cache> guards;
+  std::shared_ptr<const http::running_config> running;  ///< current; only this worker's thread touches it
+  std::thread thread;
+};
+
+/// Logs what escaped a coroutine instead of losing it (co_spawn's detached would).
+struct report_failure {
+  const observe::logger* log;
+  const char* what;
+  void operator()(std::exception_ptr e) const {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      log->error("internal_error", {{"task", what}, {"message", x.what()}});
+    } catch (...) {
+      log->error("internal_error", {{"task", what}, {"message", "unknown exception"}});
+    }
+  }
+};
+
+/// Runs `ioc` until it stops, logging (and surviving) what a handler throws.
+void run_guarded(net::io_context& ioc, const observe::logger& log, const char* what);
+
+/// The client connections the descriptor limit leaves room for; `nofile`: the soft limit.
+std::size_t descriptor_cap(std::optional<rlim_t> nofile);
+/// The soft descriptor limit, read once per accept wake-up; none when unlimited or unknown.
+std::optional<rlim_t> nofile_limit();
+
+/// Accepts on `acceptor` and starts a session per client, until the acceptor closes.
+net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx);
+/// Closes idle upstream connections that outlived their welcome, every few seconds.
+net::awaitable<void> sweep_pool(worker& w, std::size_t workers);
+
+/// A listener on `ep` (`key` names it in the error); start-up only, so a failure throws.
+tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key);
+std::string to_string(const tcp::endpoint& ep);
+
+}  // namespace rebound::app
