@@ -184,7 +184,7 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
   client.socket().set_option(tcp::no_delay(true), ignored);
   session_guard guard(*ctx.sessions, client);
   beast::flat_buffer buffer;
-  bool first = doors.http2 && ctx.h2_pool;
+  bool first = doors.http2 != nullptr;
 
   for (;;) {
     // A drain ends a connection between requests, unless the next request has already
