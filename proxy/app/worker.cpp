@@ -55,7 +55,8 @@ namespace {
 std::size_t idle_upstream_cap(std::optional<rlim_t> nofile, std::size_t workers) {
   if (!nofile) return 4096;
   auto const reserve = std::min<rlim_t>(64, *nofile / 4);
-  return std::max<std::size_t>(4, static_cast<std::size_t>((*nofile - reserve) / 4) / std::max<std::size_t>(1, workers));
+  return std::max<std::size_t>(4,
+                               static_cast<std::size_t>((*nofile - reserve) / 4) / std::max<std::size_t>(1, workers));
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ int server_state::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame,
 }
 
 int server_state::on_header(nghttp2_session* session, const nghttp2_frame* frame, const std::uint8_t* name,
-                     std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
+                            std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t,
+                            void* user) {
   auto& st = self(user);
   auto ss = st.find(frame->hd.stream_id);
   if (!ss || frame->hd.type != NGHTTP2_HEADERS) return 0;
@@ -40,8 +41,8 @@ int server_state::on_header(nghttp2_session* session, const nghttp2_frame* frame
   return 0;
 }
 
-int server_state::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id, const std::uint8_t* data,
-                         std::size_t len, void* user) {
+int server_state::on_data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id,
+                                const std::uint8_t* data, std::size_t len, void* user) {
   auto& st = self(user);
   auto ss = st.find(stream_id);
   if (ss && ss->streaming) {

@@ -43,7 +43,7 @@ struct server_stream {
   std::size_t header_bytes = 0;
   bool head_too_large = false;
   bool body_too_large = false;
-  bool grpc = false;  ///< content-type application/grpc...: rebound's refusals are gRPC statuses
+  bool grpc = false;           ///< content-type application/grpc...: rebound's refusals are gRPC statuses
   bool refused_early = false;  ///< answered before its request ended (413, 408): the rest is not wanted
   bool request_complete = false;
   bool answered = false;
@@ -54,7 +54,7 @@ struct server_stream {
   bool streaming = false;                    ///< handed to the stream handler at its head
   std::shared_ptr<body_pipe> request_pipe;   ///< streaming: the request body as it arrives
   std::shared_ptr<body_pipe> response_pipe;  ///< streaming: the answer's body
-  std::size_t held = 0;  ///< request bytes held whole whose connection credit is still owed
+  std::size_t held = 0;                      ///< request bytes held whole whose connection credit is still owed
   clock::time_point started = clock::now();
   std::size_t sent = 0;  ///< how far the answer's DATA had gone at the last tick
   clock::time_point progress_at = clock::now();
@@ -149,7 +149,9 @@ class server_state {
       ss_->response = std::move(whole);
       st_.answer(*ss_);
     }
-    void respond(fields head, std::shared_ptr<body_pipe> body) override { st_.answer_streamed(*ss_, std::move(head), std::move(body)); }
+    void respond(fields head, std::shared_ptr<body_pipe> body) override {
+      st_.answer_streamed(*ss_, std::move(head), std::move(body));
+    }
     void cancel() override {
       if (ss_->closed) return;
       nghttp2_submit_rst_stream(st_.session_.get(), NGHTTP2_FLAG_NONE, ss_->id, NGHTTP2_CANCEL);
@@ -181,8 +183,8 @@ class server_state {
     }};
     if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, settings.data(), settings.size()) != 0) return false;
     auto const window = std::max<std::size_t>(limits_.connection_buffer, NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE);
-    nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0,
-                                          static_cast<std::int32_t>(std::min<std::size_t>(window, NGHTTP2_MAX_WINDOW_SIZE)));
+    nghttp2_session_set_local_window_size(
+        s, NGHTTP2_FLAG_NONE, 0, static_cast<std::int32_t>(std::min<std::size_t>(window, NGHTTP2_MAX_WINDOW_SIZE)));
     last_activity_ = clock::now();
     return true;
   }
@@ -250,8 +252,8 @@ class server_state {
       nghttp2_submit_shutdown_notice(session_.get());
       drain_stage_ = 1;
     } else if (drain_stage_ == 1 && from_tick) {
-      nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
-                            nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR, nullptr, 0);
+      nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_.get()),
+                            NGHTTP2_NO_ERROR, nullptr, 0);
       drain_stage_ = 2;
     }
   }
@@ -362,10 +364,10 @@ class server_state {
   void check_streams(clock::time_point now) {
     for (auto& [id, ss] : streams_) {
       if (!ss->streaming && !ss->request_complete && !ss->answered) {
-        auto const allowed = limits_.body_timeout + std::chrono::milliseconds(
-                                                        limits_.min_body_rate > 0
-                                                            ? ss->request.body.size() * 1000 / limits_.min_body_rate
-                                                            : 0);
+        auto const allowed =
+            limits_.body_timeout +
+            std::chrono::milliseconds(limits_.min_body_rate > 0 ? ss->request.body.size() * 1000 / limits_.min_body_rate
+                                                                : 0);
         if (now - ss->started > allowed) {
           ss->request = {};
           release_held(*ss);

@@ -87,9 +87,9 @@ TEST(ClientSession, ASmuggledFramingIsRefused400AndTheConnectionCloses) {
 TEST(ClientSession, ARequestThatAlreadyPassedThisInstanceIsALoop508) {
   rig r;
   r.serve({nullptr, echo_target_door});
-  auto const in = r.talk("GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\nVia: 1.1 " +
-                             http::via_mark(instance_token) + "\r\n\r\n",
-                         [](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; });
+  auto const in = r.talk(
+      "GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\nVia: 1.1 " + http::via_mark(instance_token) + "\r\n\r\n",
+      [](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; });
   EXPECT_TRUE(in.starts_with("HTTP/1.1 508 ")) << in;
   EXPECT_NE(in.find("loop_detected"), std::string::npos) << in;
 }
@@ -118,15 +118,16 @@ TEST(ClientSession, ADrainClosesAnIdleConnection) {
   // The drain begins once the first answer is out, with the session idle between requests.
   bool closed = false;
   bool drained = false;
-  auto const in = r.talk("GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\n\r\n",
-                         [&r, &drained](const std::string& s) {
-                           if (!drained && s.ends_with("/a")) {
-                             drained = true;
-                             r.sessions.begin_drain();
-                           }
-                           return false;
-                         },
-                         &closed);
+  auto const in = r.talk(
+      "GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\n\r\n",
+      [&r, &drained](const std::string& s) {
+        if (!drained && s.ends_with("/a")) {
+          drained = true;
+          r.sessions.begin_drain();
+        }
+        return false;
+      },
+      &closed);
   EXPECT_EQ(count(in, "HTTP/1.1 200 OK"), 1u) << in;
   EXPECT_TRUE(closed) << "an idle session ends at once when a drain begins";
   EXPECT_EQ(r.sessions.active(), 0u);
@@ -155,8 +156,8 @@ TEST(ClientSession, ConnectTunnelsBytesBothWaysWithHalfClose) {
   r.serve({nullptr, nullptr});
   auto const authority = "127.0.0.1:" + std::to_string(target.local_endpoint().port());
   bool closed = false;
-  auto const in = r.talk("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\nhello through",
-                         nullptr, &closed, true);
+  auto const in = r.talk("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\nhello through", nullptr,
+                         &closed, true);
   EXPECT_TRUE(in.starts_with("HTTP/1.1 200 Connection established\r\n")) << in;
   EXPECT_TRUE(in.ends_with("\r\n\r\ngot:hello through")) << "bytes sent with the head go through first: " << in;
   EXPECT_TRUE(closed) << "the target's close ends the tunnel";
@@ -172,9 +173,9 @@ TEST(ClientSession, R4_AConnectThatIsRefusedIsRetriedThenAnswered502WithTheClien
   }
   r.serve({nullptr, nullptr});
   auto const authority = "127.0.0.1:" + std::to_string(port);
-  auto const in = r.talk("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority +
-                             "\r\nX-Request-ID: tunnel-7\r\n\r\n",
-                         [](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; });
+  auto const in =
+      r.talk("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\nX-Request-ID: tunnel-7\r\n\r\n",
+             [](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; });
   EXPECT_TRUE(in.starts_with("HTTP/1.1 502 ")) << in;
   EXPECT_NE(in.find("Rebound-Error: connect_refused"), std::string::npos) << in;
   r.log.flush();

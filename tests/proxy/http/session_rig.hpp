@@ -113,7 +113,6 @@ struct rig {
   tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
 };
 
-
 /// Counts the occurrences of `what` in `text`.
 inline std::size_t count(const std::string& text, std::string_view what) {
   std::size_t n = 0;
