@@ -1,6 +1,8 @@
 #include "config/typed_values.hpp"
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -107,7 +109,8 @@ parsed<endpoint> parse_endpoint(std::string_view text) {
 
 namespace {
 
-/// `http[s]://authority` and what follows it; `what` names the key in messages.
+/// `http[s]://authority` and what follows it, parsed by Boost.URL (RFC 3986); `what` names the
+/// key in messages.
 struct split_url {
   std::optional<origin_url> origin;
   std::string_view rest;  ///< from the first `/`, `?` or `#` after the authority
@@ -116,55 +119,51 @@ struct split_url {
 
 split_url split_http_url(std::string_view text, std::string_view what, std::string_view accepted) {
   auto fail = [&](std::string why) { return split_url{std::nullopt, {}, why + std::string(accepted)}; };
+  auto const r = boost::urls::parse_uri(text);
+  if (!r) {
+    if (!text.starts_with("http://") && !text.starts_with("https://"))
+      return fail(std::string(what) + " " + quoted(text) + " is not an http:// or https:// URL");
+    return fail(std::string(what) + " " + quoted(text) + " is not a valid URL (" + r.error().message() + ")");
+  }
+  auto const& u = *r;
   origin_url o;
-  std::string_view rest;
-  if (text.starts_with("https://")) {
+  if (u.scheme_id() == boost::urls::scheme::https) {
     o.scheme = "https";
     o.port = 443;
-    rest = text.substr(8);
-  } else if (text.starts_with("http://")) {
-    rest = text.substr(7);
-  } else {
+  } else if (u.scheme_id() != boost::urls::scheme::http || !u.has_authority()) {
     return fail(std::string(what) + " " + quoted(text) + " is not an http:// or https:// URL");
   }
-  auto const authority_end = rest.find_first_of("/?#");
-  auto const authority = rest.substr(0, authority_end);
-  auto const after = authority_end == std::string_view::npos ? std::string_view{} : rest.substr(authority_end);
-  if (authority.find('@') != std::string_view::npos)
+  if (u.has_userinfo())
     return split_url{std::nullopt,
                      {},
                      std::string(what) + " " + quoted(text) +
                          " carries credentials: they would show in /config and logs; use the auth key"};
-  std::string_view host = authority, port_text;
-  if (authority.starts_with("[")) {
-    auto const close = authority.find(']');
-    if (close == std::string_view::npos) return fail("invalid " + std::string(what) + " " + quoted(text));
-    host = authority.substr(1, close - 1);
-    boost::system::error_code ec;
-    boost::asio::ip::make_address_v6(std::string(host), ec);
-    if (ec) return fail("invalid IPv6 address in " + quoted(text));
-    auto const tail = authority.substr(close + 1);
-    if (!tail.empty()) {
-      if (tail.front() != ':') return fail("invalid " + std::string(what) + " " + quoted(text));
-      port_text = tail.substr(1);
-    }
-  } else if (auto const colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    port_text = authority.substr(colon + 1);
+  switch (u.host_type()) {
+    case boost::urls::host_type::ipv6:
+      o.host = u.host_ipv6_address().to_string();
+      break;
+    case boost::urls::host_type::ipv4:
+    case boost::urls::host_type::name:
+      o.host = std::string(u.encoded_host());
+      break;
+    default:  // IPvFuture, or none
+      break;
   }
-  bool const host_ok = !host.empty() && std::all_of(host.begin(), host.end(), [](char ch) {
+  // Names only as DNS knows them: no percent-encoding, nothing a resolver would refuse.
+  bool const host_ok = !o.host.empty() && std::all_of(o.host.begin(), o.host.end(), [](char ch) {
     return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' || ch == ':' || ch == '_';
   });
   if (!host_ok) return fail("invalid host in " + std::string(what) + " " + quoted(text));
-  o.host = std::string(host);
-  if (!port_text.empty() || authority.ends_with(":")) {
+  if (u.has_port()) {
+    auto const port_text = u.port();
     unsigned port = 0;
     auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 || port > 65535)
       return fail("invalid port in " + std::string(what) + " " + quoted(text));
     o.port = static_cast<std::uint16_t>(port);
   }
-  return split_url{std::move(o), after, {}};
+  // What follows the authority: the path, query and fragment as written.
+  return split_url{std::move(o), text.substr(u.encoded_origin().size()), {}};
 }
 
 }  // namespace

@@ -112,6 +112,9 @@ TEST(TypedValues, OriginRefusalsSayWhy) {
   EXPECT_NE(parse_origin("ftp://host").error.find("not an http:// or https:// URL"), std::string::npos);
   EXPECT_NE(parse_origin("http://host:0").error.find("invalid port"), std::string::npos);
   EXPECT_NE(parse_origin("http://host:99999").error.find("invalid port"), std::string::npos);
-  EXPECT_NE(parse_origin("http://ho st").error.find("invalid host"), std::string::npos);
+  EXPECT_NE(parse_origin("http://ho st").error.find("not a valid URL"), std::string::npos);
+  EXPECT_NE(parse_origin("http://ho%41st").error.find("invalid host"), std::string::npos);
+  EXPECT_NE(parse_origin("http://[v1.x]").error.find("invalid host"), std::string::npos);
+  EXPECT_NE(parse_origin("http://host:").error.find("invalid port"), std::string::npos);
   EXPECT_FALSE(parse_origin("http://").value);
 }
