@@ -3,63 +3,33 @@
 #include "config/typed_values.hpp"
 #include "proxy/observe/json.hpp"
 
-#include <cstdio>
 
 namespace rebound::config {
 namespace {
 
-/// Just enough of a JSON object writer: commas and quoting, nothing else.
+/** An object of the effective config, open while in scope, written through the one JSON
+    writer (observe/json.hpp) with the config's own vocabulary. */
 class object_writer {
  public:
-  explicit object_writer(std::string& out) : out_(out) { out_ += '{'; }
-  ~object_writer() { out_ += '}'; }
+  explicit object_writer(observe::json_writer& w) : w_(w) { w_.open_object(); }
+  ~object_writer() { w_.close_object(); }
   object_writer(const object_writer&) = delete;
   object_writer& operator=(const object_writer&) = delete;
 
-  void string(std::string_view k, std::string_view v) {
-    key(k);
-    observe::append_json_string(out_, v);
-  }
-  void number(std::string_view k, double v) {
-    key(k);
-    char buf[32];
-    auto const n = std::snprintf(buf, sizeof buf, "%.6g", v);
-    out_.append(buf, static_cast<std::size_t>(n));
-  }
-  void integer(std::string_view k, std::uint64_t v) {
-    key(k);
-    out_ += std::to_string(v);
-  }
-  void boolean(std::string_view k, bool v) {
-    key(k);
-    out_ += v ? "true" : "false";
-  }
+  void string(std::string_view k, std::string_view v) { w_.field(k, v); }
+  void number(std::string_view k, double v) { w_.key(k).number(v); }
+  void integer(std::string_view k, std::uint64_t v) { w_.field(k, v); }
+  void boolean(std::string_view k, bool v) { w_.field(k, v); }
   void strings(std::string_view k, const auto& list) {
-    key(k);
-    out_ += '[';
-    bool first = true;
-    for (std::string_view s : list) {
-      if (!first) out_ += ',';
-      first = false;
-      observe::append_json_string(out_, s);
-    }
-    out_ += ']';
+    w_.key(k).open_array();
+    for (std::string_view s : list) w_.value(s);
+    w_.close_array();
   }
-  /// Starts a nested value under `k`; the caller writes it.
-  std::string& nested(std::string_view k) {
-    key(k);
-    return out_;
-  }
+  /// The writer, after the key `k`: the caller writes its value.
+  observe::json_writer& nested(std::string_view k) { return w_.key(k); }
 
  private:
-  void key(std::string_view k) {
-    if (!first_) out_ += ',';
-    first_ = false;
-    observe::append_json_string(out_, k);
-    out_ += ':';
-  }
-  std::string& out_;
-  bool first_ = true;
+  observe::json_writer& w_;
 };
 
 }  // namespace
@@ -183,8 +153,9 @@ void write_auth(object_writer& dep, const auth_settings& a) {
 
 std::string policy_json(const policy& p) {
   std::string out;
+  observe::json_writer json(out);
   {
-    object_writer w(out);
+    object_writer w(json);
     write_policy(w, p, false);
   }
   return out;
@@ -192,8 +163,9 @@ std::string policy_json(const policy& p) {
 
 std::string effective_config_json(const config& cfg) {
   std::string out;
+  observe::json_writer json(out);
   {
-    object_writer w(out);
+    object_writer w(json);
     w.string("listen", endpoint_text(cfg.listen));
     if (cfg.admin_token_file.empty()) {
       w.string("admin", endpoint_text(cfg.admin));
@@ -245,12 +217,9 @@ std::string effective_config_json(const config& cfg) {
       o.string("claim_lease", format_duration(in.claim_lease));
       o.string("principal_header", in.principal_header);
       o.string("max_body", format_size(in.max_body));
-      auto& out = o.nested("routes");
-      out += '[';
-      for (std::size_t i = 0; i < in.routes.size(); ++i) {
-        auto const& r = in.routes[i];
-        if (i) out += ',';
-        object_writer ro(out);
+      auto& routes = o.nested("routes").open_array();
+      for (auto const& r : in.routes) {
+        object_writer ro(routes);
         {
           object_writer m(ro.nested("match"));
           if (!r.match.path_prefix.empty()) m.string("path_prefix", r.match.path_prefix);
@@ -269,7 +238,7 @@ std::string effective_config_json(const config& cfg) {
           d.string("ttl", format_duration(r.dedupe.ttl));
         }
       }
-      out += ']';
+      routes.close_array();
     }
     if (!cfg.alert_webhook.empty()) {
       object_writer al(w.nested("alert"));
@@ -293,11 +262,8 @@ std::string effective_config_json(const config& cfg) {
         if (d.auth) write_auth(one, *d.auth);
         write_policy(one, d.effective);
         if (!d.routes.empty()) {
-          auto& list = one.nested("routes");
-          list += '[';
-          for (std::size_t i = 0; i < d.routes.size(); ++i) {
-            if (i) list += ',';
-            auto const& r = d.routes[i];
+          auto& list = one.nested("routes").open_array();
+          for (auto const& r : d.routes) {
             object_writer route(list);
             {
               object_writer match(route.nested("match"));
@@ -306,7 +272,7 @@ std::string effective_config_json(const config& cfg) {
             }
             write_policy(route, r.effective, false);
           }
-          list += ']';
+          list.close_array();
         }
       }
     }

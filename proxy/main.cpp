@@ -31,27 +31,15 @@ constexpr std::string_view usage =
 
 /// `check --format json`: one object, stable for CI annotations (docs/configuration.md: Command line).
 std::string findings_json(const std::string& file, bool valid, const std::vector<rebound::config::diagnostic>& ds) {
-  using rebound::observe::append_json_string;
-  std::string out = "{\"file\":";
-  append_json_string(out, file);
-  out += valid ? ",\"valid\":true" : ",\"valid\":false";
-  out += ",\"findings\":[";
-  bool first = true;
+  std::string out;
+  rebound::observe::json_writer w(out);
+  w.open_object().field("file", file).field("valid", valid).key("findings").open_array();
   for (auto const& d : ds) {
-    if (!first) out += ',';
-    first = false;
-    out += "{\"level\":";
-    out += d.warning ? "\"warning\"" : "\"error\"";
-    out += ",\"line\":" + std::to_string(d.line) + ",\"column\":" + std::to_string(d.column) + ",\"path\":";
-    append_json_string(out, d.path);
-    out += ",\"rule\":";
-    append_json_string(out, d.rule);
-    out += ",\"message\":";
-    append_json_string(out, d.message);
-    out += '}';
+    w.open_object().field("level", d.warning ? "warning" : "error").field("line", d.line).field("column", d.column);
+    w.field("path", d.path).field("rule", d.rule).field("message", d.message).close_object();
   }
-  out += "]}\n";
-  return out;
+  w.close_array().close_object();
+  return out += '\n';
 }
 
 /** What start-up would refuse beyond the loader: a CA bundle or client certificate that is

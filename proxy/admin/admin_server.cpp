@@ -26,30 +26,21 @@ namespace bhttp = boost::beast::http;
 
 /// GET /dependencies: per dependency, the budget window and the breaker (SPEC 7).
 std::string dependencies_json(const std::vector<retry::dependency_guard::snapshot>& all) {
-  std::string out = "{\"dependencies\":[";
-  bool first = true;
+  std::string out;
+  observe::json_writer w(out);
+  w.open_object().key("dependencies").open_array();
   for (auto const& s : all) {
-    if (!first) out += ',';
-    first = false;
-    out += "{\"name\":";
-    observe::append_json_string(out, s.name);
     auto const left = s.budget.allowed > s.budget.retries ? s.budget.allowed - s.budget.retries : 0;
-    char numbers[256];
-    std::snprintf(numbers, sizeof numbers,
-                  ",\"requests_in_window\":%llu,\"retries_in_window\":%llu,\"retries_allowed\":%llu,"
-                  "\"budget_left\":%llu,\"budget_utilization\":%.4f",
-                  static_cast<unsigned long long>(s.budget.requests), static_cast<unsigned long long>(s.budget.retries),
-                  static_cast<unsigned long long>(s.budget.allowed), static_cast<unsigned long long>(left),
-                  s.budget.utilization());
-    out += numbers;
-    out += ",\"breaker\":{\"state\":";
-    observe::append_json_string(out, retry::to_string(s.state));
-    out += ",\"mode\":";
-    observe::append_json_string(out, config::to_string(s.mode));
-    out += ",\"in_state_ms\":" + std::to_string(s.in_state.count()) + "}}";
+    w.open_object().field("name", s.name);
+    w.field("requests_in_window", s.budget.requests).field("retries_in_window", s.budget.retries);
+    w.field("retries_allowed", s.budget.allowed).field("budget_left", left);
+    w.key("budget_utilization").number(s.budget.utilization(), "%.4f");
+    w.key("breaker").open_object().field("state", retry::to_string(s.state)).field("mode", config::to_string(s.mode));
+    w.field("in_state_ms", s.in_state.count()).close_object();
+    w.close_object();
   }
-  out += "]}\n";
-  return out;
+  w.close_array().close_object();
+  return out += '\n';
 }
 
 bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req, const admin_state& state) {

@@ -49,23 +49,15 @@ std::string query_value(std::string_view target, std::string_view name) {
   return {};
 }
 
-void task_fields(std::string& body, const store::retry_task& t) {
-  body += "\"id\":";
-  observe::append_json_string(body, t.id);
-  body += ",\"status\":\"" + std::string(store::to_string(t.status)) + "\",\"dependency\":";
-  observe::append_json_string(body, t.dependency);
-  body += ",\"method\":";
-  observe::append_json_string(body, t.method);
+void task_fields(observe::json_writer& w, const store::retry_task& t) {
   auto const scheme_end = t.target.find("://");
   auto const path_start = scheme_end == std::string::npos ? 0 : t.target.find('/', scheme_end + 3);
   auto const path = path_start == std::string::npos ? std::string("/") : t.target.substr(path_start);
-  body += ",\"path\":";
-  observe::append_json_string(body, path.substr(0, path.find('?')));
-  body += ",\"idempotency_key\":";
-  observe::append_json_string(body, t.idempotency_key);
-  body += ",\"attempts\":" + std::to_string(t.attempts) + ",\"created_at\":\"" + iso8601(t.created_at) + "\"";
+  w.field("id", t.id).field("status", store::to_string(t.status)).field("dependency", t.dependency);
+  w.field("method", t.method).field("path", path.substr(0, path.find('?')));
+  w.field("idempotency_key", t.idempotency_key).field("attempts", t.attempts).field("created_at", t.created_at);
   if (t.status == store::task_status::pending || t.status == store::task_status::in_flight)
-    body += ",\"next_attempt_at\":\"" + iso8601(t.next_attempt_at) + "\"";
+    w.field("next_attempt_at", t.next_attempt_at);
 }
 
 std::optional<store::wall_clock::time_point> parse_time(std::string_view s) {

@@ -39,7 +39,7 @@ std::optional<store::wall_clock::time_point> parse_time(std::string_view s);
 /// `limit` of a page: 1..500, `fallback` when absent; nullopt when malformed.
 std::optional<std::size_t> page_limit(std::string_view text, std::size_t fallback);
 /// The fields a listing and a task share; never headers or body, the path without its query.
-void task_fields(std::string& body, const store::retry_task& t);
+void task_fields(observe::json_writer& w, const store::retry_task& t);
 
 // The handlers outside task_api.cpp. Arguments by reference: GCC 12 destroys by-value
 // arguments of a co_awaited call twice.

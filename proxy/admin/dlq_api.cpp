@@ -37,20 +37,21 @@ net::awaitable<response> list_dlq(const answers& a, store::task_store& store, st
     co_return a.error(bhttp::status::bad_request, "bad_request", *problem);
   auto [e, tasks] = co_await store::async_list(store, filter, use_tuple);
   if (e) co_return a.unavailable(*e);
-  std::string body = "{\"items\":[";
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (i) body += ',';
-    body += '{';
-    task_fields(body, tasks[i]);
-    body += ",\"dead_lettered_at\":\"" + observe::iso8601(tasks[i].next_attempt_at) + "\"}";
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object().key("items").open_array();
+  for (auto const& t : tasks) {
+    w.open_object();
+    task_fields(w, t);
+    w.field("dead_lettered_at", t.next_attempt_at).close_object();
   }
-  body += "],\"next\":";
+  w.close_array().key("next");
   if (tasks.size() == filter.limit)
-    observe::append_json_string(body, tasks.back().id);
+    w.value(tasks.back().id);
   else
-    body += "null";
-  body += "}\n";
-  co_return a.json(bhttp::status::ok, std::move(body));
+    w.null();
+  w.close_object();
+  co_return a.json(bhttp::status::ok, std::move(body += '\n'));
 }
 
 /// POST /dlq/{id}/replay: the dead letter is delivered again, with its key, in a fresh window.
@@ -59,7 +60,9 @@ net::awaitable<response> replay(const answers& a, const task_api_context& ctx, c
   if (e) co_return a.unavailable(*e);
   if (!replayed) co_return a.error(bhttp::status::not_found, "not_found", "no dead letter with this id");
   log_replayed(ctx, id, "one");
-  co_return a.json(bhttp::status::accepted, "{\"id\":\"" + id + "\",\"status\":\"PENDING\"}\n");
+  std::string body;
+  observe::json_writer(body).open_object().field("id", id).field("status", "PENDING").close_object();
+  co_return a.json(bhttp::status::accepted, std::move(body += '\n'));
 }
 
 /** POST /dlq/replay: the dead letters of a filter (`{"dependency", "since", "until",
@@ -86,16 +89,15 @@ net::awaitable<response> replay_matching(const answers& a, const task_api_contex
   }
   auto [e, ids] = co_await store::async_replay_matching(ctx.store, filter, store::wall_clock::now(), use_tuple);
   if (e) co_return a.unavailable(*e);
-  std::string body = "{\"replayed\":[";
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (i) body += ',';
-    observe::append_json_string(body, ids[i]);
-    log_replayed(ctx, ids[i], "bulk");
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object().key("replayed").open_array();
+  for (auto const& id : ids) {
+    w.value(id);
+    log_replayed(ctx, id, "bulk");
   }
-  body += "],\"more\":";
-  body += ids.size() == filter.limit ? "true" : "false";
-  body += "}\n";
-  co_return a.json(bhttp::status::accepted, std::move(body));
+  w.close_array().field("more", ids.size() == filter.limit).close_object();
+  co_return a.json(bhttp::status::accepted, std::move(body += '\n'));
 }
 
 /// DELETE /dlq/{id}: a dead letter someone has dealt with, gone with its attempts.
@@ -104,7 +106,9 @@ net::awaitable<response> delete_dead_letter(const answers& a, const task_api_con
   if (e) co_return a.unavailable(*e);
   if (!deleted) co_return a.error(bhttp::status::not_found, "not_found", "no dead letter with this id");
   ctx.log.info("dead_letter_deleted", {{"task_id", id}});
-  co_return a.json(bhttp::status::ok, "{\"id\":\"" + id + "\",\"deleted\":true}\n");
+  std::string body;
+  observe::json_writer(body).open_object().field("id", id).field("deleted", true).close_object();
+  co_return a.json(bhttp::status::ok, std::move(body += '\n'));
 }
 
 }  // namespace rebound::admin::api

@@ -46,27 +46,22 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
   try {
     policy = config::load_policy_text(spec, "policy");
   } catch (const config::config_error& x) {
-    std::string body = "{\"error\":{\"type\":\"invalid_policy\",\"message\":";
-    observe::append_json_string(body, x.what());
-    body += "},\"findings\":[";
-    bool first = true;
+    std::string body;
+    observe::json_writer w(body);
+    w.open_object().key("error").open_object().field("type", "invalid_policy").field("message", x.what());
+    w.close_object().key("findings").open_array();
     for (auto const& d : x.diagnostics()) {
       if (d.warning) continue;
-      if (!first) body += ',';
-      first = false;
-      body += "{\"key\":";
-      observe::append_json_string(body, d.path.starts_with("defaults.") ? d.path.substr(9) : d.path);
-      body += ",\"message\":";
-      observe::append_json_string(body, d.message);
-      body += ",\"rule\":";
+      w.open_object().field("key", d.path.starts_with("defaults.") ? d.path.substr(9) : d.path);
+      w.field("message", d.message).key("rule");
       if (d.rule.empty())
-        body += "null";
+        w.null();
       else
-        observe::append_json_string(body, d.rule);
-      body += '}';
+        w.value(d.rule);
+      w.close_object();
     }
-    body += "]}\n";
-    co_return a.json(bhttp::status::unprocessable_entity, std::move(body));
+    w.close_array().close_object();
+    co_return a.json(bhttp::status::unprocessable_entity, std::move(body += '\n'));
   }
   store::stored_policy const stored{id, spec, store::wall_clock::now()};
   auto [e, put] = co_await store::async_put_policy(ctx.store, stored, use_tuple);
@@ -74,9 +69,9 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
   if (put == store::policy_put::conflict)
     co_return a.error(bhttp::status::conflict, "policy_exists", "another policy is registered as \"" + id + "\"");
   ctx.log.info("policy_registered", {{"policy_id", id}, {"new", put == store::policy_put::created}});
-  std::string body = "{\"id\":";
-  observe::append_json_string(body, id);
-  body += ",\"policy\":" + config::policy_json(*policy) + "}\n";
+  std::string body;
+  observe::json_writer(body).open_object().field("id", id).key("policy").raw(config::policy_json(*policy)).close_object();
+  body += '\n';
   auto res = a.json(put == store::policy_put::created ? bhttp::status::created : bhttp::status::ok, std::move(body));
   res.set(bhttp::field::location, std::string(ctx.admin_base) + "/retry-policies/" + id);
   co_return res;
@@ -87,16 +82,18 @@ net::awaitable<response> get_policy(const answers& a, store::task_store& store, 
   auto [e, stored] = co_await store::async_get_policy(store, id, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!stored) co_return a.error(bhttp::status::not_found, "not_found", "no such policy");
-  std::string body = "{\"id\":";
-  observe::append_json_string(body, stored->id);
-  body += ",\"created_at\":\"" + observe::iso8601(stored->created_at) + "\",\"registered\":" + stored->spec;
+  std::string body;
+  observe::json_writer w(body);
+  // The spec as registered: JSON this API serialized itself when it was put.
+  w.open_object().field("id", stored->id).field("created_at", stored->created_at).key("registered").raw(stored->spec);
+  w.key("policy");
   try {
-    body += ",\"policy\":" + config::policy_json(config::load_policy_text(stored->spec, "policy " + id));
+    w.raw(config::policy_json(config::load_policy_text(stored->spec, "policy " + id)));
   } catch (const std::exception&) {
-    body += ",\"policy\":null";  // a rule of this rebound refuses it: delivery uses the route's
+    w.null();  // a rule of this rebound refuses it: delivery uses the route's
   }
-  body += "}\n";
-  co_return a.json(bhttp::status::ok, std::move(body));
+  w.close_object();
+  co_return a.json(bhttp::status::ok, std::move(body += '\n'));
 }
 
 }  // namespace rebound::admin::api

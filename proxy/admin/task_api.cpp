@@ -33,12 +33,9 @@ using observe::iso8601;
 
 // Arguments by reference: GCC 12 destroys by-value arguments of a co_awaited call twice.
 
-std::string attempt_json(const store::attempt_log& at) {
-  std::string body = "{\"number\":" + std::to_string(at.number) + ",\"at\":\"" + iso8601(at.at) +
-                     "\",\"status\":" + std::to_string(at.status) + ",\"error_type\":";
-  observe::append_json_string(body, at.error_type);
-  body += ",\"duration_ms\":" + std::to_string(at.duration.count() / 1000) + "}";
-  return body;
+void write_attempt(observe::json_writer& w, const store::attempt_log& at) {
+  w.open_object().field("number", at.number).field("at", at.at).field("status", at.status);
+  w.field("error_type", at.error_type).field("duration_ms", at.duration.count() / 1000).close_object();
 }
 
 /// GET /retry-tasks/{id}: the task and its first attempts (all of them: /attempts pages on).
@@ -48,19 +45,15 @@ net::awaitable<response> get_task(const answers& a, store::task_store& store, co
   if (!task) co_return a.error(bhttp::status::not_found, "not_found", "no such task");
   auto [ae, attempts] = co_await store::async_attempts(store, id, 0, max_page, use_tuple);
   if (ae) co_return a.unavailable(*ae);
-  std::string body = "{";
-  task_fields(body, *task);
-  if (!task->policy_id.empty()) {
-    body += ",\"policy_id\":";
-    observe::append_json_string(body, task->policy_id);
-  }
-  body += ",\"attempt_log\":[";
-  for (std::size_t i = 0; i < attempts.size(); ++i) {
-    if (i) body += ',';
-    body += attempt_json(attempts[i]);
-  }
-  body += "]}\n";
-  co_return a.json(bhttp::status::ok, std::move(body));
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object();
+  task_fields(w, *task);
+  if (!task->policy_id.empty()) w.field("policy_id", task->policy_id);
+  w.key("attempt_log").open_array();
+  for (auto const& at : attempts) write_attempt(w, at);
+  w.close_array().close_object();
+  co_return a.json(bhttp::status::ok, std::move(body += '\n'));
 }
 
 /// GET /retry-tasks/{id}/attempts[?after=N][&limit=N]: the attempt log a page at a time.
@@ -80,15 +73,17 @@ net::awaitable<response> list_attempts(const answers& a, store::task_store& stor
   if (!task) co_return a.error(bhttp::status::not_found, "not_found", "no such task");
   auto [ae, attempts] = co_await store::async_attempts(store, id, after, *limit, use_tuple);
   if (ae) co_return a.unavailable(*ae);
-  std::string body = "{\"items\":[";
-  for (std::size_t i = 0; i < attempts.size(); ++i) {
-    if (i) body += ',';
-    body += attempt_json(attempts[i]);
-  }
-  body += "],\"next\":";
-  body += attempts.size() == *limit ? std::to_string(attempts.back().number) : std::string("null");
-  body += "}\n";
-  co_return a.json(bhttp::status::ok, std::move(body));
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object().key("items").open_array();
+  for (auto const& at : attempts) write_attempt(w, at);
+  w.close_array().key("next");
+  if (attempts.size() == *limit)
+    w.value(attempts.back().number);
+  else
+    w.null();
+  w.close_object();
+  co_return a.json(bhttp::status::ok, std::move(body += '\n'));
 }
 
 /// DELETE /retry-tasks/{id}: cancels a task still waiting; one in flight or ended is a conflict.
@@ -96,7 +91,11 @@ net::awaitable<response> cancel_task(const answers& a, store::task_store& store,
   auto const now = store::wall_clock::now();
   auto [e, cancelled] = co_await store::async_cancel(store, id, now, use_tuple);
   if (e) co_return a.unavailable(*e);
-  if (cancelled) co_return a.json(bhttp::status::ok, "{\"id\":\"" + id + "\",\"status\":\"CANCELLED\"}\n");
+  if (cancelled) {
+    std::string body;
+    observe::json_writer(body).open_object().field("id", id).field("status", "CANCELLED").close_object();
+    co_return a.json(bhttp::status::ok, std::move(body += '\n'));
+  }
   auto [ge, task] = co_await store::async_get(store, id, use_tuple);
   if (!task) co_return a.error(bhttp::status::not_found, "not_found", "no such task");
   co_return a.error(bhttp::status::conflict, "not_pending",
@@ -152,14 +151,15 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
                                  {"path", http::loggable_path(target.origin_form)},
                                  {"idempotency_key", t.idempotency_key},
                                  {"via", "admin_api"}});
-  std::string body = "{\"task_id\":";
-  observe::append_json_string(body, t.id);
-  body += ",\"status\":\"PENDING\",\"dependency\":";
-  observe::append_json_string(body, t.dependency);
-  body += ",\"idempotency_key\":";
-  observe::append_json_string(body, t.idempotency_key);
-  body += "}\n";
-  auto res = a.json(bhttp::status::created, std::move(body));
+  std::string body;
+  observe::json_writer(body)
+      .open_object()
+      .field("task_id", t.id)
+      .field("status", "PENDING")
+      .field("dependency", t.dependency)
+      .field("idempotency_key", t.idempotency_key)
+      .close_object();
+  auto res = a.json(bhttp::status::created, std::move(body += '\n'));
   res.set(bhttp::field::location, std::string(ctx.admin_base) + std::string(tasks_prefix) + t.id);
   co_return res;
 }

@@ -132,19 +132,13 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
   if (url.empty() || !key) return std::nullopt;
   auto const authority =
       url.substr(7, url.find('/', 7) == std::string::npos ? std::string::npos : url.find('/', 7) - 7);
-  std::string body = "{\"event\":\"dead_lettered\",\"task_id\":";
-  observe::append_json_string(body, dead.id);
-  body += ",\"dependency\":";
-  observe::append_json_string(body, dead.dependency);
-  body += ",\"method\":";
-  observe::append_json_string(body, dead.method);
-  body += ",\"reason\":";
-  observe::append_json_string(body, reason);
-  body += ",\"attempts\":" + std::to_string(attempts) + ",\"idempotency_key\":";
-  observe::append_json_string(body, dead.idempotency_key);
-  body += ",\"dead_lettered_at\":\"" + observe::iso8601(wall::now()) + "\",\"task\":";
-  observe::append_json_string(body, std::string(ctx.admin_base) + "/retry-tasks/" + dead.id);
-  body += "}\n";
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object().field("event", "dead_lettered").field("task_id", dead.id).field("dependency", dead.dependency);
+  w.field("method", dead.method).field("reason", reason).field("attempts", attempts);
+  w.field("idempotency_key", dead.idempotency_key).field("dead_lettered_at", wall::now());
+  w.field("task", std::string(ctx.admin_base) + "/retry-tasks/" + dead.id).close_object();
+  body += '\n';
   return store::new_task({"alert",
                           "POST",
                           url,

@@ -56,10 +56,9 @@ net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_cont
   res.set(bhttp::field::location, std::string(ctx.admin_base) + "/retry-tasks/" + id);
   res.set("Preference-Applied", "respond-async");
   res.set(bhttp::field::via, "1.1 rebound");
-  std::string body = "{\"task_id\":";
-  observe::append_json_string(body, id);
-  body += ",\"status\":\"PENDING\"}\n";
-  res.body() = std::move(body);
+  std::string body;
+  observe::json_writer(body).open_object().field("task_id", id).field("status", "PENDING").close_object();
+  res.body() = std::move(body += '\n');
   res.keep_alive(keep_alive);
   res.prepare_payload();
   client.expires_after(idle);

@@ -8,16 +8,12 @@ namespace rebound::http {
 namespace bhttp = boost::beast::http;
 
 std::string error_json(std::string_view type, std::string_view message, const error_reply* e) {
-  std::string body = "{\"error\":{\"type\":";
-  observe::append_json_string(body, type);
-  body += ",\"message\":";
-  observe::append_json_string(body, message);
-  if (e) {
-    body += ",\"dependency\":";
-    observe::append_json_string(body, e->dependency);
-    body += ",\"attempts\":" + std::to_string(e->attempts);
-  }
-  body += "}}\n";
+  std::string body;
+  observe::json_writer w(body);
+  w.open_object().key("error").open_object().field("type", type).field("message", message);
+  if (e) w.field("dependency", e->dependency).field("attempts", e->attempts);
+  w.close_object().close_object();
+  body += '\n';
   return body;
 }
 
