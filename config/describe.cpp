@@ -3,7 +3,6 @@
 #include "config/typed_values.hpp"
 #include "proxy/observe/json.hpp"
 
-
 namespace rebound::config {
 namespace {
 

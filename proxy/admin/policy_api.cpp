@@ -70,7 +70,12 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
     co_return a.error(bhttp::status::conflict, "policy_exists", "another policy is registered as \"" + id + "\"");
   ctx.log.info("policy_registered", {{"policy_id", id}, {"new", put == store::policy_put::created}});
   std::string body;
-  observe::json_writer(body).open_object().field("id", id).key("policy").raw(config::policy_json(*policy)).close_object();
+  observe::json_writer(body)
+      .open_object()
+      .field("id", id)
+      .key("policy")
+      .raw(config::policy_json(*policy))
+      .close_object();
   body += '\n';
   auto res = a.json(put == store::policy_put::created ? bhttp::status::created : bhttp::status::ok, std::move(body));
   res.set(bhttp::field::location, std::string(ctx.admin_base) + "/retry-policies/" + id);

@@ -31,10 +31,7 @@ class json_writer {
   json_writer& value(const std::string& s) { return value(std::string_view(s)); }
   json_writer& value(bool b) { return literal(b ? "true" : "false"); }
   template <std::integral I>
-    requires(!std::same_as<I, bool>)
-  json_writer& value(I n) {
-    return literal(std::to_string(n));
-  }
+  requires(!std::same_as<I, bool>) json_writer& value(I n) { return literal(std::to_string(n)); }
   /// A time as RFC 3339 UTC with milliseconds.
   json_writer& value(std::chrono::system_clock::time_point t);
   /// A number with printf's `format` ("%.6g", "%.4f").
