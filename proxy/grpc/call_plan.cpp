@@ -151,8 +151,8 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
 
 upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
   plan.pool_key = http::pool_key(plan.target, plan.route.tls);
-  // rebound's credential, unless the call carries its own (SPEC 5).
-  auto* const source = h2::message::find_in(head, "authorization") ? nullptr : plan.route.auth;
+  auto* const source =
+      upstream::credential_to_apply(plan.route.auth, h2::message::find_in(head, "authorization") != nullptr);
   return upstream::destination{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls, source};
 }
 

@@ -1,4 +1,5 @@
 #include "proxy/http/forward.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
@@ -393,8 +394,7 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 upstream::credential_source* credentials_for(const bhttp::request<bhttp::buffer_body>& req,
                                              const dependency_route& route) {
-  if (!route.auth || req.find(bhttp::field::authorization) != req.end()) return nullptr;
-  return route.auth;
+  return upstream::credential_to_apply(route.auth, req.find(bhttp::field::authorization) != req.end());
 }
 
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {

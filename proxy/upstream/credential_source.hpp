@@ -25,4 +25,11 @@ class credential_source {
   virtual net::awaitable<credential> authorization(steady_clock::time_point deadline) = 0;
 };
 
+/** SPEC 5: rebound's credential for a dependency (`configured`, null when it has none) goes on
+    a request only when the request carries no Authorization of its own: an app that
+    authenticates itself is never overridden. Every way in asks here. */
+constexpr credential_source* credential_to_apply(credential_source* configured, bool request_has_authorization) {
+  return request_has_authorization ? nullptr : configured;
+}
+
 }  // namespace rebound::upstream
