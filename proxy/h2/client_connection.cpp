@@ -74,12 +74,7 @@ struct client_connection::impl {
   }
 
   bool start() {
-    auto cbs = detail::new_callbacks();
-    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cbs.get(), &on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs.get(), &on_data_chunk);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &on_frame_recv);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
+    auto cbs = detail::stream_callbacks<impl>();
     nghttp2_session* s = nullptr;
     auto options = detail::manual_window_options();
     if (nghttp2_session_client_new2(&s, cbs.get(), this, options.get()) != 0) return false;

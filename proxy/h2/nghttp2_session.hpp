@@ -32,6 +32,20 @@ using callbacks_ptr = std::unique_ptr<nghttp2_session_callbacks, callbacks_delet
 
 callbacks_ptr new_callbacks();
 
+/** The callbacks both sides of a connection take from nghttp2, registered from `Side`'s
+    static members of the same names: a stream's head, field by field; its body; its frames;
+    its close. */
+template <class Side>
+callbacks_ptr stream_callbacks() {
+  auto cbs = new_callbacks();
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &Side::on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(cbs.get(), &Side::on_header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs.get(), &Side::on_data_chunk);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &Side::on_frame_recv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &Side::on_stream_close);
+  return cbs;
+}
+
 /// Header list for nghttp2, pointing into `fs` (nghttp2 copies the bytes on submit).
 std::vector<nghttp2_nv> to_nv(const fields& fs);
 

@@ -164,13 +164,8 @@ class server_state {
   };
 
   bool start() {
-    auto cbs = detail::new_callbacks();
-    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs.get(), &on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cbs.get(), &on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs.get(), &on_data_chunk);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs.get(), &on_frame_recv);
+    auto cbs = detail::stream_callbacks<server_state>();
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs.get(), &on_frame_send);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs.get(), &on_stream_close);
     nghttp2_session* s = nullptr;
     auto options = detail::manual_window_options();
     if (nghttp2_session_server_new2(&s, cbs.get(), this, options.get()) != 0) return false;
@@ -419,7 +414,8 @@ class server_state {
 
   static server_state& self(void* user) { return *static_cast<server_state*>(user); }
 
-  // What nghttp2 tells the connection (server_callbacks.cpp).
+ public:
+  // What nghttp2 tells the connection (server_callbacks.cpp), public for stream_callbacks.
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user);
   static int on_header(nghttp2_session* session, const nghttp2_frame* frame, const std::uint8_t* name,
                        std::size_t namelen, const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user);
@@ -429,6 +425,7 @@ class server_state {
   static int on_frame_send(nghttp2_session* session, const nghttp2_frame* frame, void* user);
   static int on_stream_close(nghttp2_session*, std::int32_t stream_id, std::uint32_t, void* user);
 
+ private:
   beast::tcp_stream& stream_;
   const server_limits& limits_;
   handlers handler_;
