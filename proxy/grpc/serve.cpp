@@ -22,7 +22,7 @@ net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& 
     auto const m = h2::match_preface(std::string_view(static_cast<const char*>(data.data()), data.size()));
     if (m != h2::preface_match::maybe) co_return m == h2::preface_match::yes;
     client.expires_at(std::min(std::chrono::steady_clock::now() + idle, due));
-    auto [ec, n] = co_await client.async_read_some(buffer.prepare(4096), use_tuple);
+    auto [ec, n] = co_await client.async_read_some(buffer.prepare(h2::client_preface.size()), use_tuple);
     buffer.commit(n);
     if (ec) co_return false;  // what was read is parsed as HTTP/1.1, and fails there
   }
@@ -60,7 +60,9 @@ net::awaitable<bool> serve_if_http2(http::session_context ctx, beast::tcp_stream
                                     http::session_guard& guard) {
   auto const due = std::chrono::steady_clock::now() + ctx.cfg().limits.head_timeout;
   if (!co_await opens_http2(client, buffer, ctx.cfg().limits.idle_timeout, due)) co_return false;
-  co_await serve_http2(ctx, client, buffer, guard);
+  // Made first, then awaited: GCC 12 destroys a by-value argument inside a co_await twice.
+  auto serving = serve_http2(ctx, client, buffer, guard);
+  co_await std::move(serving);
   co_return true;
 }
 

@@ -216,7 +216,9 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
     }
     if (first) {
       first = false;
-      if (co_await doors.http2(ctx, client, buffer, guard)) co_return;
+      // Made first, then awaited: GCC 12 destroys a by-value argument inside a co_await twice.
+      auto http2 = doors.http2(ctx, client, buffer, guard);
+      if (co_await std::move(http2)) co_return;
     }
     client.expires_after(idle);
     std::optional<cancel_at> head_due;
