@@ -175,6 +175,9 @@ struct policy {
       at every layer of a call chain multiply, (1 + max_retries)^layers at the bottom. */
   bool retry_layered = false;
   hedge_policy hedge;              ///< off unless written (issue 22)
+  /** `upgrades: [websocket]` (the default): a WebSocket handshake is relayed and, after the
+      upstream's 101, the connection becomes a tunnel; `upgrades: []` answers it 403. */
+  bool websocket_upgrades = true;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
 };

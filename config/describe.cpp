@@ -96,6 +96,7 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
   } else {
     w.string("hedge", "off");
   }
+  w.strings("upgrades", p.websocket_upgrades ? std::vector<std::string>{"websocket"} : std::vector<std::string>{});
   {
     object_writer i(w.nested("idempotency"));
     i.string("header", p.idempotency.header);

@@ -119,6 +119,31 @@ reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::s
     }
   }
   if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
+  if (auto u = n["upgrades"]) {
+    // The protocols a request may switch to through this route (issue 32): websocket, or none.
+    auto const upath = join(path, "upgrades");
+    if (!u.IsSequence()) {
+      error(u, upath, "must be a list: [websocket] lets WebSocket handshakes through, [] refuses them");
+    } else {
+      bool websocket = false, ok = true;
+      for (std::size_t i = 0; i < u.size(); ++i) {
+        auto const item_path = upath + "[" + std::to_string(i) + "]";
+        auto const v = scalar(u[i], item_path);
+        if (!v) {
+          ok = false;
+        } else if (*v == "websocket") {
+          websocket = true;
+        } else {
+          ok = false;
+          error(u[i], item_path,
+                *v == "h2c" ? "h2c is not relayed: the proxy port speaks HTTP/2 by prior knowledge, and an h2c "
+                              "offer is dropped so the request goes on as HTTP/1.1"
+                            : "unknown protocol \"" + *v + "\" (expected websocket)");
+        }
+      }
+      if (ok) l.websocket_upgrades = websocket;
+    }
+  }
   if (auto r = n["retry_on"]) {
     auto const rpath = join(path, "retry_on");
     if (r.IsScalar() && r.Scalar() == "default") {
@@ -235,6 +260,7 @@ policy reader::resolve(std::initializer_list<const policy_layer*> specific_first
   if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
   if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
   if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
+  if (auto const* l = pick(&policy_layer::websocket_upgrades)) p.websocket_upgrades = *l->websocket_upgrades;
   if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
   if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
   if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;

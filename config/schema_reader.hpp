@@ -46,7 +46,7 @@ class reader : public yaml_reader {
     std::optional<retry::retry_on> retry_on;
     std::optional<std::uint64_t> max_retry_body;
     std::optional<std::string> idempotency_header, approval;
-    std::optional<bool> inject, dead_letter, grpc_streaming, retry_layered;
+    std::optional<bool> inject, dead_letter, grpc_streaming, retry_layered, websocket_upgrades;
     std::optional<double> budget_ratio, cb_failure_ratio;
     std::optional<duration> budget_window, cb_window, cb_open_for;
     std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
@@ -58,7 +58,7 @@ class reader : public yaml_reader {
   static std::vector<std::string_view> policy_keys() {
     return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
             "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
-            "dead_letter", "grpc_streaming", "retry_layered", "hedge"};
+            "dead_letter", "grpc_streaming", "retry_layered", "hedge",         "upgrades"};
   }
 
   template <class T, class Parse>

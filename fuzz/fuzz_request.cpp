@@ -1,10 +1,11 @@
 // The path a client's bytes take before anything is sent upstream: Beast's parser bounded by
 // rebound's field limits, the framing (smuggling) checks, the request-target parser, the loop
-// guard, the upstream rewrite, then the body in relay-sized pieces with its trailers.
+// guard, the upgrade rules, the upstream rewrite, then the body in relay-sized pieces with its trailers.
 // Any input must end in a parsed request or an error value: never a crash, a throw, a leak.
 #include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/wire/framing.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
@@ -68,6 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   auto const& req = p.get();
   if (check_request_framing(req.base(), req.version())) return 0;
+  // An upgrade is read from the head alone; a WebSocket one keeps its fields across the hop.
+  bool const websocket = read_upgrade(req.base()).what == upgrade_ask::kind::websocket;
   auto target = req.method() == bhttp::verb::connect
                     ? parse_connect_target(req.target())
                     : parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
@@ -76,6 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)via_names_instance(req.base(), "0123abcd");
   bhttp::request<bhttp::buffer_body> upstream;
   prepare_upstream_request(upstream, p, *target.value, "0123abcd");
+  if (websocket) carry_websocket_upgrade(upstream.base());
   (void)pool_key(*target.value, nullptr);
   (void)loggable_path(target.value->origin_form);
   for (auto const& f : p.trailers()) (void)forwardable_trailer(f.name(), f.name_string());

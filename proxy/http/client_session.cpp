@@ -3,6 +3,7 @@
 #include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/http/tunnel.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/framing.hpp"

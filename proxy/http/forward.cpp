@@ -10,6 +10,8 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/retry_buffer.hpp"
+#include "proxy/http/websocket.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
@@ -175,8 +177,10 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
 }
 
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
-    the last response is streamed to the client. */
-net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session, retry::request_facts facts) {
+    the last response is streamed to the client. A WebSocket handshake (`upgrade`) is one
+    such request up to the upstream's 101, and a tunnel after it. */
+net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session, retry::request_facts facts,
+                                      bool upgrade) {
   auto const& ctx = r.ctx;
   auto& client = r.client;
   auto& parser = r.parser;
@@ -207,14 +211,16 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
     }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
+  if (upgrade) carry_websocket_upgrade(req.base());
   // A kept chunked body now has a length; upstreams that refuse chunked requests (many
   // older servers answer 411) take it too.
   if (parser.chunked()) req.content_length(body.size());
 
   auto const key = pool_key(target, route.tls);
-  // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says.
+  // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says;
+  // never a handshake, which two copies would make two connections the upstream keeps open.
   auto const hedge =
-      retry::plan_hedge(policy, facts.may_retry && config::hedge_safe_method(facts.method),
+      retry::plan_hedge(policy, facts.may_retry && !upgrade && config::hedge_safe_method(facts.method),
                         policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
@@ -224,7 +230,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   http1_request const request{
       *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
-                            facts.may_retry, pass_interim ? &interim_out : nullptr},
+                            facts.may_retry, pass_interim ? &interim_out : nullptr, false, upgrade},
       req, body, is_head};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
   auto result = co_await run_retry_loop(step, request, hooks, &hedge);
@@ -234,11 +240,19 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   if (result.failure) {
     auto const reply = failure_reply(ctx, facts, result);
     guard.answered(reply.status);
+    if (upgrade) guard.upgrade_ended(websocket_protocol, "failed", 0, 0);
     co_await send_error(client, reply, keep, idle);
     co_return keep;
   }
   auto& ex = *result.response;
-  guard.answered(ex.response->get().result_int());
+  auto const status = ex.response->get().result_int();
+  guard.answered(status);
+  // A 101 came only because it was asked for and switched to WebSocket (upstream/attempt.hpp).
+  if (status == 101) {
+    co_await relay_switch(r, ex, facts, result.attempts);
+    co_return false;
+  }
+  if (upgrade) guard.upgrade_ended(websocket_protocol, "declined", 0, 0);
   final_answer const answer{facts, {is_head, client_version, keep, result.attempts, result.gave_up}, key};
   co_return co_await relay_final_response(ctx, client, ex, answer);
 }
@@ -256,6 +270,7 @@ struct forward_plan {
   std::string key;                  ///< R-6's key (the request's own or one made): facts.idempotency_key views it
   std::string made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
   std::string_view sent_once_why;   ///< with route::once
+  bool upgrade = false;             ///< a WebSocket handshake (http/wire/upgrade.hpp)
 
   forward_plan() = default;
   forward_plan(const forward_plan&) = delete;  // facts views its strings: it stays where it was made
@@ -340,6 +355,29 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
     plan.refusal = std::move(*refusal);
     plan.keep_after_refusal = parser.is_done() && req.keep_alive();
     return;
+  }
+  // An upgrade the route lets through is forwarded as one; a malformed handshake, or one the
+  // route's `upgrades:` refuses, is answered here and nothing reaches the upstream.
+  auto const ask = read_upgrade(req.base());
+  if (ask.what != upgrade_ask::kind::none) {
+    std::optional<error_reply> refusal;
+    if (ask.what == upgrade_ask::kind::malformed)
+      refusal = error_reply{400, error_type::bad_request, ask.why, std::string(dependency), 0};
+    else if (!policy.websocket_upgrades)
+      refusal = error_reply{403, error_type::upgrade_refused,
+                            "this route does not let WebSocket upgrades through (upgrades: [])",
+                            std::string(dependency), 0};
+    else if (config::hands_over_calls(policy.context))
+      refusal = error_reply{403, error_type::upgrade_refused,
+                            "this route hands its calls over for later delivery; a WebSocket cannot wait",
+                            std::string(dependency), 0};
+    plan.upgrade = true;
+    if (refusal) {
+      plan.how = forward_plan::route::refuse;
+      plan.refusal = std::move(*refusal);
+      plan.keep_after_refusal = parser.is_done() && req.keep_alive();
+      return;
+    }
   }
   // the request's own credential is kept; a JWT's exp bounds its retries.
   if (auto it = req.find(bhttp::field::authorization); it != req.end())
@@ -436,10 +474,11 @@ net::awaitable<bool> forward(const client_request& r, session_guard& session) {
   switch (plan.how) {
     case forward_plan::route::refuse:
       guard.answered(plan.refusal.status);
+      if (plan.upgrade) guard.upgrade_ended(websocket_protocol, "refused", 0, 0);
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg().limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
-      co_return co_await forward_buffered(r, session, plan.facts);
+      co_return co_await forward_buffered(r, session, plan.facts, plan.upgrade);
     case forward_plan::route::once:
       log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
       break;

@@ -91,16 +91,4 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,
                                 std::chrono::milliseconds idle);
 
-/// A CONNECT as the tunnel needs it.
-struct tunnel_request {
-  const request_target& target;
-  const dependency_route& route;
-  std::string_view correlation_id;  ///< R-10's, from the CONNECT head; empty: none given
-};
-
-/** Relays a CONNECT tunnel: connects (retrying the connect), answers 200, then copies bytes
-    both ways with half-close until both directions end or the tunnel is idle for `idle_timeout`. */
-net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const tunnel_request& tunnel);
-
 }  // namespace rebound::http

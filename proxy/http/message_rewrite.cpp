@@ -3,6 +3,7 @@
 #include "proxy/upstream/tls_client.hpp"
 
 #include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 
@@ -62,6 +63,15 @@ bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
   res.keep_alive(client_keep_alive);
   if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");
   return client_keep_alive;
+}
+
+void prepare_switch_response(bhttp::response<bhttp::buffer_body>& res, unsigned attempts) {
+  strip_hop_by_hop(res.base());
+  carry_websocket_upgrade(res.base());
+  add_via(res.base(), res.version());
+  res.erase(bhttp::field::content_length);
+  res.set("Rebound-Attempts", std::to_string(attempts));
+  res.version(11);
 }
 
 }  // namespace rebound::http

@@ -50,4 +50,10 @@ struct client_side {
 bool prepare_client_response(bhttp::response<bhttp::buffer_body>& res,
                              const bhttp::response_parser<bhttp::buffer_body>& p, const client_side& client);
 
+/** The head of an upstream's 101 to WebSocket as the client hop must see it: hop-by-hop
+    fields stripped but for the switch itself (`Connection: Upgrade`, `Upgrade: websocket`),
+    the Sec-WebSocket-* fields kept, Via and `Rebound-Attempts` added. No framing field: the
+    bytes after it are the new protocol's. */
+void prepare_switch_response(bhttp::response<bhttp::buffer_body>& res, unsigned attempts);
+
 }  // namespace rebound::http

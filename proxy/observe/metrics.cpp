@@ -56,6 +56,12 @@ constexpr counter_name hedges_suppressed_total{
     "retry_hedges_suppressed_total", "Hedges due but not sent, by reason: budget_exhausted or circuit_open (R-7)"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
+constexpr counter_name upgrades_total{
+    "proxy_upgrades_total",
+    "Upgrade requests (WebSocket), by outcome: switched (101 relayed, then a tunnel), declined (the upstream "
+    "answered without switching), refused (the route's upgrades: or a malformed handshake), failed (no answer)"};
+constexpr counter_name upgrade_bytes_total{"proxy_upgrade_bytes_total",
+                                           "Bytes through upgraded connections, by direction: upstream or client"};
 constexpr counter_name idempotent_total{"idempotent_requests_total",
                                         "Inbound requests through the idempotency gate (R-6), by outcome"};
 
@@ -141,6 +147,21 @@ void dependency_metrics::idempotent(std::string_view outcome) {
   owner_.idempotent_.Add(labels).Increment();
 }
 
+void dependency_metrics::upgrade_ended(std::string_view protocol, std::string_view outcome, std::uint64_t to_upstream,
+                                       std::uint64_t to_client) {
+  auto labels = owner_.labels(name_);
+  labels.emplace("protocol", std::string(protocol));
+  auto counted = labels;
+  counted.emplace("outcome", std::string(outcome));
+  owner_.upgrades_.Add(counted).Increment();
+  if (to_upstream == 0 && to_client == 0) return;
+  for (auto [direction, n] : {std::pair{"upstream", to_upstream}, std::pair{"client", to_client}}) {
+    auto l = labels;
+    l.emplace("direction", direction);
+    owner_.upgrade_bytes_.Add(l).Increment(static_cast<double>(n));
+  }
+}
+
 void dependency_metrics::answered(unsigned code) {
   if (code < 100 || code > 599) return;
   constexpr std::uint64_t address_mask = (std::uint64_t{1} << 48) - 1;
@@ -193,6 +214,8 @@ metrics::metrics(std::string service)
                              .Help("Upstream attempts, from connect to the response head")
                              .Register(*registry_)),
       idempotent_(counter(idempotent_total, *registry_)),
+      upgrades_(counter(upgrades_total, *registry_)),
+      upgrade_bytes_(counter(upgrade_bytes_total, *registry_)),
       task_age_(prometheus::BuildHistogram()
                     .Name("retry_task_age_seconds")
                     .Help("Age of handed-over tasks when they end (delivered or dead-lettered), from accept")

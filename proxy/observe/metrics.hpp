@@ -45,6 +45,11 @@ class dependency_metrics {
   void dead_lettered(std::string_view reason, std::string_view context);
   /// idempotent_requests_total{outcome}: stored, replayed, conflict, mismatch, missing, not_stored.
   void idempotent(std::string_view outcome);
+  /** An upgrade request (issue 32) ended, by outcome: proxy_upgrades_total{protocol,outcome},
+      and the bytes its tunnel carried each way: proxy_upgrade_bytes_total{protocol,direction}.
+      One call per upgrade, when it ends: each takes Family::Add's lock, as rare as a handshake. */
+  void upgrade_ended(std::string_view protocol, std::string_view outcome, std::uint64_t to_upstream,
+                     std::uint64_t to_client);
   /// A request answered, by rebound or by the upstream: proxy_requests_total{code}.
   void answered(unsigned code);
   void set_budget_utilization(double ratio);
@@ -115,6 +120,8 @@ class metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& upstream_duration_;
   prometheus::Family<prometheus::Counter>& idempotent_;
+  prometheus::Family<prometheus::Counter>& upgrades_;
+  prometheus::Family<prometheus::Counter>& upgrade_bytes_;
   prometheus::Family<prometheus::Histogram>& task_age_;
   prometheus::Family<prometheus::Gauge>& tasks_;
   prometheus::Histogram& store_commit_;

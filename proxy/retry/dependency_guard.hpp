@@ -46,6 +46,10 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   void dead_lettered(std::string_view reason, std::string_view context) { metrics_.dead_lettered(reason, context); }
   /// An inbound request through the idempotency gate: idempotent_requests_total{outcome}.
   void idempotent(std::string_view outcome) { metrics_.idempotent(outcome); }
+  void upgrade_ended(std::string_view protocol, std::string_view outcome, std::uint64_t to_upstream,
+                     std::uint64_t to_client) {
+    metrics_.upgrade_ended(protocol, outcome, to_upstream, to_client);
+  }
   /// Sets the gauges that describe a moment (budget utilization, breaker state); a scrape
   /// calls it, so they are as fresh as the scrape.
   void publish() const;

@@ -42,6 +42,8 @@ std::string_view to_string(error_type t) {
       return "store_unavailable";
     case error_type::store_full:
       return "store_full";
+    case error_type::upgrade_refused:
+      return "upgrade_refused";
   }
   return "upstream_protocol_error";
 }
@@ -59,6 +61,7 @@ unsigned default_status(error_type t) {
     case error_type::bad_request:
       return 400;
     case error_type::unknown_host:
+    case error_type::upgrade_refused:
       return 403;
     case error_type::loop_detected:
       return 508;

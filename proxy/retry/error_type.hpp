@@ -26,6 +26,7 @@ enum class error_type {
   loop_detected,  ///< 508: the request targets this rebound or already passed through it
   store_unavailable,  ///< 503: a call to hand over could not be made durable, so no 202 (R-8)
   store_full,         ///< 507: the store holds store.max_size (or its disk is full): no new task
+  upgrade_refused,    ///< 403: the route's `upgrades:` does not allow the protocol asked for
 };
 
 std::string_view to_string(error_type t);

@@ -1,6 +1,7 @@
 #include "proxy/upstream/attempt.hpp"
 
 #include "proxy/upstream/credential_source.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
 #include "proxy/upstream/connect.hpp"
 
@@ -38,9 +39,14 @@ net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& 
     if (ec) co_return read_failure(ec);
     auto const status = rp->get().result_int();
     if (status >= 200) co_return std::nullopt;
-    if (status == 101)
-      co_return retry::attempt_failure{http::error_type::upstream_protocol_error,
-                                       "upstream switched protocols unasked"};
+    if (status == 101) {
+      if (!route.upgrade)
+        co_return retry::attempt_failure{http::error_type::upstream_protocol_error,
+                                         "upstream switched protocols unasked"};
+      auto why = http::switch_mismatch(rp->get().base());
+      if (!why.empty()) co_return retry::attempt_failure{http::error_type::upstream_protocol_error, std::move(why)};
+      co_return std::nullopt;
+    }
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
     if (auto wec = co_await route.client->interim(rp->get().base())) {
@@ -152,7 +158,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     // is then retried: they promise nothing about the final answer (an Early Hints of a
     // failed attempt only wasted a preload). A 100 to a request whose body is at hand
     // answers an Expect rebound did not forward.
-    interim_route route{to.interim_to, to.pass_100, false, false};
+    interim_route route{to.interim_to, to.pass_100, false, false, to.upgrade};
     if (send) {
       auto failed = co_await (*send)(up, *out, route, deadline);
       if (failed) co_return std::move(*failed);

@@ -75,6 +75,9 @@ struct destination {
   interim_listener* interim_to = nullptr;
   /// The client sent Expect: 100-continue and waits for a 100: the upstream's goes on to it.
   bool pass_100 = false;
+  /// The request asks to switch to WebSocket (http/wire/upgrade.hpp): a 101 that does is its
+  /// final answer, and the connection then belongs to the tunnel, never to the pool.
+  bool upgrade = false;
 };
 
 struct interim_route;
@@ -142,6 +145,7 @@ struct interim_route {
   bool pass_100 = false;                ///< the client sent Expect: 100-continue and has had no 100 yet
   bool stop_at_100 = false;             ///< return once a 100 went to the client: its body goes next
   bool sent_100 = false;                ///< out: a 100 went to the client
+  bool upgrade = false;                 ///< a 101 to WebSocket is the final answer (destination::upgrade)
 };
 
 /** Reads response heads from `ex`'s connection until a final one, into `ex.response` (bounded by
@@ -149,8 +153,9 @@ struct interim_route {
     (RFC 9110 section 15.2: a proxy forwards 1xx it did not ask for); a 100 only when the
     client asked for one, since any other 100 answers an Expect rebound handled itself.
     A client that cannot take an interim answer does not fail the exchange: its trouble
-    shows when the final answer goes out. A 101 is a failure: rebound never forwards
-    Upgrade. With `route.stop_at_100`, returns once a 100 went to the client (`rp` then
+    shows when the final answer goes out. A 101 is the final answer when `route.upgrade` asked
+    for it and it switched to WebSocket; any other 101 is a protocol error, as nothing else
+    was asked. With `route.stop_at_100`, returns once a 100 went to the client (`rp` then
     holds it), or could not (`route.client` is then null). On failure `ex.response` still holds
     what was parsed, for the caller to judge. */
 net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& ex, bool is_head,

@@ -60,6 +60,14 @@ class connection {
   void expires_at(std::chrono::steady_clock::time_point t) { tcp().expires_at(t); }
   void expires_after(std::chrono::steady_clock::duration d) { tcp().expires_after(d); }
   void expires_never() { tcp().expires_never(); }
+  /** Passes on the end of what is sent (a tunnel's half-close). Over TCP that is shutting
+      the write side. Over TLS nothing is done: a close_notify cannot be sent without
+      waiting for the peer's in Asio, and a TCP shutdown under TLS would cut the session; the
+      tunnel ends when the upstream closes or goes idle. */
+  void shutdown_send() {
+    error_code ignored;
+    if (!tls_) socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
 
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {

@@ -349,3 +349,37 @@ TEST(Load, RetryLayeredMustBeABooleanAtItsLine) {
     }
   }
 }
+
+// Issue 32: WebSocket upgrades pass by default; a route may refuse them.
+TEST(Load, UpgradesAllowWebSocketByDefaultAndARouteMayRefuse) {
+  auto const c = load_config_text(R"(
+dependencies:
+  chat:
+    hosts: [chat.test]
+    routes:
+      - match: {path_prefix: /no-ws}
+        upgrades: []
+      - match: {path_prefix: /ws}
+        upgrades: [websocket]
+)",
+                                  "t.yaml");
+  EXPECT_TRUE(default_config().defaults.websocket_upgrades);
+  EXPECT_TRUE(c.dependencies.at(0).effective.websocket_upgrades);
+  EXPECT_FALSE(c.dependencies.at(0).routes.at(0).effective.websocket_upgrades);
+  EXPECT_TRUE(c.dependencies.at(0).routes.at(1).effective.websocket_upgrades);
+}
+
+TEST(Load, UpgradesNameOnlyWebSocketAtTheirLine) {
+  for (auto const* value : {"[h2c]", "[websocket, foo]", "websocket"}) {
+    SCOPED_TRACE(value);
+    try {
+      load_config_text(std::string("dependencies:\n  chat:\n    hosts: [chat.test]\n    upgrades: ") + value + "\n",
+                       "t.yaml");
+      FAIL() << "loaded";
+    } catch (const config_error& e) {
+      ASSERT_EQ(e.diagnostics().size(), 1u) << e.what();
+      EXPECT_EQ(e.diagnostics()[0].line, 4);
+      EXPECT_EQ(e.diagnostics()[0].path.rfind("dependencies.chat.upgrades", 0), 0u) << e.diagnostics()[0].path;
+    }
+  }
+}

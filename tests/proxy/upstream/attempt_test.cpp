@@ -9,6 +9,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
 
 #include <gtest/gtest.h>
 
@@ -87,11 +88,12 @@ bhttp::request<bhttp::buffer_body> post_request(std::size_t body_size) {
 /// Runs one attempt to completion on `ioc`.
 upstream::attempt_result run(net::io_context& ioc, upstream::pool& p, const std::string& host, std::uint16_t port,
                              bhttp::request<bhttp::buffer_body>& req, std::string_view body, bool may_reuse,
-                             std::chrono::milliseconds within = 5s) {
+                             std::chrono::milliseconds within = 5s, bool upgrade = false) {
   static const std::string key = "http://orders.internal:80";
   std::optional<upstream::attempt_result> out;
   upstream::destination to{key, host, port};
   to.may_reuse = may_reuse;
+  to.upgrade = upgrade;
   net::co_spawn(ioc, upstream::run_attempt(p, to, {req, body, false}, std::chrono::steady_clock::now() + within),
                 [&](std::exception_ptr e, upstream::attempt_result r) {
                   if (e) std::rethrow_exception(e);
@@ -214,6 +216,34 @@ TEST(Exchange, SwitchingProtocolsUnaskedIsAProtocolError) {
   auto r = run(ioc, p, "127.0.0.1", server.port(), req, body, true);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().type, http::error_type::upstream_protocol_error);
+}
+
+TEST(Exchange, ASwitchToWebSocketAskedForIsTheFinalAnswer) {
+  net::io_context ioc;
+  scripted_server server(ioc);
+  // Frames may follow the 101 in the same segment: they stay in the buffer for the tunnel.
+  server.replies = {{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi"}};
+  server.start();
+  upstream::pool p(8, 64, 30s);
+  auto req = post_request(0);
+  auto r = run(ioc, p, "127.0.0.1", server.port(), req, "", false, 5s, true);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ((*r)->response->get().result_int(), 101u);
+  EXPECT_EQ(boost::beast::buffers_to_string((*r)->buffer.data()), "\x81\x02hi");
+}
+
+TEST(Exchange, ASwitchToAnotherProtocolThanAskedIsAProtocolError) {
+  net::io_context ioc;
+  scripted_server server(ioc);
+  server.replies = {{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"}};
+  server.start();
+  upstream::pool p(8, 64, 30s);
+  auto req = post_request(0);
+  auto r = run(ioc, p, "127.0.0.1", server.port(), req, "", false, 5s, true);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().type, http::error_type::upstream_protocol_error);
+  EXPECT_NE(r.error().message.find("h2c"), std::string::npos) << r.error().message;
 }
 
 TEST(Exchange, AnUpstreamSilentPastTheDeadlineIsAnAttemptTimeout) {

@@ -1,0 +1,100 @@
+#include "proxy/http/wire/upgrade.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+
+#include <algorithm>
+
+namespace rebound::http {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+/// Whether a Connection field names `option` (its values are tokens, RFC 9110 section 7.6.1).
+bool connection_names(const bhttp::fields& f, std::string_view option) {
+  auto const [first, last] = f.equal_range(bhttp::field::connection);
+  for (auto it = first; it != last; ++it)
+    for (auto token : bhttp::token_list{it->value()})
+      if (boost::beast::iequals(token, option)) return true;
+  return false;
+}
+
+/// Whether an Upgrade field offers `protocol`; its elements are `name[/version]`, which
+/// Beast's token_list would stop at.
+bool upgrade_offers(const bhttp::fields& f, std::string_view protocol) {
+  auto const [first, last] = f.equal_range(bhttp::field::upgrade);
+  for (auto it = first; it != last; ++it) {
+    auto rest = view(it->value());
+    while (!rest.empty()) {
+      auto const comma = rest.find(',');
+      auto const element = trim(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (boost::beast::iequals(element.substr(0, element.find('/')), protocol)) return true;
+    }
+  }
+  return false;
+}
+
+bool base64_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
+}
+
+/// RFC 6455 section 4.1, item 7: a nonce of 16 bytes in base64 is 22 characters and `==`.
+bool valid_websocket_key(std::string_view key) {
+  key = trim(key);
+  return key.size() == 24 && key.substr(22) == "==" && std::all_of(key.begin(), key.begin() + 22, base64_char);
+}
+
+bool valid_websocket_version(std::string_view v) {
+  v = trim(v);
+  return !v.empty() && v.size() <= 3 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+upgrade_ask malformed(std::string why) { return {upgrade_ask::kind::malformed, std::move(why)}; }
+
+}  // namespace
+
+upgrade_ask read_upgrade(const bhttp::request_header<>& req) {
+  if (req.count(bhttp::field::upgrade) == 0 || req.version() < 11) return {};
+  if (!connection_names(req, "upgrade") || !upgrade_offers(req, websocket_protocol)) return {};
+  if (req.method() != bhttp::verb::get) return malformed("a WebSocket handshake is a GET (RFC 6455 section 4.1)");
+  // After a 101 the connection carries frames: a body sent with the handshake would be read as
+  // frames by one side and as a body by the other.
+  if (req.count(bhttp::field::transfer_encoding) > 0)
+    return malformed("a WebSocket handshake carries no body (Transfer-Encoding)");
+  if (auto it = req.find(bhttp::field::content_length); it != req.end() && trim(view(it->value())) != "0")
+    return malformed("a WebSocket handshake carries no body (Content-Length)");
+  if (req.count(bhttp::field::sec_websocket_key) != 1 ||
+      !valid_websocket_key(view(req[bhttp::field::sec_websocket_key])))
+    return malformed("Sec-WebSocket-Key must be one field holding 16 bytes in base64 (RFC 6455 section 4.1)");
+  if (req.count(bhttp::field::sec_websocket_version) != 1 ||
+      !valid_websocket_version(view(req[bhttp::field::sec_websocket_version])))
+    return malformed("Sec-WebSocket-Version must be one field holding a version number (RFC 6455 section 4.1)");
+  return {upgrade_ask::kind::websocket, {}};
+}
+
+void carry_websocket_upgrade(bhttp::fields& f) {
+  f.set(bhttp::field::connection, "Upgrade");
+  f.set(bhttp::field::upgrade, websocket_protocol);
+}
+
+std::string switch_mismatch(const bhttp::response_header<>& res) {
+  if (!upgrade_offers(res, websocket_protocol)) {
+    auto const named = view(res[bhttp::field::upgrade]);
+    return named.empty() ? "the upstream answered 101 without an Upgrade field"
+                         : "the upstream switched to \"" + std::string(named) + "\", not websocket";
+  }
+  if (!connection_names(res, "upgrade")) return "the upstream's 101 has no Connection: upgrade";
+  return {};
+}
+
+}  // namespace rebound::http
