@@ -9,6 +9,8 @@
 
 #include <sys/socket.h>
 
+#include <csignal>
+
 #include <iostream>
 #include <map>
 #include <memory>
@@ -249,6 +251,61 @@ TEST(Upgrades, WsToRebound_WssToTheOrigin) {
   expect_echoed(node_client_through(rb, "ws://chat.internal/echo"));
   expect_echoed(python_client(rb, "ws://chat.internal/echo"));
   ASSERT_TRUE(rb.wait_for_log("\"dependency\":\"chat\",\"protocol\":\"websocket\"")) << rb.stdout_text();
+}
+
+// A 101 to another protocol than asked is no switch rebound can relay: 502, nothing tunnelled.
+TEST(Upgrades, ASwitchToAnotherProtocolIs502AndNothingIsTunnelled) {
+  TcpServer liar([](Conn& c, TcpServer&) {
+    std::string head;
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      auto const got = c.read_some();
+      if (got.empty()) return;
+      head += got;
+    }
+    c.write_all("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nsecret");
+    while (!c.read_some().empty()) {
+    }
+  });
+  ReboundProcess rb;
+  auto r = raw_exchange(rb.port(), handshake("http://" + liar.authority() + "/ws", liar.authority()));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 502u);
+  EXPECT_EQ(r->header("Rebound-Error").value_or(""), "upstream_protocol_error");
+  EXPECT_EQ(r->body.find("secret"), std::string::npos) << r->body;
+  EXPECT_EQ(liar.connections(), 1u) << "a protocol error is final (R-4)";
+}
+
+// R-9 before the switch: the dependency's credential goes on the handshake as on any request.
+TEST(Upgrades, R9_TheRoutesCredentialGoesOnTheHandshake) {
+  WsServer server;
+  auto const dir = make_temp_dir();
+  write_file(dir + "/token", "ws-token\n");
+  ReboundOptions opts;
+  opts.extra = "dependencies:\n  chat:\n    hosts: [\"" + server.authority() +
+               "\"]\n    auth: {type: bearer_file, path: " + dir + "/token}\n";
+  ReboundProcess rb(opts);
+  expect_echoed(python_client(rb, "ws://" + server.authority() + "/echo"));
+  EXPECT_EQ(seen(server, "/echo").headers["authorization"], "Bearer ws-token");
+  remove_tree(dir);
+}
+
+// A drain lets busy connections finish, and cuts what is left at drain_timeout: an upgraded
+// connection, which never finishes by itself, ends then and the process exits 0.
+TEST(Upgrades, ADrainEndsUpgradedConnectionsAtItsTimeout) {
+  WsServer server;
+  ReboundOptions opts;
+  opts.drain_timeout = "1s";
+  ReboundProcess rb(opts);
+  RawConnection c(rb.port());
+  ASSERT_TRUE(c.send(handshake("http://" + server.authority() + "/echo", server.authority())));
+  auto const head = c.read_head();
+  ASSERT_TRUE(head && head->status == 101u) << c.last_error();
+  rb.signal(SIGTERM);
+  auto const status = rb.wait_exit(10s);
+  ASSERT_TRUE(status) << "rebound did not exit after its drain";
+  EXPECT_EQ(*status, 0);
+  EXPECT_TRUE(c.wait_closed(5s));
+  EXPECT_NE(rb.stdout_text().find("\"connections_cut\":1"), std::string::npos) << rb.stdout_text();
 }
 
 /// "hi" as a client's text frame (RFC 6455 section 5.3: masked; the key is zeros, so the
