@@ -109,6 +109,11 @@ std::size_t shadow_factor() {
   return factor;
 }
 
+std::size_t redzone_factor() {
+  static std::size_t const factor = read_file(rebound_binary()).find("__asan_init") != std::string::npos ? 2 : 1;
+  return factor;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;

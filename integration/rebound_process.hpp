@@ -56,6 +56,10 @@ std::set<int> open_fds(pid_t pid);
 // them: a memory bound a test asserts is scaled by this (5) when the rebound under test is a
 // TSan build. Asked of the binary itself, since REBOUND_BIN may name another build's.
 std::size_t shadow_factor();
+// AddressSanitizer pads every allocation with redzones and keeps its own metadata, so a
+// process made of many small objects (coroutine frames, sockets' state) takes about twice the
+// memory: 2 for an ASan build of rebound, else 1. For bounds per connection, not totals.
+std::size_t redzone_factor();
 void remove_tree(const std::string& dir);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);

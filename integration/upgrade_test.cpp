@@ -352,7 +352,7 @@ TEST(Upgrades, TwoHundredIdleUpgradedConnectionsStayWithinTheirMemoryBudget) {
   auto const per_connection = (after > before ? after - before : 0) / connections;
   std::cerr << connections << " idle upgraded connections: RSS " << before << " -> " << after << " KiB, "
             << per_connection << " KiB each\n";
-  EXPECT_LE(per_connection, budget_kib * shadow_factor());
+  EXPECT_LE(per_connection, budget_kib * shadow_factor() * redzone_factor());
   // Every one is still live after the measurement.
   for (auto& c : held) {
     ASSERT_TRUE(c.send(masked_hi));
