@@ -58,7 +58,7 @@ class reader : public yaml_reader {
   static std::vector<std::string_view> policy_keys() {
     return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
             "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
-            "dead_letter", "grpc_streaming", "retry_layered", "hedge",         "upgrades"};
+            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades"};
   }
 
   template <class T, class Parse>

@@ -30,7 +30,8 @@ const std::string node_client = source_path("integration/ws_client.js");
 class WsServer : public PortFilePeer {
  public:
   WsServer() : PortFilePeer({python, ws_script, "server"}, {}) {}
-  explicit WsServer(const IssuedCert& cert) : PortFilePeer({python, ws_script, "server"}, {cert.cert_file, cert.key_file}) {}
+  explicit WsServer(const IssuedCert& cert)
+      : PortFilePeer({python, ws_script, "server"}, {cert.cert_file, cert.key_file}) {}
   std::string authority() { return "127.0.0.1:" + std::to_string(port()); }
 };
 
@@ -200,8 +201,8 @@ TEST(Upgrades, AnUpstreamThatDoesNotSwitchIsRelayedAndTheConnectionStaysHttp) {
   ASSERT_TRUE(first) << c.last_error();
   EXPECT_EQ(first->status, 200u);
   EXPECT_EQ(first->body, "no websocket here\n");
-  ASSERT_TRUE(c.send("GET http://" + server.authority() + "/seen?/plain HTTP/1.1\r\nHost: " + server.authority() +
-                     "\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("GET http://" + server.authority() + "/seen?/plain HTTP/1.1\r\nHost: " + server.authority() + "\r\n\r\n"));
   auto const second = c.read_response();
   ASSERT_TRUE(second) << c.last_error();
   EXPECT_EQ(second->status, 200u);
@@ -218,7 +219,8 @@ TEST(Upgrades, MalformedHandshakesAre400AndH2cIsDropped) {
     std::string req = handshake(target, server.authority(), bad);
     // The handshake's own key is replaced by the bad one (two keys would be malformed too).
     if (std::string_view(bad).starts_with("Sec-WebSocket-Key"))
-      req.erase(req.find("Sec-WebSocket-Key: dGhl"), std::string("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n").size());
+      req.erase(req.find("Sec-WebSocket-Key: dGhl"),
+                std::string("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n").size());
     if (std::string_view(bad).starts_with("Content-Length")) req += "abc";
     auto r = raw_exchange(rb.port(), req);
     ASSERT_TRUE(r) << last_exchange_error();
@@ -226,10 +228,10 @@ TEST(Upgrades, MalformedHandshakesAre400AndH2cIsDropped) {
     EXPECT_EQ(r->header("Rebound-Error").value_or(""), "bad_request") << bad;
   }
   EXPECT_EQ(seen(server, "/echo").count, 0u);
-  auto h2c = raw_exchange(rb.port(), "GET http://" + server.authority() + "/plain HTTP/1.1\r\nHost: " +
-                                         server.authority() +
-                                         "\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
-                                         "HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n");
+  auto h2c =
+      raw_exchange(rb.port(), "GET http://" + server.authority() + "/plain HTTP/1.1\r\nHost: " + server.authority() +
+                                  "\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                                  "HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n");
   ASSERT_TRUE(h2c) << last_exchange_error();
   EXPECT_EQ(h2c->status, 200u);
   auto const up = seen(server, "/plain");

@@ -6,7 +6,7 @@
 'use strict';
 const crypto = require('crypto');
 const WebSocket = require('ws');
-const { HttpProxyAgent } = require('http-proxy-agent');
+const {HttpProxyAgent} = require('http-proxy-agent');
 
 const [proxy, target] = process.argv.slice(2);
 const out = {};
@@ -23,7 +23,7 @@ setTimeout(() => {
 }, 20000);
 
 const big = crypto.randomBytes(1 << 20);
-const ws = new WebSocket(target, { agent: new HttpProxyAgent(proxy), maxPayload: 4 << 20 });
+const ws = new WebSocket(target, {agent: new HttpProxyAgent(proxy), maxPayload: 4 << 20});
 let step = 0;
 ws.on('upgrade', (res) => {
   out.status = res.statusCode;

@@ -364,9 +364,9 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
     if (ask.what == upgrade_ask::kind::malformed)
       refusal = error_reply{400, error_type::bad_request, ask.why, std::string(dependency), 0};
     else if (!policy.websocket_upgrades)
-      refusal = error_reply{403, error_type::upgrade_refused,
-                            "this route does not let WebSocket upgrades through (upgrades: [])",
-                            std::string(dependency), 0};
+      refusal =
+          error_reply{403, error_type::upgrade_refused,
+                      "this route does not let WebSocket upgrades through (upgrades: [])", std::string(dependency), 0};
     else if (config::hands_over_calls(policy.context))
       refusal = error_reply{403, error_type::upgrade_refused,
                             "this route hands its calls over for later delivery; a WebSocket cannot wait",

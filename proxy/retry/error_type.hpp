@@ -22,8 +22,8 @@ enum class error_type {
   bad_request,
   unknown_host,
   upstream_protocol_error,
-  overloaded,     ///< 503: limits.max_connections reached
-  loop_detected,  ///< 508: the request targets this rebound or already passed through it
+  overloaded,         ///< 503: limits.max_connections reached
+  loop_detected,      ///< 508: the request targets this rebound or already passed through it
   store_unavailable,  ///< 503: a call to hand over could not be made durable, so no 202 (R-8)
   store_full,         ///< 507: the store holds store.max_size (or its disk is full): no new task
   upgrade_refused,    ///< 403: the route's `upgrades:` does not allow the protocol asked for

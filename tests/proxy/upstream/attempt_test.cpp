@@ -222,8 +222,9 @@ TEST(Exchange, ASwitchToWebSocketAskedForIsTheFinalAnswer) {
   net::io_context ioc;
   scripted_server server(ioc);
   // Frames may follow the 101 in the same segment: they stay in the buffer for the tunnel.
-  server.replies = {{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi"}};
+  server.replies = {
+      {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+       "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi"}};
   server.start();
   upstream::pool p(8, 64, 30s);
   auto req = post_request(0);
