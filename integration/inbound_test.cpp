@@ -10,15 +10,6 @@
 namespace itest::inbound_test {
 namespace {
 
-/// The inbound listener's port, from rebound's `listening` event (it binds port 0).
-std::uint16_t inbound_port(const ReboundProcess& rb) {
-  EXPECT_TRUE(rb.wait_for_log("\"listening\""));
-  std::smatch m;
-  auto const text = rb.stdout_text();
-  if (!std::regex_search(text, m, std::regex("\"inbound\":\"127\\.0\\.0\\.1:([0-9]+)\""))) return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1]));
-}
-
 ReboundOptions in_front_of(const ScriptedUpstream& app, const store_dir& store, const std::string& routes) {
   ReboundOptions o;
   o.extra = store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() + "\n  routes:\n" + routes;

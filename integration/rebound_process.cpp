@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <netinet/in.h>
+#include <regex>
 #include <spawn.h>
 #include <sstream>
 #include <stdexcept>
@@ -375,6 +376,14 @@ BadConfigRun run_with_config(const std::string& yaml, std::chrono::milliseconds 
   out.err = r.err;
   remove_tree(dir);
   return out;
+}
+
+std::uint16_t inbound_port(const ReboundProcess& rb) {
+  if (!rb.wait_for_log("\"listening\"")) return 0;
+  std::smatch m;
+  auto const text = rb.stdout_text();
+  if (!std::regex_search(text, m, std::regex("\"inbound\":\"127\\.0\\.0\\.1:([0-9]+)\""))) return 0;
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
 }
 
 }  // namespace itest

@@ -149,6 +149,10 @@ class ReboundProcess {
   std::optional<int> exit_status_;
 };
 
+// The inbound listener's port (`inbound.listen: 127.0.0.1:0`), from rebound's `listening`
+// event; 0 when it never said.
+std::uint16_t inbound_port(const ReboundProcess& rb);
+
 // Admin GET on 127.0.0.1:admin_port; the status, or 0 if no answer.
 unsigned admin_get_status(std::uint16_t admin_port, const std::string& path,
                           std::chrono::milliseconds timeout = std::chrono::seconds(3));

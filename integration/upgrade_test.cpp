@@ -255,6 +255,20 @@ TEST(Upgrades, WsToRebound_WssToTheOrigin) {
   ASSERT_TRUE(rb.wait_for_log("\"dependency\":\"chat\",\"protocol\":\"websocket\"")) << rb.stdout_text();
 }
 
+// The inbound listener forwards to the app on the same pipeline: a WebSocket to the app works.
+TEST(Upgrades, TheInboundListenerRelaysWebSocketsToTheApp) {
+  WsServer app;
+  ReboundOptions opts;
+  opts.extra = "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() + "\n";
+  ReboundProcess rb(opts);
+  auto const port = inbound_port(rb);
+  ASSERT_NE(port, 0) << rb.stdout_text();
+  expect_echoed(run_client({python, ws_script, "client", std::to_string(port), "ws://app.example/echo"}, {}));
+  auto up = seen(app, "/echo");
+  EXPECT_EQ(up.count, 1u);
+  EXPECT_EQ(up.headers["host"], "app.example") << "the inbound side keeps the caller's Host";
+}
+
 // A 101 to another protocol than asked is no switch rebound can relay: 502, nothing tunnelled.
 TEST(Upgrades, ASwitchToAnotherProtocolIs502AndNothingIsTunnelled) {
   TcpServer liar([](Conn& c, TcpServer&) {
