@@ -13,13 +13,19 @@
     Trailers are kept apart from the header fields (RFC 9110 section 6.5.1: a recipient must
     not merge them unless the field's definition allows it): Beast would add them to the
     message's header, where an `Authorization` or `Idempotency-Key` trailer would become a
-    header the next hop trusts. `trailers()` holds them for the relay to forward as trailers. */
+    header the next hop trusts. `trailers()` holds them for the relay to forward as trailers.
+
+    Beast's `header_limit` bounds only the part of the head not yet parsed when a read ends
+    mid-field, so how large a head may grow depended on how the reads happened to fall (an
+    80 KB head passed a 64 KiB limit once reads were 16 KiB). The fields are counted here,
+    so the limit holds for the whole head whatever the read sizes. */
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/parser.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace rebound::http {
 
@@ -40,6 +46,12 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
  public:
   explicit bounded_parser(field_limits limits = {}) : limits_(limits) {}
 
+  /// The head's limit, for the whole head (Beast's own check is kept as well).
+  void header_limit(std::uint32_t v) {
+    head_limit_ = v;
+    boost::beast::http::parser<isRequest, Body>::header_limit(v);
+  }
+
   /// The trailer fields of a chunked message, once it is done.
   const boost::beast::http::fields& trailers() const { return trailers_; }
   field_refusal refusal() const { return refusal_; }
@@ -49,7 +61,8 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
                      boost::beast::string_view value, boost::system::error_code& ec) override {
     auto const size = name_string.size() + value.size();
     if (!this->is_header_done()) {
-      if (size > limits_.max_field) return refuse(field_refusal::header_field, ec);
+      head_bytes_ += size + 4;  // ": " and CRLF
+      if (size > limits_.max_field || head_bytes_ > head_limit_) return refuse(field_refusal::header_field, ec);
       this->get().insert(name, name_string, value);
       return;
     }
@@ -66,6 +79,8 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
   }
 
   field_limits limits_;
+  std::size_t head_limit_ = 8192;  ///< Beast's default
+  std::size_t head_bytes_ = 0;
   boost::beast::http::fields trailers_;
   std::size_t trailer_bytes_ = 0;
   std::size_t trailer_fields_ = 0;
