@@ -32,6 +32,10 @@ inline constexpr std::uint32_t max_response_head = 64 * 1024;
 /// chunk-size lines and trailers, which Beast buffers until their end is found.
 inline constexpr std::size_t response_buffer_limit = max_response_head + 64 * 1024 + 16 * 1024;
 
+/// Room a response read starts with: a head and a small body in one read. The body relay
+/// (http/relay.hpp) reads through a buffer of this size too.
+inline constexpr std::size_t first_read_size = 16 * 1024;
+
 /** A final response head on the connection it came from, its body still to be read: what
     a successful attempt hands back, to be streamed on or dropped. Beast's parser cannot
     move, so it lives on the heap and travels as a pointer. */
