@@ -3,6 +3,7 @@
     policy_api.cpp): answers in SPEC 6's shape, query strings, pages, times, a task's public
     fields. Internal to proxy/admin. */
 #include "proxy/admin/task_api.hpp"
+#include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"
 
 #include <boost/beast/http/message.hpp>

@@ -6,6 +6,7 @@
     travels as metadata, R-7 through the dependency's budget and breaker, R-9 through its
     credential source, each attempt to the upstream over HTTP/2 (h2/client_connection). */
 #include "proxy/h2/message.hpp"
+#include "proxy/net.hpp"
 #include "proxy/http/session_context.hpp"
 
 namespace rebound::grpc {

@@ -123,6 +123,13 @@ std::optional<error_reply> reply_for_read_error(const error_code& ec) {
   return std::nullopt;  // timeout, reset, abort: no one is listening
 }
 
+/// Whether `buffer` lacks the blank line that ends a request head (so reading it may wait).
+bool head_incomplete(const beast::flat_buffer& buffer) {
+  auto const d = buffer.data();
+  std::string_view const bytes(static_cast<const char*>(d.data()), d.size());
+  return bytes.find("\r\n\r\n") == std::string_view::npos;
+}
+
 /// Whether the client's next request has begun to arrive: bytes already read into `buffer`
 /// (pipelined), or bytes waiting unread in the socket.
 bool request_waiting(const beast::flat_buffer& buffer, tcp::socket& socket) {
@@ -185,6 +192,7 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
   client.socket().set_option(tcp::no_delay(true), ignored);
   session_guard guard(*ctx.sessions, client);
   beast::flat_buffer buffer;
+  connection_deadline deadline(client.socket());
   bool first = doors.http2 != nullptr;
 
   for (;;) {
@@ -215,15 +223,17 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
       // when a request is already here, measured slower: a keep-alive client's next request
       // is rarely here yet.)
       buffer.shrink_to_fit();
-      std::optional<cancel_at> idle_due;
-      idle_due.emplace(client.socket(), std::chrono::steady_clock::now() + idle);
+      deadline.arm(std::chrono::steady_clock::now() + idle);
       auto [wec] = co_await client.socket().async_wait(tcp::socket::wait_read, use_tuple);
-      idle_due.reset();
+      // Disarmed at once (the timer stays pending, lazily): the read below cannot wait, and
+      // an HTTP/2 connection taken over next keeps its own deadlines.
+      deadline.disarm();
       if (wec) break;  // idle timeout, or a drain closed it: no request started
       // Bytes wait: from here on a drain lets this request finish. Said before the read,
       // which takes them off the socket where the drain looks for them.
       guard.set_idle(false);
-      client.expires_after(idle);
+      // Bytes are there, so this read does not wait.
+      client.expires_never();
       auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
       buffer.commit(rn);
       if (rec) break;  // the client closed: no request started
@@ -234,12 +244,17 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
       auto http2 = doors.http2(ctx, client, buffer, guard);
       if (co_await std::move(http2)) co_return;
     }
-    client.expires_after(idle);
-    std::optional<cancel_at> head_due;
-    head_due.emplace(client.socket(), std::chrono::steady_clock::now() + cfg.limits.head_timeout);
+    // The head must be whole within head_timeout (then a 408), and a stalled one is dropped
+    // at idle_timeout. A head already in the buffer, the common case, keeps only the idle
+    // bound, which is later than the timer's pending wake-up and so costs nothing.
+    client.expires_never();
+    auto const now = std::chrono::steady_clock::now();
+    auto const head_by = now + cfg.limits.head_timeout;
+    bool const head_bound = head_incomplete(buffer) && head_by < now + idle;
+    deadline.arm(head_bound ? head_by : now + idle);
     auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, use_tuple);
-    bool const head_late = head_due->fired();
-    head_due.reset();
+    bool const head_late = head_bound && deadline.fired();
+    deadline.disarm();
     guard.set_idle(false);
     if (ec) {
       if (head_late) {
