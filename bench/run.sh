@@ -8,7 +8,8 @@
 # bench/README.md.
 #
 # Settings (environment):
-#   BENCH_SCENARIOS="get1k-w1 get1k-w2 c1000 get16k get1m post64k tls retry"   what to run, in order
+#   BENCH_SCENARIOS="get1k-w1 get1k-w2 c1000 get16k get1m post64k tls retry grpc"   what to run
+#                            (grpc: bench/grpc.sh's gRPC unary calls through rebound and HAProxy)
 #   BENCH_DURATION=5         seconds per measured wrk run
 #   BENCH_ROUNDS=3           rounds; each round runs every target of a scenario once (order rotates)
 #   BENCH_WARMUP=1           seconds of unrecorded wrk per target before round 1 (0 = none)
@@ -26,7 +27,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 
-SCENARIOS=${BENCH_SCENARIOS:-get1k-w1 get1k-w2 c1000 get16k get1m post64k tls retry}
+SCENARIOS=${BENCH_SCENARIOS:-get1k-w1 get1k-w2 c1000 get16k get1m post64k tls retry grpc}
 DURATION=${BENCH_DURATION:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 WARMUP=${BENCH_WARMUP:-1}
@@ -44,7 +45,7 @@ done
 ((DURATION >= 1 && ROUNDS >= 1 && CONNS >= 1 && THREADS >= 1)) ||
   { echo "bench: DURATION, ROUNDS, CONNECTIONS and THREADS must be >= 1" >&2; exit 2; }
 for sc in $SCENARIOS; do
-  case $sc in get1k-w1 | get1k-w2 | c1000 | get16k | get1m | post64k | tls | retry) ;;
+  case $sc in get1k-w1 | get1k-w2 | c1000 | get16k | get1m | post64k | tls | retry | grpc) ;;
     *) echo "bench: unknown scenario '$sc'" >&2; exit 2 ;;
   esac
 done
@@ -332,6 +333,7 @@ run_wrk() {  # run_wrk TARGET SECONDS OUTFILE: one wrk run; proxy targets use pr
 : >"$tmp/peaks.tsv"
 : >"$tmp/stops.tsv"
 for scenario in $SCENARIOS; do
+  [[ $scenario == grpc ]] && continue  # its own script, after the report below
   scenario_setup "$scenario"
   start_targets
   verify_targets
@@ -457,5 +459,13 @@ echo "- **wrk, nginx and the proxy share the same $NCPU cores (nothing pinned)**
 echo "- load average before the run: $load_before${busy:+; **other busy processes were running: $busy**}"
 echo "- every path of every scenario was checked with curl first (200 and the expected body size)"
 echo
-python3 "$here/report.py" "$tmp" "$CLK_TCK" "$IDLE"
+[[ -s $tmp/runs.tsv || $IDLE -gt 0 ]] && python3 "$here/report.py" "$tmp" "$CLK_TCK" "$IDLE"
+if [[ " $SCENARIOS " == *" grpc "* ]]; then
+  log "scenario grpc: bench/grpc.sh"
+  echo
+  echo "### gRPC unary calls (bench/grpc.sh: h2load -c16 -m8, h2c on both legs)"
+  echo
+  BENCH_BUILD=no REBOUND_BIN=$REBOUND_BIN BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS \
+    BENCH_WORKERS=$(threads_for "$WORKERS") bash "$here/grpc.sh" || die "bench/grpc.sh failed"
+fi
 status=0
