@@ -4,6 +4,7 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
 
 using namespace rebound;
@@ -95,5 +96,18 @@ TEST(ConnectionDeadline, GoneBeforeItsTimeItTouchesNoSocket) {
   s.wait(done);
   s.ioc.run_for(200ms);  // the timer's handler runs with the owner gone (ASan: no use after free)
   EXPECT_FALSE(done);
+}
+TEST(ConnectionDeadline, APendingWakeUpLeftAtShutdownIsReleasedCleanly) {
+  // A worker's io_context may be destroyed with the timer still pending (the connection ended
+  // at exit): the handler, which holds the timer's state, is then destroyed unrun.
+  auto ioc = std::make_unique<net::io_context>();
+  {
+    tcp::socket s(*ioc);
+    s.open(tcp::v4());
+    http::connection_deadline d(s);
+    d.arm(soon(1h));
+  }
+  ioc.reset();  // ASan and UBSan: nothing touched after it was freed
+  SUCCEED();
 }
 }  // namespace cancel_at_test
