@@ -43,6 +43,13 @@ TEST(Metrics, R10_RetriedRequestCountsEachAttemptTheBackoffsAndTheAnswer) {
   EXPECT_EQ(value(text, "retry_exhausted_total{" + labels + "}"), 0) << text;
   EXPECT_EQ(value(text, "circuit_breaker_state{" + labels + "}"), 0) << text;
   EXPECT_NE(text.find("# TYPE dlq_messages_total counter"), std::string::npos) << text;
+  // Seed 003's table is computed from one observation per request: three attempts, a success.
+  std::string const ended = "context=\"sync\",dependency=\"payments\",outcome=\"success\",service=\"checkout\"";
+  EXPECT_EQ(value(text, "retry_request_attempts_count{" + ended + "}"), 1) << text;
+  EXPECT_EQ(value(text, "retry_request_attempts_sum{" + ended + "}"), 3) << text;
+  EXPECT_EQ(value(text, "retry_request_attempts_bucket{" + ended + ",le=\"2\"}"), 0) << text;
+  EXPECT_EQ(value(text, "retry_request_attempts_bucket{" + ended + ",le=\"3\"}"), 1) << text;
+  EXPECT_EQ(text.find("\nstore_up{"), std::string::npos) << "no store, no store_up series";
 }
 
 TEST(Metrics, R10_ExhaustedRetriesAndRebound_sOwnAnswersAreCounted) {

@@ -388,6 +388,14 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
       if (!ce)
         for (std::size_t i = 0; i < counts.size(); ++i)
           opts.metrics->set_tasks(store::to_string(static_cast<store::task_status>(i)), counts[i]);
+      auto const now = wall::now();
+      auto const day_ago = now - std::chrono::hours(24);
+      auto [be, backlog] = co_await store::async_backlog(*ctx.store, day_ago, use_tuple);
+      if (!be)
+        opts.metrics->set_backlog(backlog.started_before, backlog.oldest
+                                                              ? std::max(now - *backlog.oldest, wall::duration::zero())
+                                                              : wall::duration::zero());
+      opts.metrics->set_store_up(!ce && !be && !ctx.store->unavailable());
     }
     std::size_t const room = opts.max_in_flight - std::min(opts.max_in_flight, state->in_flight);
     bool full = false;

@@ -16,6 +16,12 @@ const Histogram::BucketBoundaries& backoff_buckets() {
   return b;
 }
 
+/// Attempts a request took: R-2's counts, from one up to the longest async schedules.
+const Histogram::BucketBoundaries& attempt_count_buckets() {
+  static const Histogram::BucketBoundaries b{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+  return b;
+}
+
 /// Upstream attempts: a loopback answer (100 us) up to the longest attempt_timeout worth having.
 const Histogram::BucketBoundaries& latency_buckets() {
   static const Histogram::BucketBoundaries b{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -115,6 +121,24 @@ void dependency_metrics::backoff(std::chrono::milliseconds wait) {
 
 void dependency_metrics::exhausted() { exhausted_.Increment(); }
 
+void dependency_metrics::request_ended(unsigned attempts, std::string_view outcome, std::string_view context) {
+  constexpr std::array<std::string_view, 5> contexts{"sync", "async", "webhook", "batch", "grpc"};
+  constexpr std::array<std::string_view, 3> outcomes{"success", "failure", "abandoned"};
+  auto const c = std::find(contexts.begin(), contexts.end(), context) - contexts.begin();
+  auto const o = std::find(outcomes.begin(), outcomes.end(), outcome) - outcomes.begin();
+  auto const known = c < std::ssize(contexts) && o < std::ssize(outcomes);
+  auto const slot = static_cast<std::size_t>(known ? c * std::ssize(outcomes) + o : 0);
+  if (known)
+    if (auto* h = ended_[slot].load(std::memory_order_acquire)) return h->Observe(attempts);
+  auto l = owner_.labels(name_);
+  l.emplace("context", std::string(context));
+  l.emplace("outcome", std::string(outcome));
+  if (!known) return owner_.request_attempts_.Add(l, attempt_count_buckets()).Observe(attempts);
+  auto& h = owner_.request_attempts_.Add(l, attempt_count_buckets());
+  ended_[slot].store(&h, std::memory_order_release);
+  h.Observe(attempts);
+}
+
 void dependency_metrics::declined(std::string_view reason) {
   int const slot = reason == "layered" ? 0 : reason == "overloaded" ? 1 : -1;
   if (slot >= 0)
@@ -205,6 +229,11 @@ metrics::metrics(std::string service)
                    .Name("retry_backoff_duration_seconds")
                    .Help("Waits scheduled before a retry")
                    .Register(*registry_)),
+      request_attempts_(prometheus::BuildHistogram()
+                            .Name("retry_request_attempts")
+                            .Help("Attempts a request or handed-over task took, counted when it ended, by outcome "
+                                  "(success, failure, abandoned) and context")
+                            .Register(*registry_)),
       budget_utilization_(prometheus::BuildGauge()
                               .Name("retry_budget_utilization_ratio")
                               .Help("Retries spent over retries allowed in the budget window (R-7)")
@@ -230,6 +259,19 @@ metrics::metrics(std::string service)
                  .Name("retry_tasks")
                  .Help("Handed-over tasks in the store, by status, as last counted")
                  .Register(*registry_)),
+      backlog_over_24h_(prometheus::BuildGauge()
+                            .Name("retry_tasks_pending_over_24h")
+                            .Help("Handed-over tasks not yet ended (pending or in flight) accepted more than 24 "
+                                  "hours ago, as last counted")
+                            .Register(*registry_)),
+      oldest_pending_(prometheus::BuildGauge()
+                          .Name("retry_task_oldest_pending_age_seconds")
+                          .Help("Age of the oldest handed-over task not yet ended, as last counted (0: none)")
+                          .Register(*registry_)),
+      store_up_(prometheus::BuildGauge()
+                    .Name("store_up")
+                    .Help("1 while the task store answers, 0 while it is unavailable")
+                    .Register(*registry_)),
       store_commit_(prometheus::BuildHistogram()
                         .Name("store_commit_duration_seconds")
                         .Help("Commits of the task store, each with its fsync and the calls grouped into it")
@@ -245,6 +287,13 @@ void metrics::task_ended(const std::string& dependency, std::string_view context
 void metrics::set_tasks(std::string_view status, std::uint64_t n) {
   tasks_.Add({{"service", service_}, {"status", std::string(status)}}).Set(static_cast<double>(n));
 }
+
+void metrics::set_backlog(std::uint64_t over_24h, std::chrono::duration<double> oldest) {
+  backlog_over_24h_.Add({{"service", service_}}).Set(static_cast<double>(over_24h));
+  oldest_pending_.Add({{"service", service_}}).Set(oldest.count());
+}
+
+void metrics::set_store_up(bool up) { store_up_.Add({{"service", service_}}).Set(up ? 1 : 0); }
 
 void metrics::store_commit(std::chrono::nanoseconds took) {
   store_commit_.Observe(std::chrono::duration<double>(took).count());

@@ -34,6 +34,9 @@ class dependency_metrics {
   void backoff(std::chrono::milliseconds wait);
   /// retry_exhausted_total.
   void exhausted();
+  /** A request or handed-over task ended after `attempts` attempts, by outcome (success,
+      failure, abandoned) and its route's context: retry_request_attempts. */
+  void request_ended(unsigned attempts, std::string_view outcome, std::string_view context);
   /// A retry not made because the layer below spoke: retry_declined_total{reason}, the
   /// reason being `layered` or `overloaded` (retry/layers.hpp).
   void declined(std::string_view reason);
@@ -68,6 +71,9 @@ class dependency_metrics {
   prometheus::Gauge& budget_utilization_;
   prometheus::Gauge& breaker_state_;
   std::array<std::atomic<prometheus::Counter*>, attempt_slots> attempts_{};
+  /// retry_request_attempts' children, one per context (sync, async, webhook, batch, grpc)
+  /// and outcome (success, failure, abandoned): every request records one.
+  std::array<std::atomic<prometheus::Histogram*>, 15> ended_{};
   /// retry_declined_total's children for `layered` and `overloaded`: in an outage every
   /// request may count one, so they are looked up once.
   std::array<std::atomic<prometheus::Counter*>, 2> declined_{};
@@ -94,6 +100,12 @@ class metrics {
   void task_ended(const std::string& dependency, std::string_view context, std::chrono::duration<double> age);
   /// retry_tasks{status}: tasks in the store by status, as last counted.
   void set_tasks(std::string_view status, std::uint64_t n);
+  /** Tasks not yet ended (pending or in flight), as last counted: how many were accepted
+      more than 24 hours ago (retry_tasks_pending_over_24h, seed 003's "events in retry > 24
+      hours") and the age of the oldest (retry_task_oldest_pending_age_seconds, 0 with none). */
+  void set_backlog(std::uint64_t over_24h, std::chrono::duration<double> oldest);
+  /// store_up: 1 while the store answers the scheduler's calls, 0 while it does not.
+  void set_store_up(bool up);
   /// A store commit and its fsync: store_commit_duration_seconds.
   void store_commit(std::chrono::nanoseconds took);
 
@@ -114,6 +126,7 @@ class metrics {
   prometheus::Family<prometheus::Counter>& hedges_;
   prometheus::Family<prometheus::Counter>& hedges_suppressed_;
   prometheus::Family<prometheus::Histogram>& backoff_;
+  prometheus::Family<prometheus::Histogram>& request_attempts_;
   prometheus::Family<prometheus::Gauge>& budget_utilization_;
   prometheus::Family<prometheus::Counter>& dlq_messages_;
   prometheus::Family<prometheus::Gauge>& breaker_state_;
@@ -124,6 +137,10 @@ class metrics {
   prometheus::Family<prometheus::Counter>& upgrade_bytes_;
   prometheus::Family<prometheus::Histogram>& task_age_;
   prometheus::Family<prometheus::Gauge>& tasks_;
+  // Series only once a store is counted: a process without one has no store to be down.
+  prometheus::Family<prometheus::Gauge>& backlog_over_24h_;
+  prometheus::Family<prometheus::Gauge>& oldest_pending_;
+  prometheus::Family<prometheus::Gauge>& store_up_;
   prometheus::Histogram& store_commit_;
 
   std::mutex mutex_;

@@ -40,6 +40,9 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   std::optional<duration> observed_p95() const;
   void retry_scheduled(duration wait) override { metrics_.backoff(wait); }
   void exhausted() override { metrics_.exhausted(); }
+  void ended(unsigned attempts, call_end how, std::string_view context) override {
+    metrics_.request_ended(attempts, to_string(how), context);
+  }
   void declined(std::string_view reason) override { metrics_.declined(reason); }
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
   void answered(unsigned code) { metrics_.answered(code); }

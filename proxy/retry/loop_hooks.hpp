@@ -47,11 +47,22 @@ struct attempt_report {
   bool cancelled = false;
 };
 
+/// How a request, or a handed-over task, ended: with a success (R-4's verdict on the answer
+/// it got), a failure (an error, a failing answer, the retries spent), or its caller gone.
+enum class call_end { success, failure, abandoned };
+std::string_view to_string(call_end e);
+
 /// Counts what the loop does; every call happens on the worker running the request.
 class attempt_observer {
  public:
   virtual ~attempt_observer() = default;
   virtual void attempt_done(const attempt_report& r) { (void)r; }
+  /** Once per request or task, when it ends, with the attempts it took in all (hedges
+      included) and its route's context: what seed 003's retry rate, attempts to success and
+      second-attempt success are computed from. */
+  virtual void ended(unsigned attempts, call_end how, std::string_view context) {
+    (void)attempts, (void)how, (void)context;
+  }
   virtual void retry_scheduled(duration wait) { (void)wait; }
   virtual void exhausted() {}
   /// A retry not made because the layer below spoke (`layered`, `overloaded`; layers.hpp).

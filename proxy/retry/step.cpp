@@ -1,5 +1,6 @@
 #include "proxy/retry/step.hpp"
 
+#include "config/describe.hpp"
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/layers.hpp"
 
@@ -29,7 +30,36 @@ retry_step::retry_step(step_context ctx, steady::time_point deadline, unsigned a
   result_.attempts = attempts_before;
 }
 
+std::string_view to_string(call_end e) {
+  switch (e) {
+    case call_end::success:
+      return "success";
+    case call_end::failure:
+      return "failure";
+    case call_end::abandoned:
+      break;
+  }
+  return "abandoned";
+}
+
 next_step retry_step::after(attempt_summary& summary, steady::time_point attempt_start, step_time at, bool draining) {
+  auto next = judge(summary, attempt_start, at, draining);
+  if (next.retry) return next;
+  // What the client gets stands now: the last answer, unless the step put a failure in its
+  // place (an error, the budget's refusal, R-5's no time left).
+  bool const succeeded = next.stopped == stop_reason::final && !result_.failure &&
+                         classify(summary.outcome, retry_on::r4_default()) == verdict::success;
+  end(succeeded ? call_end::success : call_end::failure);
+  return next;
+}
+
+void retry_step::end(call_end how) {
+  if (ended_) return;
+  ended_ = true;
+  ctx_.observer.ended(result_.attempts, how, config::to_string(ctx_.policy.context));
+}
+
+next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt_start, step_time at, bool draining) {
   auto& failure = summary.failure;
   auto& result = result_;
   auto const& facts = ctx_.facts;
@@ -150,6 +180,7 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
 
 void retry_step::caller_left(std::string_view reason) {
   result_.client_gone = true;
+  end(call_end::abandoned);
   ctx_.log.info("retry_cancelled", {{"correlation_id", ctx_.facts.correlation_id},
                                     {"dependency", ctx_.facts.dependency},
                                     {"attempts", result_.attempts},
@@ -157,6 +188,7 @@ void retry_step::caller_left(std::string_view reason) {
 }
 
 void retry_step::drain_cut(const std::string& last_outcome) {
+  end(call_end::failure);
   // The failed attempt's response went with its connection, so the message says what it was.
   if (!result_.failure)
     result_.failure = retry::attempt_failure{

@@ -133,6 +133,11 @@ class retry_step {
   unsigned max_attempts_;
   duration previous_wait_{0};
   attempts_result result_;
+  bool ended_ = false;
+
+  next_step judge(attempt_summary& summary, std::chrono::steady_clock::time_point attempt_start, step_time at,
+                  bool draining);
+  void end(call_end how);
 };
 
 }  // namespace rebound::retry

@@ -225,6 +225,16 @@ void postgres_store::submit_counts(callback<status_counts> done) {
   });
 }
 
+void postgres_store::submit_backlog(wall_clock::time_point before, callback<backlog> done) {
+  enqueue<backlog>(std::move(done), [before](pg_connection& c, const callback<backlog>& done) {
+    auto r = c.run(q().backlog, {number(to_ms(before))});
+    if (c.failed) return failure<backlog>(done, c.error);
+    backlog b{static_cast<std::uint64_t>(r.integer(0, 0)), std::nullopt};
+    if (auto const oldest = r.integer(0, 1); oldest > 0) b.oldest = from_ms(oldest);
+    return answer<backlog>(done, std::nullopt, b);
+  });
+}
+
 void postgres_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit,
                                   callback<std::uint64_t> done) {
   enqueue<std::uint64_t>(std::move(done), [ended_before, limit](pg_connection& c, const callback<std::uint64_t>& done) {

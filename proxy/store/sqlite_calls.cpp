@@ -225,6 +225,17 @@ void sqlite_store::submit_counts(callback<status_counts> done) {
   });
 }
 
+void sqlite_store::submit_backlog(wall_clock::time_point before, callback<backlog> done) {
+  enqueue([before, done = std::move(done)](database& db) {
+    auto s = db.prepare(q().backlog);
+    s.bind(1, to_ms(before));
+    if (s.step() != SQLITE_ROW) return failure<backlog>(done, s.error());
+    backlog b{static_cast<std::uint64_t>(s.integer(0)), std::nullopt};
+    if (auto const oldest = s.integer(1); oldest > 0) b.oldest = from_ms(oldest);
+    return answer<backlog>(done, std::nullopt, b);
+  });
+}
+
 void sqlite_store::submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) {
   enqueue([ended_before, limit, done = std::move(done)](database& db) {
     savepoint sp(db);

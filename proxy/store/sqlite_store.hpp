@@ -52,6 +52,7 @@ class sqlite_store final : public task_store {
   void submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) override;
   void submit_delete_dead_letter(std::string id, callback<bool> done) override;
   void submit_counts(callback<status_counts> done) override;
+  void submit_backlog(wall_clock::time_point before, callback<backlog> done) override;
   void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) override;
   void submit_put_policy(stored_policy p, callback<policy_put> done) override;
   void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) override;

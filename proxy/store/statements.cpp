@@ -94,6 +94,11 @@ statements make(dialect d) {
   // cascade (a table cannot change its foreign key in place), so its store deletes them first.
   s.delete_attempts_of = "DELETE FROM attempt_logs WHERE task_id = $1";
   s.count_by_status = "SELECT status, count(*) FROM retry_tasks GROUP BY status";
+  // A walk of the unended tasks, as count_by_status walks them all: every count_every.
+  s.backlog =
+      "SELECT coalesce(sum(CASE WHEN w < $1 THEN 1 ELSE 0 END), 0), coalesce(min(w), 0) FROM (SELECT CASE WHEN "
+      "window_start > 0 THEN window_start ELSE created_at END AS w FROM retry_tasks WHERE status IN ('PENDING', "
+      "'IN_FLIGHT')) AS unended";
   s.purge_tasks = std::string("DELETE FROM retry_tasks WHERE id IN ") + ended_rows;
   s.purge_attempts = std::string("DELETE FROM attempt_logs WHERE task_id IN ") + ended_rows;
   s.put_policy = "INSERT INTO retry_policies (id, spec, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING";
@@ -133,6 +138,7 @@ statements make(dialect d) {
                      &s.delete_dead_letter,
                      &s.delete_attempts_of,
                      &s.count_by_status,
+                     &s.backlog,
                      &s.purge_tasks,
                      &s.purge_attempts,
                      &s.put_policy,

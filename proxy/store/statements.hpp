@@ -27,6 +27,7 @@ struct statements {
   std::string delete_dead_letter;  ///< $1 id
   std::string delete_attempts_of;  ///< $1 task (SQLite: no cascade)
   std::string count_by_status;
+  std::string backlog;
   std::string purge_tasks;     ///< $1 status, $2 ended before, $3 limit
   std::string purge_attempts;  ///< the same rows' attempts, first (SQLite: no cascade)
   std::string put_policy;      ///< $1 id, $2 spec, $3 created at

@@ -78,6 +78,13 @@ struct key_claim {
 /// Tasks by status, indexed by task_status.
 using status_counts = std::array<std::uint64_t, 6>;
 
+/// The tasks not yet ended (PENDING or IN_FLIGHT), by when their window started (the accept,
+/// or the replay that gave them a fresh one).
+struct backlog {
+  std::uint64_t started_before = 0;  ///< how many started before the time asked about
+  std::optional<wall_clock::time_point> oldest;
+};
+
 /// How every store call answers: with an error, or with what it found.
 template <class T>
 using store_callback = std::function<void(std::optional<store_error>, T)>;
@@ -123,6 +130,8 @@ class task_queue {
   /// A dead letter deleted with its attempts; false when there is no dead letter of that id.
   virtual void submit_delete_dead_letter(std::string id, callback<bool> done) = 0;
   virtual void submit_counts(callback<status_counts> done) = 0;
+  /// Counted by the database on each call (a fleet's tasks, not only this process's).
+  virtual void submit_backlog(wall_clock::time_point before, callback<backlog> done) = 0;
   /** Deletes up to `limit` tasks that ended (SUCCEEDED, CANCELLED, EXHAUSTED) before
       `ended_before`, with their attempts: store.retention. Dead letters stay until replayed
       or deleted (R-8). The number deleted. */
@@ -283,6 +292,11 @@ auto async_delete_dead_letter(task_queue& s, std::string id, Token&& token) {
 template <class Token>
 auto async_counts(task_queue& s, Token&& token) {
   return detail::async_call<status_counts>([&s](auto cb) { s.submit_counts(cb); }, token);
+}
+
+template <class Token>
+auto async_backlog(task_queue& s, wall_clock::time_point before, Token&& token) {
+  return detail::async_call<backlog>([&s, before](auto cb) { s.submit_backlog(before, cb); }, token);
 }
 
 template <class Token>

@@ -28,6 +28,15 @@ struct recording_observer final : attempt_observer {
   std::vector<duration> scheduled;
   unsigned exhausted_count = 0;
   std::vector<std::string> declined_reasons;
+  struct end {
+    unsigned attempts;
+    call_end how;
+    std::string context;
+  };
+  std::vector<end> ends;
+  void ended(unsigned attempts, call_end how, std::string_view context) override {
+    ends.push_back({attempts, how, std::string(context)});
+  }
   void attempt_done(const attempt_report& r) override { reports.push_back(r); }
   void retry_scheduled(duration wait) override { scheduled.push_back(wait); }
   void exhausted() override { ++exhausted_count; }
@@ -52,6 +61,8 @@ struct row {
   unsigned budget_asked = 0;
   const char* logged = nullptr;      ///< the one retry_* event logged, or null for none
   std::optional<error_type> answer;  ///< the error the client gets when no response is left
+  /// How the request ended, counted once (retry_request_attempts); unset: it goes on.
+  std::optional<call_end> ended;
 };
 
 struct fixture : retry_test::log_capture {
@@ -106,10 +117,12 @@ attempt_outcome error(error_type e) { return {std::nullopt, e}; }
 const row rows[] = {
     {.name = "a success is final and counts nothing against the dependency",
      .outcome = status(200),
-     .stopped = stop_reason::final},
+     .stopped = stop_reason::final,
+     .ended = call_end::success},
     {.name = "a 404 is the upstream's answer: final, and no breaker failure",
      .outcome = status(404),
-     .stopped = stop_reason::final},
+     .stopped = stop_reason::final,
+     .ended = call_end::failure},
     {.name = "R-4: a 503 is retried, the breaker told, the budget charged, retry_attempt logged",
      .outcome = status(503),
      .retries = true,
@@ -122,25 +135,29 @@ const row rows[] = {
      .breaker_failures = 1,
      .budget_asked = 1,
      .logged = "retry_suppressed",
-     .answer = error_type::budget_exhausted},
+     .answer = error_type::budget_exhausted,
+     .ended = call_end::failure},
     {.name = "R-2: the last allowed attempt is exhausted, whatever the budget",
      .outcome = status(503),
      .attempts_before = 3,
      .stopped = stop_reason::exhausted,
      .breaker_failures = 1,
-     .logged = "retry_exhausted"},
+     .logged = "retry_exhausted",
+     .ended = call_end::failure},
     {.name = "R-6: a request that may not go again is sent once, and says why",
      .outcome = status(503),
      .may_retry = false,
      .stopped = stop_reason::not_repeatable,
      .breaker_failures = 1,
-     .logged = "retry_skipped"},
+     .logged = "retry_skipped",
+     .ended = call_end::failure},
     {.name = "R-5: a Retry-After past the deadline stops at once",
      .outcome = status(503),
      .retry_after = "3600",
      .stopped = stop_reason::retry_after_beyond_deadline,
      .breaker_failures = 1,
-     .logged = "retry_stopped"},
+     .logged = "retry_stopped",
+     .ended = call_end::failure},
     {.name = "delivery asks the budget when it sends, not when it schedules",
      .outcome = status(503),
      .budget_grants = false,
@@ -151,7 +168,8 @@ const row rows[] = {
     {.name = "a draining process sends no retry, charges no budget and logs no stop",
      .outcome = status(503),
      .draining = true,
-     .breaker_failures = 1},
+     .breaker_failures = 1,
+     .ended = call_end::failure},
 };
 
 }  // namespace
@@ -181,7 +199,36 @@ TEST(RetryStep, EveryRowHasItsEffects) {
       ASSERT_TRUE(result.failure);
       EXPECT_EQ(result.failure->type, *r.answer);
     }
+    if (!r.ended) {
+      EXPECT_TRUE(f.observer.ends.empty()) << "a request that goes on has not ended";
+    } else {
+      ASSERT_EQ(f.observer.ends.size(), 1u);
+      EXPECT_EQ(f.observer.ends[0].how, *r.ended);
+      EXPECT_EQ(f.observer.ends[0].attempts, r.attempts_before + 1);
+      EXPECT_EQ(f.observer.ends[0].context, "sync");
+    }
   }
+}
+
+TEST(RetryStep, Seed003_ASuccessOnTheSecondAttemptEndsOnceWithTwoAttempts) {
+  fixture f;
+  f.policy.context = config::context_kind::webhook;
+  f.facts.may_retry = true;
+  retry_step step({f.policy, f.facts, f.log, f.rng, f.gate, f.observer}, t0 + 30s);
+  attempt_summary s;
+  s.outcome = status(503);
+  step.attempt_made();
+  ASSERT_TRUE(step.after(s, t0, {t0 + 10ms, wall}, false).retry);
+  EXPECT_TRUE(f.observer.ends.empty());
+  attempt_summary ok;
+  ok.outcome = status(201);
+  step.attempt_made();
+  EXPECT_FALSE(step.after(ok, t0 + 1s, {t0 + 1s + 10ms, wall}, false).retry);
+  step.caller_left("late");  // an end already counted is not counted again
+  ASSERT_EQ(f.observer.ends.size(), 1u);
+  EXPECT_EQ(f.observer.ends[0].attempts, 2u);
+  EXPECT_EQ(f.observer.ends[0].how, call_end::success);
+  EXPECT_EQ(f.observer.ends[0].context, "webhook");
 }
 
 TEST(RetryStep, R1_TheWaitIsDrawnFromTheConfiguredBackoff) {
@@ -232,6 +279,8 @@ TEST(RetryStep, ACallerWhoLeftIsNobodysFailure) {
   EXPECT_EQ(f.gate.asked, 0u) << "nothing was charged to the budget";
   EXPECT_TRUE(f.observer.reports.empty());
   EXPECT_EQ(f.count("\"retry_cancelled\""), 1u);
+  ASSERT_EQ(f.observer.ends.size(), 1u);
+  EXPECT_EQ(f.observer.ends[0].how, call_end::abandoned);
 }
 
 TEST(RetryStep, ADrainCuttingTheWaitTellsTheClientWhatTheLastAttemptWas) {
@@ -241,6 +290,8 @@ TEST(RetryStep, ADrainCuttingTheWaitTellsTheClientWhatTheLastAttemptWas) {
   ASSERT_TRUE(step.result().failure);
   EXPECT_EQ(step.result().failure->type, error_type::deadline_exceeded);
   EXPECT_NE(step.result().failure->message.find("answered 503"), std::string::npos);
+  ASSERT_EQ(f.observer.ends.size(), 1u);
+  EXPECT_EQ(f.observer.ends[0].how, call_end::failure);
 }
 
 TEST(RetryStep, AHedgeCancelledCopyIsCountedButNeverReachesTheBreaker) {

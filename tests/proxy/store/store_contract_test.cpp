@@ -316,4 +316,35 @@ TYPED_TEST(StoreContract, CountsByStatusFollowEveryMove) {
   EXPECT_EQ(count(s, task_status::in_flight), 1u);
 }
 
+TYPED_TEST(StoreContract, Seed003_TheBacklogCountsUnendedTasksByWhenTheirWindowStarted) {
+  auto& s = this->store();
+  auto backlog_before = [&](wall_clock::time_point before) {
+    auto [e, b] = wait_for<backlog>([&](auto cb) { s.submit_backlog(before, cb); });
+    EXPECT_FALSE(e);
+    return b;
+  };
+  EXPECT_FALSE(backlog_before(t0).oldest) << "no task, no oldest";
+  ASSERT_TRUE(accept(s, make_task("old")));
+  auto young = make_task("young", t0 + 25h);
+  young.created_at = t0 + 25h;
+  ASSERT_TRUE(accept(s, young));
+  auto dead = make_task("dead");
+  ASSERT_TRUE(accept(s, dead));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 2u);  // old and dead: young is not due yet
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"dead", 1, t0, 400, "", 1ms}, task_status::dead_lettered, t0));
+
+  auto b = backlog_before(t0 + 24h);
+  EXPECT_EQ(b.started_before, 1u) << "old, in flight, counts; the dead letter has ended";
+  ASSERT_TRUE(b.oldest);
+  EXPECT_EQ(*b.oldest, t0);
+
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"old", 1, t0, 200, "", 1ms}, task_status::succeeded, t0));
+  auto [re, replayed] = wait_for<bool>([&](auto cb) { s.submit_replay("dead", t0 + 48h, cb); });
+  ASSERT_TRUE(replayed);
+  b = backlog_before(t0 + 26h);
+  EXPECT_EQ(b.started_before, 1u) << "young; the replayed letter's window started at its replay";
+  ASSERT_TRUE(b.oldest);
+  EXPECT_EQ(*b.oldest, t0 + 25h);
+}
+
 }  // namespace store_contract_test
