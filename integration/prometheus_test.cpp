@@ -4,8 +4,11 @@
 // alert, and every query of deploy/grafana/rebound.json.
 #include "async_helpers.hpp"
 
+#include <cctype>
+#include <cmath>
 #include <functional>
 #include <regex>
+#include <stdexcept>
 
 namespace itest::prometheus_test {
 namespace {
@@ -42,6 +45,12 @@ class Prometheus {
     process_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         "/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml", "--storage.tsdb.path=" + dir_ + "/data",
         "--web.listen-address=127.0.0.1:" + std::to_string(port_), "--log.level=warn"});
+    // Up to 30 s to open its database and listen (an ASan run of the suite keeps both cores busy).
+    for (int i = 0; i < 300; ++i) {
+      if (auto ready = status("/-/ready"); ready == 200) return;
+      std::this_thread::sleep_for(100ms);
+    }
+    throw std::runtime_error("prometheus did not become ready: " + log());
   }
   ~Prometheus() {
     process_.reset();
@@ -50,8 +59,21 @@ class Prometheus {
 
   /// GET `target` on the API, parsed; nullopt when Prometheus did not answer JSON.
   std::optional<Json> get(const std::string& target) const {
-    HttpClient c(port_);
-    return parse_json(c.get(target).body);
+    try {
+      HttpClient c(port_);
+      return parse_json(c.get(target).body);
+    } catch (const std::exception&) {
+      return std::nullopt;  // not listening (yet, or any more): the caller's poll asks again
+    }
+  }
+  /// The status of GET `target`, 0 when nothing answered.
+  unsigned status(const std::string& target) const {
+    try {
+      HttpClient c(port_);
+      return c.get(target).status;
+    } catch (const std::exception&) {
+      return 0;
+    }
   }
   /// An instant query's answer (status, data.result), nullopt without one.
   std::optional<Json> query(const std::string& promql) const {

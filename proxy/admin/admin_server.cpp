@@ -1,5 +1,6 @@
 #include "proxy/admin/admin_server.hpp"
 
+#include "proxy/admin/page_assets.hpp"
 #include "proxy/admin/task_api.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/store/task_store.hpp"
@@ -76,8 +77,29 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
   }
   if (path == "/config" && state.cfg)
     return make(bhttp::status::ok, "application/json", config::effective_config_json(*state.cfg));
+  if (path == "/") {
+    auto res = make(bhttp::status::found, "text/plain", "the admin page is at /ui\n");
+    res.set(bhttp::field::location, "/ui");
+    return res;
+  }
+  for (auto const& asset : page_assets()) {
+    if (path != asset.path) continue;
+    std::string body(asset.body);
+    // The page hides the task store's parts when there is none, rather than ask and log a 404.
+    if (constexpr std::string_view marker = "@store@"; asset.path == "/ui")
+      if (auto at = body.find(marker); at != std::string::npos)
+        body.replace(at, marker.size(), state.store ? "yes" : "no");
+    auto res = make(bhttp::status::ok, std::string(asset.content_type) + "; charset=utf-8", std::move(body));
+    // Its own files and its own API only: nothing inline, nothing from elsewhere, never framed.
+    res.set("Content-Security-Policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set("Referrer-Policy", "no-referrer");
+    return res;
+  }
   return make(bhttp::status::not_found, "text/plain",
-              "not found; try /healthz, /readyz, /metrics, /dependencies or /config\n");
+              "not found; try /ui (the admin page), /healthz, /readyz, /metrics, /dependencies or /config\n");
 }
 
 /// The status for a request the admin port could not read, or nullopt when nobody is there.
