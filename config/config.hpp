@@ -312,6 +312,15 @@ struct config {
   /// Empty: none. The notice is itself delivered with retries, and never dead-lettered.
   std::string alert_webhook;
   /// `async:` — the entry of async delivery.
+  /** `tracing:` (issue 34): spans of each request and attempt, exported as OTLP/HTTP JSON to
+      `endpoint` (an http:// collector, e.g. an OpenTelemetry Collector on 4318). Off without one. */
+  struct tracing_settings {
+    std::optional<service_url> endpoint;
+    double sample_ratio = 1.0;  ///< of the traces rebound starts; a caller's sampled flag decides for its own
+    unsigned max_queue = 2048;  ///< spans waiting for export; more are dropped and counted
+    bool operator==(const tracing_settings&) const = default;
+  } tracing;
+
   struct async_settings {
     std::uint64_t max_body = 1 << 20;  ///< a larger body is refused with 413, nothing stored
     bool operator==(const async_settings&) const = default;

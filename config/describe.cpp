@@ -244,6 +244,12 @@ std::string effective_config_json(const config& cfg) {
       object_writer al(w.nested("alert"));
       al.string("webhook", cfg.alert_webhook);
     }
+    if (cfg.tracing.endpoint) {
+      object_writer t(w.nested("tracing"));
+      t.string("endpoint", format_service_url(*cfg.tracing.endpoint));
+      t.number("sample_ratio", cfg.tracing.sample_ratio);
+      t.integer("max_queue", cfg.tracing.max_queue);
+    }
     {
       object_writer a(w.nested("async"));
       a.string("max_body", format_size(cfg.async.max_body));

@@ -41,7 +41,7 @@ void reader::read_top(const YAML::Node& root, config& c) {
   if (!expect_map(root, "")) return;
   check_keys(root, "",
              {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts",
-              "limits", "defaults", "dependencies", "store", "async", "alert", "inbound"});
+              "limits", "defaults", "dependencies", "store", "async", "alert", "inbound", "tracing"});
   typed(root, "service", "", c.service, parse_service);
   typed(root, "log_level", "", c.log_level, parse_log_level);
   typed(root, "listen", "", c.listen, parse_endpoint);
@@ -87,6 +87,21 @@ void reader::read_top(const YAML::Node& root, config& c) {
             "must be an absolute http:// URL (for TLS, name a dependency whose origin is https://)");
       return parsed<std::string>::ok(std::string(s));
     });
+  }
+  if (auto n = root["tracing"]; n && expect_map(n, "tracing")) {
+    check_keys(n, "tracing", {"endpoint", "sample_ratio", "max_queue"});
+    typed(n, "endpoint", "tracing", c.tracing.endpoint, [](std::string_view s) {
+      auto u = parse_service_url(s);
+      if (u.value && u.value->origin.scheme != "http")
+        return parsed<std::optional<service_url>>::fail(
+            "must be an http:// URL (the OTLP/HTTP collector, e.g. "
+            "http://127.0.0.1:4318/v1/traces)");
+      if (!u.value) return parsed<std::optional<service_url>>::fail(u.error);
+      return parsed<std::optional<service_url>>::ok(*u.value);
+    });
+    typed(n, "sample_ratio", "tracing", c.tracing.sample_ratio, parse_ratio);
+    typed(n, "max_queue", "tracing", c.tracing.max_queue, parse_count);
+    if (n["max_queue"] && c.tracing.max_queue == 0) error(n["max_queue"], "tracing.max_queue", "must be at least 1");
   }
   if (auto n = root["inbound"]) read_inbound(n, "inbound", c.inbound);
   // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.

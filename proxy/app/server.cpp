@@ -1,5 +1,7 @@
 #include "proxy/app/server.hpp"
 
+#include "proxy/observe/trace.hpp"
+
 #include "proxy/app/worker.hpp"
 
 #include "config/load.hpp"
@@ -101,6 +103,7 @@ void reload(control_state& cs) {
   pin(&config::config::workers, "workers");
   pin(&config::config::store, "store");      // the file is opened (and locked) once, at start
   pin(&config::config::service, "service");  // the label of every metric series already made
+  pin(&config::config::tracing, "tracing");  // its exporter starts with the process
   if (cs.options.log_level_pinned)
     next.log_level = running.log_level;
   else
@@ -288,6 +291,18 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::task_store> task_store;
   if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
+  // Declared before the workers: their requests record spans until their io_contexts die.
+  std::unique_ptr<observe::tracer> tracer;
+  if (auto const& t = cfg->tracing; t.endpoint) {
+    observe::trace_settings ts;
+    ts.host = t.endpoint->origin.host;
+    ts.port = std::to_string(t.endpoint->origin.port);
+    ts.path = t.endpoint->target;
+    ts.sample_ratio = t.sample_ratio;
+    ts.max_queue = t.max_queue;
+    ts.batch = std::min<std::size_t>(ts.batch, t.max_queue);
+    tracer = std::make_unique<observe::tracer>(ts, cfg->service, &metrics);
+  }
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
     throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
   // A secret others can read is no secret: said at start, where an operator looks.
@@ -336,6 +351,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     ctx.buffers = &w->buffers;
     ctx.h2_pool = &w->h2_pool;
     ctx.kept_bodies = &kept_bodies;
+    ctx.tracer = tracer.get();
     net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
     if (w->inbound_acceptor) {
       auto inbound_ctx = ctx;

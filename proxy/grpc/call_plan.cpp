@@ -102,6 +102,7 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   else
     set_field(head, "x-request-id", plan.correlation_id = observe::new_correlation_id(*ctx.rng));
   facts.correlation_id = plan.correlation_id;
+  facts.traceparent = plan.traceparent = value("traceparent");
   if (auto const* a = find("authorization")) facts.credential_expires = auth::jwt_expiry(auth::bearer_token(*a));
 
   // a call is a POST on the wire; it may go again when a key makes it safe to

@@ -25,6 +25,7 @@ struct call_plan {
   retry::request_facts facts;
   std::string method, path;
   std::string correlation_id;
+  std::string traceparent;  ///< the caller's, copied: facts.traceparent views it (the head may grow)
   std::string key_header;  ///< the idempotency header's name, lower-cased (HTTP/2)
   std::string key;
   std::string pool_key;  ///< the upstream connections' key (destination_of)

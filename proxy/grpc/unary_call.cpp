@@ -23,6 +23,7 @@ class h2_attempt final : public retry::attempt_runner {
     ++attempts_;
     h2::message attempt;
     attempt.head = attempt_head(request_.head, to_.tls != nullptr, deadline, attempts_);
+    if (!traceparent_.empty()) set_field(attempt.head, "traceparent", traceparent_);
     attempt.body = request_.body;
     attempt.trailers = request_.trailers;
     auto conn = co_await connect_attempt(pool_, to_, attempt.head, deadline);
@@ -40,6 +41,7 @@ class h2_attempt final : public retry::attempt_runner {
     co_return s;
   }
   void drop() override { last.reset(); }
+  void trace_as(std::string_view traceparent) override { traceparent_ = traceparent; }
 
   std::optional<h2::message> last;
 
@@ -48,6 +50,7 @@ class h2_attempt final : public retry::attempt_runner {
   upstream::destination to_;
   const h2::message& request_;
   unsigned attempts_ = 0;
+  std::string traceparent_;
 };
 
 }  // namespace
@@ -63,7 +66,7 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   if (auto refusal = refused_before_attempts(plan)) co_return std::move(*refusal);
   auto& guard = *plan.route.guard;
   h2_attempt attempt(*ctx.h2_pool, destination_of(plan, request.head), request);
-  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   if (result.client_gone) co_return h2::message{};  // the stream is gone: nobody reads an answer

@@ -225,7 +225,8 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
-  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
+  if (auto tp = req.find("traceparent"); tp != req.end()) facts.traceparent = tp->value();
+  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
   interim_to_client interim_out{client, idle};
   http1_request const request{
       *ctx.pool,

@@ -42,6 +42,7 @@ class http1_attempt final : public retry::attempt_runner {
     co_return s;
   }
   void drop() override { response.reset(); }
+  void trace_as(std::string_view traceparent) override { out_.req.set("traceparent", traceparent); }
 
   std::unique_ptr<upstream::exchange> response;
 

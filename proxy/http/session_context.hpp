@@ -12,6 +12,7 @@ struct config;
 }
 namespace rebound::observe {
 class logger;
+class tracer;
 }
 namespace rebound::retry {
 class guard_cache;
@@ -70,6 +71,8 @@ struct session_context {
   h2::client_pool* h2_pool = nullptr;
   /// The process's budget for request bodies kept for a retry (limits.retry_buffer).
   retry_buffer* kept_bodies = nullptr;
+  /// Where spans go (`tracing:`); null: tracing is off.
+  observe::tracer* tracer = nullptr;
 
   const config::config& cfg() const { return *running->cfg; }
   const auth::secure_origins* origins() const { return running->origins.get(); }

@@ -272,6 +272,15 @@ metrics::metrics(std::string service)
                     .Name("store_up")
                     .Help("1 while the task store answers, 0 while it is unavailable")
                     .Register(*registry_)),
+      spans_exported_(prometheus::BuildCounter()
+                          .Name("trace_spans_exported_total")
+                          .Help("Spans the trace collector accepted (tracing.endpoint)")
+                          .Register(*registry_)),
+      spans_dropped_(prometheus::BuildCounter()
+                         .Name("trace_spans_dropped_total")
+                         .Help("Spans not exported, by reason: queue_full (the export queue was full), "
+                               "export_failed (the collector refused, timed out or was unreachable)")
+                         .Register(*registry_)),
       store_commit_(prometheus::BuildHistogram()
                         .Name("store_commit_duration_seconds")
                         .Help("Commits of the task store, each with its fsync and the calls grouped into it")
@@ -294,6 +303,14 @@ void metrics::set_backlog(std::uint64_t over_24h, std::chrono::duration<double> 
 }
 
 void metrics::set_store_up(bool up) { store_up_.Add({{"service", service_}}).Set(up ? 1 : 0); }
+
+void metrics::spans_exported(std::size_t n) {
+  spans_exported_.Add({{"service", service_}}).Increment(static_cast<double>(n));
+}
+
+void metrics::spans_dropped(std::string_view reason, std::size_t n) {
+  spans_dropped_.Add({{"service", service_}, {"reason", std::string(reason)}}).Increment(static_cast<double>(n));
+}
 
 void metrics::store_commit(std::chrono::nanoseconds took) {
   store_commit_.Observe(std::chrono::duration<double>(took).count());

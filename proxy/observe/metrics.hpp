@@ -106,6 +106,10 @@ class metrics {
   void set_backlog(std::uint64_t over_24h, std::chrono::duration<double> oldest);
   /// store_up: 1 while the store answers the scheduler's calls, 0 while it does not.
   void set_store_up(bool up);
+  /// Spans a collector accepted (trace_spans_exported_total) and spans lost, by reason:
+  /// queue_full (the export queue was full) or export_failed (trace_spans_dropped_total).
+  void spans_exported(std::size_t n);
+  void spans_dropped(std::string_view reason, std::size_t n);
   /// A store commit and its fsync: store_commit_duration_seconds.
   void store_commit(std::chrono::nanoseconds took);
 
@@ -141,6 +145,8 @@ class metrics {
   prometheus::Family<prometheus::Gauge>& backlog_over_24h_;
   prometheus::Family<prometheus::Gauge>& oldest_pending_;
   prometheus::Family<prometheus::Gauge>& store_up_;
+  prometheus::Family<prometheus::Counter>& spans_exported_;
+  prometheus::Family<prometheus::Counter>& spans_dropped_;
   prometheus::Histogram& store_commit_;
 
   std::mutex mutex_;

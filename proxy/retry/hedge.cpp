@@ -84,6 +84,7 @@ hedged_attempt::~hedged_attempt() = default;
 void hedged_attempt::launch(std::size_t i, clock::time_point deadline, unsigned number) {
   auto& c = copies_[i];
   if (!c.runner) c.runner = make_();
+  if (!traceparent_.empty()) c.runner->trace_as(traceparent_);
   c.running = true;
   c.settled = false;
   c.summary = {};

@@ -86,6 +86,8 @@ class hedged_attempt final : public attempt_runner {
 
   net::awaitable<attempt_summary> run(std::chrono::steady_clock::time_point deadline) override;
   void drop() override;
+  /// Every copy of the run sends it (they share the attempt's span).
+  void trace_as(std::string_view traceparent) override { traceparent_ = traceparent; }
   /// The runner of the copy whose summary the last run returned (holds its response).
   attempt_runner& answered() { return *copies_[answered_].runner; }
 
@@ -105,6 +107,7 @@ class hedged_attempt final : public attempt_runner {
   void account_dropped(copy& c, std::size_t i, bool cancelled);
 
   factory make_;
+  std::string traceparent_;
   hedge_plan plan_;
   step_context ctx_;
   std::array<copy, max_copies> copies_;

@@ -58,6 +58,111 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
     what the dependency did: counting it would let any caller open the breaker for all. */
 bool caller_gave_up(const net::cancellation_state& cs) { return cs.cancelled() != net::cancellation_type::none; }
 
+/** A traced request's spans (observe/trace.hpp): one per attempt, child of the request's,
+    and the request's own once the loop is left, however it is left. Seed 004: spans carry
+    idempotency_key and attempt. */
+class request_spans {
+ public:
+  request_spans(const step_context& ctx, const retry_step& step)
+      : ctx_(ctx),
+        step_(step),
+        trace_(ctx.tracer ? ctx.tracer->begin(ctx.facts.traceparent, ctx.rng) : observe::request_trace{}) {}
+  /// The loop's result, passed through once the request's span has it.
+  attempts_result finish(attempts_result r) {
+    record_request(r);
+    return r;
+  }
+  /// A loop destroyed mid-way (its connection went with the worker) still closes its span.
+  ~request_spans() { record_request(step_.result()); }
+
+ private:
+  void record_request(const attempts_result& r) {
+    if (!trace_.sampled || recorded_) return;
+    recorded_ = true;
+    auto s = base(trace_.request, trace_.parent, start_, observe::span::kind::server);
+    s.attributes.push_back({"attempts", std::int64_t{r.attempts}});
+    if (r.client_gone) {
+      s.attributes.push_back({"error_type", std::string("client_gone")});
+    } else if (r.failure) {
+      s.attributes.push_back({"error_type", std::string(to_string(r.failure->type))});
+      s.error = true;
+      s.message = r.failure->message;
+    } else if (last_status_) {
+      s.attributes.push_back({"http.response.status_code", std::int64_t{*last_status_}});
+      s.error = *last_status_ >= 500;
+    }
+    ctx_.tracer->record(std::move(s));
+  }
+
+ public:
+  request_spans(const request_spans&) = delete;
+  request_spans& operator=(const request_spans&) = delete;
+
+  /// Before an attempt: its span id, sent upstream by the runner. Nothing when not traced.
+  void attempt_starts(attempt_runner& runner) {
+    if (!trace_.sampled) return;
+    attempt_ = observe::tracer::new_span_id(ctx_.rng);
+    attempt_start_ = std::chrono::system_clock::now();
+    runner.trace_as(observe::format_traceparent(trace_.trace, attempt_, true));
+  }
+  /// After it: what it came to, and the wait that went before it.
+  void attempt_ended(const attempt_summary& summary) {
+    last_status_ = summary.failure ? std::nullopt : summary.outcome.status;
+    if (!trace_.sampled) return;
+    auto s = base(attempt_, trace_.request, attempt_start_, observe::span::kind::client);
+    s.name += " #" + std::to_string(step_.result().attempts);
+    s.attributes.push_back({"attempt", std::int64_t{step_.result().attempts}});
+    s.attributes.push_back({"retry.wait_ms", static_cast<std::int64_t>(waited_.count())});
+    if (summary.failure) {
+      s.attributes.push_back({"error_type", std::string(to_string(summary.failure->type))});
+      s.error = true;
+      s.message = summary.failure->message;
+    } else {
+      if (summary.outcome.status)
+        s.attributes.push_back({"http.response.status_code", std::int64_t{*summary.outcome.status}});
+      if (summary.outcome.grpc_status)
+        s.attributes.push_back({"rpc.grpc.status_code", std::int64_t{*summary.outcome.grpc_status}});
+      if (classify(summary.outcome, retry_on::r4_default()) != verdict::success) {
+        s.attributes.push_back({"error_type", outcome_name(summary.outcome)});
+        s.error = true;
+      }
+    }
+    ctx_.tracer->record(std::move(s));
+  }
+  void waits(duration d) { waited_ = d; }
+
+ private:
+  observe::span base(const observe::span_id& id, const std::optional<observe::span_id>& parent,
+                     std::chrono::system_clock::time_point start, observe::span::kind k) const {
+    observe::span s;
+    s.trace = trace_.trace;
+    s.id = id;
+    s.parent = parent;
+    s.name = std::string(ctx_.facts.method) + " " + std::string(ctx_.facts.dependency);
+    s.k = k;
+    s.start = start;
+    s.end = std::chrono::system_clock::now();
+    s.attributes.push_back({"dependency", std::string(ctx_.facts.dependency)});
+    s.attributes.push_back({"http.request.method", std::string(ctx_.facts.method)});
+    s.attributes.push_back({"url.path", std::string(ctx_.facts.path)});
+    if (!ctx_.facts.idempotency_key.empty())
+      s.attributes.push_back({"idempotency_key", std::string(ctx_.facts.idempotency_key)});
+    if (!ctx_.facts.correlation_id.empty())
+      s.attributes.push_back({"correlation_id", std::string(ctx_.facts.correlation_id)});
+    return s;
+  }
+
+  const step_context& ctx_;
+  const retry_step& step_;
+  observe::request_trace trace_;
+  std::chrono::system_clock::time_point start_ = std::chrono::system_clock::now();
+  observe::span_id attempt_{};
+  std::chrono::system_clock::time_point attempt_start_{};
+  duration waited_{0};
+  std::optional<unsigned> last_status_;
+  bool recorded_ = false;
+};
+
 }  // namespace
 
 dependency_gate& open_gate() {
@@ -76,20 +181,24 @@ net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_ru
   // stay on the stack and not in every waiting request's frame (issue 4 measures it).
   auto const& policy = ctx.policy;
   retry_step step(ctx, clock::now() + policy.total_timeout);
+  request_spans spans(ctx, step);
   for (;;) {
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, step.deadline());
+    spans.attempt_starts(attempt);
     auto summary = co_await attempt.run(attempt_deadline);
     step.attempt_made(summary.hedges);
     // A client's own cancellation is nobody's failure: no breaker record, no budget, no
     // retry for a caller who left (HTTP/1.1 hang-ups end the same way).
     if (caller_gave_up(co_await net::this_coro::cancellation_state)) {
       step.caller_left("the client cancelled the request");
-      co_return step.take_result();
+      co_return spans.finish(step.take_result());
     }
     auto const next = step.after(summary, attempt_start, {clock::now(), std::chrono::system_clock::now()},
                                  hooks.draining && *hooks.draining);
-    if (!next.retry) co_return step.take_result();
+    spans.attempt_ended(summary);
+    spans.waits(next.wait);
+    if (!next.retry) co_return spans.finish(step.take_result());
 
     // The failed attempt's response is dropped with its connection and its buffers: reading
     // its body only to throw it away would spend the time the loop has left, and a request
@@ -114,15 +223,15 @@ net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_ru
     auto const ended = end_watch(watch.get(), hooks.client, ec);
     if (ended == wait_end::client_gone) {
       step.caller_left("the client closed its connection");
-      co_return step.take_result();
+      co_return spans.finish(step.take_result());
     }
     if (ended == wait_end::cancelled && caller_gave_up(co_await net::this_coro::cancellation_state)) {
       step.caller_left("the client cancelled the request");
-      co_return step.take_result();
+      co_return spans.finish(step.take_result());
     }
     if (ended == wait_end::cancelled) {
       step.drain_cut(next.last_outcome);  // a drain cut the wait short
-      co_return step.take_result();
+      co_return spans.finish(step.take_result());
     }
   }
 }

@@ -32,6 +32,9 @@ class attempt_runner {
   /// Lets go of the last attempt's response: it will not be returned, and a request waiting
   /// for its retry holds no connection or buffers.
   virtual void drop() = 0;
+  /// The W3C traceparent the next attempt sends upstream, naming its own span (a traced
+  /// request; observe/trace.hpp). A runner that cannot send one sends the caller's.
+  virtual void trace_as(std::string_view traceparent) { (void)traceparent; }
 };
 
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,

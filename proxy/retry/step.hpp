@@ -12,6 +12,7 @@
     nobody's failure (a caller could otherwise open a breaker for everyone). */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/observe/trace.hpp"
 #include "proxy/retry/decide.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/retry/attempt_failure.hpp"
@@ -38,6 +39,8 @@ struct request_facts {
   std::optional<std::chrono::system_clock::time_point> credential_expires;
   /// A deadline the caller gave (gRPC's grpc-timeout), when it comes before total_timeout's.
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// The caller's W3C traceparent, empty without one: a traced request continues its trace.
+  std::string_view traceparent;
 };
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.
@@ -83,6 +86,8 @@ struct step_context {
       its retry is sent when the task is claimed, maybe hours later, and the budget is asked
       then (a refusal postpones the task instead of ending it). */
   bool asks_budget = true;
+  /// Where the request's spans go (observe/trace.hpp); null: not traced.
+  observe::tracer* tracer = nullptr;
 };
 
 /// The clocks, read by the caller: the step takes time as a value, so tests choose it.

@@ -1,4 +1,5 @@
 #include "config/load.hpp"
+#include "config/describe.hpp"
 #include "diagnostics.hpp"
 
 #include <gtest/gtest.h>
@@ -193,6 +194,25 @@ TEST(Load, AnAlertWebhookMustBeAnAbsoluteHttpUrl) {
   EXPECT_THROW(load_config_text("alert: {webhook: /dlq}\n", "t.yaml"), config_error);
   EXPECT_THROW(load_config_text("alert: {webhook: \"https://alerts.test/\"}\n", "t.yaml"), config_error);
   EXPECT_THROW(load_config_text("alert: {hook: x}\n", "t.yaml"), config_error);
+}
+
+TEST(Load, TracingIsOffUntilAnHttpCollectorIsNamed) {
+  auto const off = load_config_text("service: s\n", "t.yaml");
+  EXPECT_FALSE(off.tracing.endpoint);
+  auto const on = load_config_text(
+      "tracing: {endpoint: \"http://127.0.0.1:4318/v1/traces\", sample_ratio: 0.25, max_queue: 100}\n", "t.yaml");
+  ASSERT_TRUE(on.tracing.endpoint);
+  EXPECT_EQ(on.tracing.endpoint->origin.port, 4318);
+  EXPECT_EQ(on.tracing.endpoint->target, "/v1/traces");
+  EXPECT_EQ(on.tracing.sample_ratio, 0.25);
+  EXPECT_EQ(on.tracing.max_queue, 100u);
+  auto const json = effective_config_json(on);
+  EXPECT_EQ(effective_config_json(load_config_text(json, "effective.json")), json) << "round trip: " << json;
+  for (auto const* bad :
+       {"tracing: {endpoint: \"https://collector:4318/v1/traces\"}\n", "tracing: {endpoint: /v1/traces}\n",
+        "tracing: {endpoint: \"http://c:4318/\", sample_ratio: 2}\n",
+        "tracing: {endpoint: \"http://c:4318/\", max_queue: 0}\n", "tracing: {endpont: x}\n"})
+    EXPECT_THROW(load_config_text(bad, "t.yaml"), config_error) << bad;
 }
 
 // Issue 29, defect 9: a key whose request may be at the app stays claimed for claim_lease.

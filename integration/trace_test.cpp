@@ -1,0 +1,199 @@
+// Issue 34, part 3: traces through the real binary. A scripted OTLP/HTTP collector receives
+// what rebound exports and the test reads it field by field: one trace per request, continued
+// from the caller's traceparent, a span per attempt whose id went upstream, attributes typed as
+// OTLP says. A collector that is down or never answers makes no request wait.
+#include "helpers.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <thread>
+
+namespace itest::trace_test {
+namespace {
+
+constexpr std::string_view caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+constexpr std::string_view caller_span = "00f067aa0ba902b7";
+
+std::string caller_traceparent(bool sampled = true) {
+  return "00-" + std::string(caller_trace) + "-" + std::string(caller_span) + (sampled ? "-01" : "-00");
+}
+
+ReboundOptions traced(const ScriptedUpstream& up, std::uint16_t collector, const std::string& more = {}) {
+  ReboundOptions o;
+  o.extra = "service: shop\ntracing:\n  endpoint: http://127.0.0.1:" + std::to_string(collector) + "/v1/traces\n" +
+            more + "defaults:\n  backoff: {base: 1ms, cap: 5ms}\ndependencies:\n  payments:\n    hosts: [\"" +
+            up.authority() + "\"]\n";
+  return o;
+}
+
+/// Every span the collector received, in the order they came.
+std::vector<boost::json::object> spans_of(const ScriptedUpstream& collector) {
+  std::vector<boost::json::object> out;
+  for (auto const& r : collector.requests()) {
+    EXPECT_EQ(r.method, "POST");
+    EXPECT_EQ(r.header("Content-Type").value_or(""), "application/json");
+    boost::system::error_code ec;
+    auto const doc = boost::json::parse(r.body, ec);
+    if (ec) {
+      ADD_FAILURE() << "not JSON: " << r.body;
+      continue;
+    }
+    for (auto const& rs : doc.at("resourceSpans").as_array())
+      for (auto const& ss : rs.at("scopeSpans").as_array())
+        for (auto const& s : ss.at("spans").as_array()) out.push_back(s.as_object());
+  }
+  return out;
+}
+
+/// Polls the collector (10 s at most) until it holds `n` spans of `trace`.
+std::vector<boost::json::object> wait_for_spans(const ScriptedUpstream& collector, std::string_view trace,
+                                                std::size_t n) {
+  std::vector<boost::json::object> of_trace;
+  for (int i = 0; i < 100; ++i) {
+    of_trace.clear();
+    for (auto& s : spans_of(collector))
+      if (s.at("traceId").as_string() == trace) of_trace.push_back(std::move(s));
+    if (of_trace.size() >= n) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  return of_trace;
+}
+
+/// The value object of attribute `key`, or null.
+const boost::json::object* attribute(const boost::json::object& span, std::string_view key) {
+  for (auto const& a : span.at("attributes").as_array())
+    if (a.at("key").as_string() == key) return &a.at("value").as_object();
+  return nullptr;
+}
+
+std::string int_attribute(const boost::json::object& span, std::string_view key) {
+  auto const* v = attribute(span, key);
+  return v && v->contains("intValue") ? std::string(v->at("intValue").as_string()) : std::string("<none>");
+}
+
+std::string string_attribute(const boost::json::object& span, std::string_view key) {
+  auto const* v = attribute(span, key);
+  return v && v->contains("stringValue") ? std::string(v->at("stringValue").as_string()) : std::string("<none>");
+}
+
+std::uint64_t nanos(const boost::json::object& span, std::string_view key) {
+  return std::stoull(std::string(span.at(key).as_string()));
+}
+
+TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
+  ScriptedUpstream up;
+  up.on_sequence("/pay", {respond(503), respond(200)});
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  ReboundProcess rb(traced(up, collector.port()));
+  HttpClient client(rb.port());
+  auto const r = client.request("POST", "http://" + up.authority() + "/pay?card=secret",
+                                {{"traceparent", caller_traceparent()}, {"Idempotency-Key", "k-77"}}, "{}");
+  ASSERT_EQ(r.status, 200u);
+
+  auto const spans = wait_for_spans(collector, caller_trace, 3);
+  ASSERT_EQ(spans.size(), 3u) << rb.stdout_text();
+  boost::json::object request;
+  std::vector<boost::json::object> attempts;
+  for (auto const& s : spans) {
+    if (s.at("kind").as_int64() == 2)
+      request = s;
+    else
+      attempts.push_back(s);
+  }
+  ASSERT_EQ(attempts.size(), 2u);
+  std::sort(attempts.begin(), attempts.end(),
+            [](auto const& a, auto const& b) { return int_attribute(a, "attempt") < int_attribute(b, "attempt"); });
+
+  // The request's span continues the caller's trace, under the caller's span.
+  EXPECT_EQ(request.at("parentSpanId").as_string(), caller_span);
+  EXPECT_EQ(request.at("spanId").as_string().size(), 16u);
+  EXPECT_EQ(string_attribute(request, "dependency"), "payments");
+  EXPECT_EQ(string_attribute(request, "idempotency_key"), "k-77");
+  EXPECT_EQ(string_attribute(request, "url.path"), "/pay") << "never the query (R-9)";
+  EXPECT_EQ(int_attribute(request, "attempts"), "2");
+  EXPECT_EQ(int_attribute(request, "http.response.status_code"), "200");
+
+  // Each attempt is the request's child, tagged as seed 004 asks, its id sent upstream.
+  auto const sent = up.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto const& a = attempts[i];
+    SCOPED_TRACE("attempt " + std::to_string(i + 1));
+    EXPECT_EQ(a.at("parentSpanId").as_string(), request.at("spanId").as_string());
+    EXPECT_EQ(int_attribute(a, "attempt"), std::to_string(i + 1));
+    EXPECT_EQ(string_attribute(a, "idempotency_key"), "k-77");
+    EXPECT_EQ(string_attribute(a, "dependency"), "payments");
+    EXPECT_EQ(int_attribute(a, "http.response.status_code"), i == 0 ? "503" : "200");
+    EXPECT_NE(int_attribute(a, "retry.wait_ms"), "<none>");
+    EXPECT_EQ(sent[i].header("traceparent").value_or(""),
+              "00-" + std::string(caller_trace) + "-" + std::string(a.at("spanId").as_string()) + "-01")
+        << "the upstream sees the attempt's own span as its parent";
+    EXPECT_LE(nanos(a, "startTimeUnixNano"), nanos(a, "endTimeUnixNano"));
+    EXPECT_LE(nanos(request, "startTimeUnixNano"), nanos(a, "startTimeUnixNano"));
+    EXPECT_LE(nanos(a, "endTimeUnixNano"), nanos(request, "endTimeUnixNano"));
+  }
+  EXPECT_EQ(string_attribute(attempts[0], "error_type"), "http_503");
+  EXPECT_EQ(attempts[0].at("status").at("code").as_int64(), 2) << "a failed attempt is an error span";
+  EXPECT_TRUE(attempts[1].at("status").as_object().empty());
+  EXPECT_LE(nanos(attempts[0], "endTimeUnixNano"), nanos(attempts[1], "startTimeUnixNano"));
+  EXPECT_NE(sent[0].header("traceparent"), sent[1].header("traceparent"));
+}
+
+TEST(Tracing, AnUnsampledCallersTraceIsForwardedUntouchedAndRecordsNothing) {
+  ScriptedUpstream up;
+  up.on("/get", respond(200));
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  ReboundProcess rb(traced(up, collector.port(), "  sample_ratio: 0\n"));
+  HttpClient client(rb.port());
+  ASSERT_EQ(client.get("http://" + up.authority() + "/get", {{"traceparent", caller_traceparent(false)}}).status, 200u);
+  ASSERT_EQ(client.get("http://" + up.authority() + "/get").status, 200u) << "ratio 0: rebound starts none";
+  // A sampled caller is recorded whatever the ratio: once its spans arrived, the others would have.
+  std::string const sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  ASSERT_EQ(client.get("http://" + up.authority() + "/get", {{"traceparent", sampled}}).status, 200u);
+  EXPECT_EQ(wait_for_spans(collector, "0af7651916cd43dd8448eb211c80319c", 2).size(), 2u);
+  EXPECT_EQ(spans_of(collector).size(), 2u) << "only the sampled caller's request and attempt";
+  auto const sent = up.requests();
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[0].header("traceparent").value_or(""), caller_traceparent(false));
+  EXPECT_FALSE(sent[1].header("traceparent")) << "an unsampled trace rebound started is not announced";
+}
+
+TEST(Tracing, ACollectorThatIsDownOrNeverAnswersMakesNoRequestWait) {
+  ScriptedUpstream up;
+  up.on("/get", respond(200));
+  {
+    RefusingPort down;
+    ReboundProcess rb(traced(up, down.port()));
+    HttpClient client(rb.port());
+    for (int i = 0; i < 20; ++i) ASSERT_EQ(client.get("http://" + up.authority() + "/get").status, 200u);
+    HttpClient admin(rb.admin_port());
+    bool counted = false;
+    for (int i = 0; i < 100 && !counted; ++i) {
+      counted =
+          admin.get("/metrics").body.find("trace_spans_dropped_total{reason=\"export_failed\"") != std::string::npos;
+      if (!counted) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(counted) << "spans a collector could not take are counted";
+  }
+  auto const held = std::make_shared<Gate>();
+  ScriptedUpstream slow;
+  Script never;
+  never.gate = held;
+  slow.on("/v1/traces", never);
+  {
+    ReboundProcess rb(traced(up, slow.port(), "  max_queue: 8\n"));
+    HttpClient client(rb.port());
+    // The exporter is stuck on its first batch; the queue fills; requests go on regardless.
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(client.get("http://" + up.authority() + "/get").status, 200u);
+    HttpClient admin(rb.admin_port());
+    EXPECT_NE(admin.get("/metrics").body.find("trace_spans_dropped_total{reason=\"queue_full\""), std::string::npos)
+        << "a full queue drops and counts";
+  }
+  held->open();
+}
+
+}  // namespace
+}  // namespace itest::trace_test

@@ -1,0 +1,255 @@
+#include "proxy/observe/trace.hpp"
+
+#include "proxy/net.hpp"
+#include "proxy/observe/json.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <algorithm>
+
+namespace rebound::observe {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+template <std::size_t N>
+bool read_hex(std::string_view s, std::array<std::uint8_t, N>& out) {
+  if (s.size() != 2 * N) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;  // upper case is invalid in a traceparent
+  };
+  bool any = false;
+  for (std::size_t i = 0; i < N; ++i) {
+    int const hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+    any = any || out[i] != 0;
+  }
+  return any;  // an all-zero id is invalid
+}
+
+template <std::size_t N>
+void random_id(std::array<std::uint8_t, N>& id, std::mt19937_64& rng) {
+  do {
+    for (std::size_t i = 0; i < N; i += 8) {
+      auto const x = rng();
+      for (std::size_t j = 0; j < 8 && i + j < N; ++j) id[i + j] = static_cast<std::uint8_t>(x >> (8 * j));
+    }
+  } while (std::all_of(id.begin(), id.end(), [](std::uint8_t b) { return b == 0; }));
+}
+
+std::string nanos(std::chrono::system_clock::time_point t) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+void write_attribute(json_writer& w, const span_attribute& a) {
+  w.open_object().field("key", a.key).key("value").open_object();
+  std::visit(
+      [&w](auto const& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          w.field("stringValue", v);
+        else if constexpr (std::is_same_v<T, std::int64_t>)
+          w.field("intValue", std::to_string(v));  // OTLP JSON: 64-bit integers as strings
+        else if constexpr (std::is_same_v<T, double>)
+          w.key("doubleValue").number(v, "%.17g");
+        else
+          w.field("boolValue", v);
+      },
+      a.value);
+  w.close_object().close_object();
+}
+
+}  // namespace
+
+std::string hex(const std::uint8_t* bytes, std::size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (std::size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::optional<trace_parent> parse_traceparent(std::string_view v) {
+  // version "-" trace-id "-" parent-id "-" flags: 2 + 1 + 32 + 1 + 16 + 1 + 2 = 55
+  if (v.size() < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-') return std::nullopt;
+  std::array<std::uint8_t, 1> version{};
+  std::array<std::uint8_t, 1> flags{};
+  auto const ver = v.substr(0, 2);
+  if (ver == "ff" || (!read_hex(ver, version) && ver != "00")) return std::nullopt;
+  if (ver == "00" && v.size() != 55) return std::nullopt;
+  if (ver != "00" && v.size() > 55 && v[55] != '-') return std::nullopt;
+  trace_parent p;
+  if (!read_hex(v.substr(3, 32), p.trace) || !read_hex(v.substr(36, 16), p.parent)) return std::nullopt;
+  if (!read_hex(v.substr(53, 2), flags) && v.substr(53, 2) != "00") return std::nullopt;
+  p.sampled = (flags[0] & 1) != 0;
+  return p;
+}
+
+std::string format_traceparent(const trace_id& trace, const span_id& span, bool sampled) {
+  return "00-" + hex(trace.data(), trace.size()) + "-" + hex(span.data(), span.size()) + (sampled ? "-01" : "-00");
+}
+
+std::string otlp_json(const std::vector<span>& spans, std::string_view service) {
+  std::string out;
+  json_writer w(out);
+  w.open_object().key("resourceSpans").open_array().open_object();
+  w.key("resource").open_object().key("attributes").open_array();
+  write_attribute(w, {"service.name", std::string(service)});
+  w.close_array().close_object();
+  w.key("scopeSpans").open_array().open_object();
+  w.key("scope").open_object().field("name", "rebound").field("version", REBOUND_VERSION).close_object();
+  w.key("spans").open_array();
+  for (auto const& s : spans) {
+    w.open_object()
+        .field("traceId", hex(s.trace.data(), s.trace.size()))
+        .field("spanId", hex(s.id.data(), s.id.size()));
+    if (s.parent) w.field("parentSpanId", hex(s.parent->data(), s.parent->size()));
+    w.field("name", s.name).field("kind", static_cast<int>(s.k));
+    w.field("startTimeUnixNano", nanos(s.start)).field("endTimeUnixNano", nanos(s.end));
+    w.key("attributes").open_array();
+    for (auto const& a : s.attributes) write_attribute(w, a);
+    w.close_array();
+    w.key("status").open_object();
+    if (s.error) w.field("code", 2).field("message", s.message);  // STATUS_CODE_ERROR
+    w.close_object().close_object();
+  }
+  w.close_array().close_object().close_array();   // spans, scopeSpans
+  w.close_object().close_array().close_object();  // resourceSpans
+  return out;
+}
+
+tracer::tracer(trace_settings s, std::string service, metrics* m)
+    : settings_(std::move(s)), service_(std::move(service)), metrics_(m) {
+  queue_.reserve(settings_.max_queue);
+  thread_ = std::thread([this] { run(); });
+}
+
+tracer::~tracer() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    // A collector that does not answer must not hold the process past its drain.
+    if (exporting_) exporting_->stop();
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+request_trace tracer::begin(std::string_view traceparent, std::mt19937_64& rng) const {
+  request_trace t;
+  if (auto p = traceparent.empty() ? std::nullopt : parse_traceparent(traceparent)) {
+    t.trace = p->trace;
+    t.parent = p->parent;
+    t.sampled = p->sampled;  // the caller decided; a trace is recorded whole or not at all
+  } else {
+    random_id(t.trace, rng);
+    t.sampled = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < settings_.sample_ratio;
+  }
+  if (t.sampled) random_id(t.request, rng);
+  return t;
+}
+
+span_id tracer::new_span_id(std::mt19937_64& rng) {
+  span_id id;
+  random_id(id, rng);
+  return id;
+}
+
+void tracer::record(span s) {
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.size() < settings_.max_queue) {
+      queue_.push_back(std::move(s));
+      if (queue_.size() >= settings_.batch) wake_.notify_one();
+      return;
+    }
+  }
+  if (metrics_) metrics_->spans_dropped("queue_full", 1);
+}
+
+void tracer::run() {
+  std::vector<span> batch;
+  for (;;) {
+    bool last = false;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, settings_.flush_every, [this] { return stopping_ || queue_.size() >= settings_.batch; });
+      // At the stop, what is queued goes in one last batch.
+      auto const n = stopping_ ? queue_.size() : std::min(queue_.size(), settings_.batch);
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + n));
+      queue_.erase(queue_.begin(), queue_.begin() + n);
+      last = stopping_;
+      if (batch.empty() && stopping_) return;
+    }
+    if (batch.empty()) continue;
+    bool const sent = post(otlp_json(batch, service_), last);
+    if (metrics_) {
+      if (sent)
+        metrics_->spans_exported(batch.size());
+      else
+        metrics_->spans_dropped("export_failed", batch.size());
+    }
+    batch.clear();
+    if (last) return;
+  }
+}
+
+bool tracer::post(const std::string& body, bool last) {
+  // A connection per batch: a batch a second at most, and nothing held between them.
+  net::io_context ioc;
+  bool ok = false;
+  auto const& s = settings_;
+  auto const timeout = last ? std::min(s.timeout, std::chrono::milliseconds(1000)) : s.timeout;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        tcp::resolver resolver(ioc);
+        auto [rec, endpoints] = co_await resolver.async_resolve(s.host, s.port, use_tuple);
+        if (rec) co_return;
+        beast::tcp_stream stream(ioc);
+        stream.expires_after(timeout);
+        auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+        if (cec) co_return;
+        bhttp::request<bhttp::string_body> req{bhttp::verb::post, s.path, 11};
+        req.set(bhttp::field::host, s.host + ":" + s.port);
+        req.set(bhttp::field::content_type, "application/json");
+        req.set(bhttp::field::user_agent, "rebound/" REBOUND_VERSION);
+        req.body() = body;
+        req.keep_alive(false);
+        req.prepare_payload();
+        auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
+        if (wec) co_return;
+        beast::flat_buffer buffer;
+        bhttp::response_parser<bhttp::string_body> parser;
+        parser.body_limit(64 * 1024);
+        auto [rec2, rn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
+        if (rec2) co_return;
+        ok = parser.get().result_int() / 100 == 2;
+      },
+      net::detached);
+  if (!last) {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;  // stopped meanwhile: the next turn makes the last, short export
+    exporting_ = &ioc;
+  }
+  ioc.run();
+  if (!last) {
+    std::lock_guard lock(mutex_);
+    exporting_ = nullptr;
+  }
+  return ok;
+}
+
+}  // namespace rebound::observe

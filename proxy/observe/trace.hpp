@@ -1,0 +1,117 @@
+#pragma once
+/** Traces (issue 34, seed 004: "tag spans with idempotency_key and attempt"): W3C trace
+    context continued from a request's `traceparent`, or started; one span for the request and
+    one child span per attempt, whose id goes upstream in the attempt's own `traceparent`;
+    exported as OTLP/HTTP with the JSON encoding, in batches, by a thread of its own, from a
+    bounded queue that drops (and counts) rather than ever make a request wait or grow. Off
+    unless `tracing.endpoint` is set. */
+#include "proxy/net.hpp"
+#include "proxy/observe/metrics.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <variant>
+#include <vector>
+
+namespace rebound::observe {
+
+using trace_id = std::array<std::uint8_t, 16>;
+using span_id = std::array<std::uint8_t, 8>;
+
+/// A W3C traceparent (`00-<trace-id>-<parent-id>-<flags>`), version 00's fields.
+struct trace_parent {
+  trace_id trace{};
+  span_id parent{};
+  bool sampled = false;
+};
+/** Parses a traceparent as W3C Trace Context level 1 says a receiver must: lower-case hex,
+    neither id all zeros, version ff refused, a later version's longer value read by its
+    version-00 prefix. Nullopt for anything else: the request then starts a trace. */
+std::optional<trace_parent> parse_traceparent(std::string_view value);
+std::string format_traceparent(const trace_id& trace, const span_id& span, bool sampled);
+std::string hex(const std::uint8_t* bytes, std::size_t n);
+
+struct span_attribute {
+  std::string key;
+  std::variant<std::string, std::int64_t, double, bool> value;
+};
+
+struct span {
+  enum class kind { server = 2, client = 3 };  ///< OTLP's SpanKind numbers
+  trace_id trace{};
+  span_id id{};
+  std::optional<span_id> parent;
+  std::string name;
+  kind k = kind::client;
+  std::chrono::system_clock::time_point start, end;
+  std::vector<span_attribute> attributes;
+  bool error = false;  ///< OTLP status ERROR, with `message`; else UNSET
+  std::string message;
+};
+
+/// An OTLP ExportTraceServiceRequest in its JSON encoding (OTLP 1.0: ids as hex, 64-bit
+/// integers and times as decimal strings, enums as numbers).
+std::string otlp_json(const std::vector<span>& spans, std::string_view service);
+
+struct trace_settings {
+  std::string host;  ///< the collector, from `tracing.endpoint` (http://host:port/path)
+  std::string port;
+  std::string path;
+  double sample_ratio = 1.0;                    ///< of the traces rebound starts
+  std::size_t max_queue = 2048;                 ///< spans waiting for export; more are dropped
+  std::size_t batch = 512;                      ///< spans per export request at most
+  std::chrono::milliseconds flush_every{1000};  ///< a partial batch waits no longer
+  std::chrono::milliseconds timeout{5000};      ///< one export request, connect to answer
+};
+
+/// What a request's spans are part of: its trace, its own span, and whether it is recorded.
+struct request_trace {
+  bool sampled = false;
+  trace_id trace{};
+  span_id request{};
+  std::optional<span_id> parent;  ///< the caller's span, when it sent a traceparent
+};
+
+class tracer {
+ public:
+  tracer(trace_settings s, std::string service, metrics* m);
+  ~tracer();  ///< cuts an export under way; one last export of what is queued, 1 s at most
+  tracer(const tracer&) = delete;
+  tracer& operator=(const tracer&) = delete;
+
+  /** The trace of a request that came with `traceparent` (empty: none): the caller's trace
+      continued, recorded when the caller recorded it (W3C's sampled flag); or a new one,
+      recorded at sample_ratio. `rng` is the worker's. */
+  request_trace begin(std::string_view traceparent, std::mt19937_64& rng) const;
+  static span_id new_span_id(std::mt19937_64& rng);
+
+  /// Queues a finished span for export; never waits: when the queue is full it is dropped
+  /// and counted (trace_spans_dropped_total{reason="queue_full"}).
+  void record(span s);
+
+ private:
+  void run();
+  bool post(const std::string& body, bool last);
+
+  trace_settings settings_;
+  std::string service_;
+  metrics* metrics_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<span> queue_;
+  bool stopping_ = false;
+  net::io_context* exporting_ = nullptr;  ///< the export under way, which a stop cuts short
+  std::thread thread_;
+};
+
+}  // namespace rebound::observe
