@@ -2,7 +2,7 @@
 // what rebound exports and the test reads it field by field: one trace per request, continued
 // from the caller's traceparent, a span per attempt whose id went upstream, attributes typed as
 // OTLP says. A collector that is down or never answers makes no request wait.
-#include "helpers.hpp"
+#include "async_helpers.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -139,6 +139,39 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
   EXPECT_TRUE(attempts[1].at("status").as_object().empty());
   EXPECT_LE(nanos(attempts[0], "endTimeUnixNano"), nanos(attempts[1], "startTimeUnixNano"));
   EXPECT_NE(sent[0].header("traceparent"), sent[1].header("traceparent"));
+}
+
+TEST(Tracing, Seed004_AHandedOverCallsDeliveriesShareTheCallersTrace) {
+  ScriptedUpstream up;
+  up.on_sequence("/hook", {respond(503), respond(200)});
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  store_dir const store;
+  auto o = traced(up, collector.port(), store.yaml());
+  o.extra += "    context: webhook\n    backoff: {base: 10ms, cap: 20ms}\n";
+  ReboundProcess rb(o);
+  auto const r = raw_exchange(
+      rb.port(),
+      absolute_request("POST", up.authority(), "/hook",
+                       "Content-Type: application/json\r\ntraceparent: " + caller_traceparent() + "\r\n", "{}"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 202u) << r->body;
+  auto const spans = wait_for_spans(collector, caller_trace, 2);
+  ASSERT_EQ(spans.size(), 2u) << rb.stdout_text();
+  auto const sent = up.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  for (auto const& s : spans) {
+    EXPECT_EQ(s.at("parentSpanId").as_string(), caller_span) << "each delivery hangs under the caller's span";
+    EXPECT_EQ(s.at("kind").as_int64(), 3);
+    EXPECT_EQ(string_attribute(s, "dependency"), "payments");
+    EXPECT_NE(string_attribute(s, "task_id"), "<none>");
+    EXPECT_NE(string_attribute(s, "idempotency_key"), "<none>") << "R-6: every task carries its key";
+    auto const n = std::stoul(int_attribute(s, "attempt"));
+    ASSERT_TRUE(n == 1 || n == 2);
+    EXPECT_EQ(int_attribute(s, "http.response.status_code"), n == 1 ? "503" : "200");
+    EXPECT_EQ(sent[n - 1].header("traceparent").value_or(""),
+              "00-" + std::string(caller_trace) + "-" + std::string(s.at("spanId").as_string()) + "-01");
+  }
 }
 
 TEST(Tracing, AnUnsampledCallersTraceIsForwardedUntouchedAndRecordsNothing) {

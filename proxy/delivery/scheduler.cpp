@@ -11,6 +11,7 @@
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/observe/metrics.hpp"
+#include "proxy/retry/loop.hpp"
 #include "proxy/retry/step.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
@@ -288,8 +289,9 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   facts.dependency = route.name;
   facts.method = task.method;
   facts.path = http::loggable_path(target.origin_form);
-  facts.correlation_id = http::correlation_id_of(req);
-  if (facts.correlation_id.empty()) facts.correlation_id = task.id;
+  // A copy: a traced attempt replaces the traceparent field a correlation id may be read from.
+  std::string const correlation(http::correlation_id_of(req));
+  facts.correlation_id = correlation.empty() ? std::string_view(task.id) : std::string_view(correlation);
   facts.idempotency_key = task.idempotency_key;
   auto const started_wall = wall::now();
   auto const started = steady::now();
@@ -299,6 +301,19 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
       {policy, facts, log, *ctx.rng, guard, guard, false},
       started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
       task.attempts - std::min(task.attempts, task.attempts_before));
+  // Traced (observe/trace.hpp): a task's attempts share one trace, each its own span sent
+  // upstream, under the caller's span when the handed-over call came with a traceparent.
+  observe::request_trace trace;
+  observe::span_id attempt_span{};
+  if (ctx.tracer) {
+    auto const tp = req.find("traceparent");
+    trace =
+        ctx.tracer->begin_task(tp == req.end() ? std::string_view() : std::string_view(tp->value()), task.id, *ctx.rng);
+  }
+  if (trace.sampled) {
+    attempt_span = observe::tracer::new_span_id(*ctx.rng);
+    req.set("traceparent", observe::format_traceparent(trace.trace, attempt_span, true));
+  }
   auto const deadline = started + policy.attempt_timeout;
   upstream::outgoing_request const out{req, task.body, is_head};
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, deadline);
@@ -320,6 +335,13 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   }
   step.attempt_made();
   auto const next = step.after(summary, started, {steady::now(), wall::now()}, false);
+  if (trace.sampled) {
+    // The backoff before it was waited in the store, maybe by another instance: not known here.
+    auto s = retry::traced_attempt(facts, trace.trace, attempt_span, trace.parent, started_wall, task.attempts + 1,
+                                   summary, std::nullopt);
+    s.attributes.push_back({"task_id", task.id});
+    ctx.tracer->record(std::move(s));
+  }
   auto const judged = judge(next, summary, policy);
   store::attempt_log const attempt_record{
       task.id,

@@ -30,6 +30,7 @@ class stream_attempt final : public retry::attempt_runner {
     }
     // The upstream is told the call's own deadline: a stream outlives an attempt's timeout.
     auto head = attempt_head(head_, to_.tls != nullptr, call_deadline_, attempts_);
+    if (!traceparent_.empty()) set_field(head, "traceparent", traceparent_);
     auto conn = co_await connect_attempt(pool_, to_, head, deadline);
     s.repeatable = request_->replayable();
     if (!conn) {
@@ -53,6 +54,8 @@ class stream_attempt final : public retry::attempt_runner {
     co_return s;
   }
 
+  void trace_as(std::string_view traceparent) override { traceparent_ = traceparent; }
+
   void drop() override {
     if (response) response->abandon();  // resets the upstream stream if it is still open
     response = nullptr;
@@ -72,6 +75,7 @@ class stream_attempt final : public retry::attempt_runner {
   std::shared_ptr<h2::body_pipe> request_;
   clock::time_point call_deadline_;
   unsigned attempts_ = 0;
+  std::string traceparent_;
 };
 
 /// Waits until the server connection ends the call (its stream closed: the handler is
@@ -102,7 +106,7 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   call.body->keep_up_to(plan.facts.may_retry ? policy.max_retry_body : 0);
   auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
   stream_attempt attempt(*ctx.h2_pool, destination_of(plan, call.head), call.head, call.body, deadline);
-  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard};
+  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   call.body->stop_keeping();

@@ -225,7 +225,6 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
-  if (auto tp = req.find("traceparent"); tp != req.end()) facts.traceparent = tp->value();
   retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
   interim_to_client interim_out{client, idle};
   http1_request const request{
@@ -270,6 +269,9 @@ struct forward_plan {
   retry::request_facts facts;
   std::string key;                  ///< R-6's key (the request's own or one made): facts.idempotency_key views it
   std::string made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
+  /// The caller's traceparent, copied: a traced attempt replaces that field, and facts (its
+  /// traceparent, a correlation id read from it) must not view what it frees.
+  std::string caller_traceparent;
   std::string_view sent_once_why;   ///< with route::once
   bool upgrade = false;             ///< a WebSocket handshake (http/wire/upgrade.hpp)
 
@@ -282,6 +284,15 @@ struct forward_plan {
 /// as X-Request-ID when the client gave none that can be used.
 void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std::mt19937_64& rng) {
   plan.facts.correlation_id = correlation_id_of(req);
+  if (auto tp = req.find("traceparent"); tp != req.end()) {
+    std::string_view const field = tp->value();
+    plan.caller_traceparent = field;
+    plan.facts.traceparent = plan.caller_traceparent;
+    auto const id = plan.facts.correlation_id;
+    if (id.data() >= field.data() && id.data() < field.data() + field.size())
+      plan.facts.correlation_id = std::string_view(plan.caller_traceparent)
+                                      .substr(static_cast<std::size_t>(id.data() - field.data()), id.size());
+  }
   if (!plan.facts.correlation_id.empty()) return;
   plan.made_correlation_id = observe::new_correlation_id(rng);
   req.set("X-Request-ID", plan.made_correlation_id);

@@ -161,6 +161,24 @@ request_trace tracer::begin(std::string_view traceparent, std::mt19937_64& rng) 
   return t;
 }
 
+request_trace tracer::begin_task(std::string_view traceparent, std::string_view task_id, std::mt19937_64& rng) const {
+  if (!traceparent.empty() && parse_traceparent(traceparent)) return begin(traceparent, rng);
+  // FNV-1a, twice seeded: the same task id names the same trace in every process.
+  auto fnv = [task_id](std::uint64_t h) {
+    for (unsigned char c : task_id) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+  };
+  std::uint64_t const a = fnv(0xcbf29ce484222325ull), b = fnv(0x84222325cbf29ce4ull);
+  request_trace t;
+  for (std::size_t i = 0; i < 8; ++i) {
+    t.trace[i] = static_cast<std::uint8_t>(a >> (8 * i));
+    t.trace[8 + i] = static_cast<std::uint8_t>(b >> (8 * i));
+  }
+  if (a == 0 && b == 0) t.trace[0] = 1;  // an all-zero id is invalid
+  t.sampled = static_cast<double>(a >> 11) * 0x1.0p-53 < settings_.sample_ratio;
+  return t;
+}
+
 span_id tracer::new_span_id(std::mt19937_64& rng) {
   span_id id;
   random_id(id, rng);

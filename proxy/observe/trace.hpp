@@ -93,6 +93,10 @@ class tracer {
       continued, recorded when the caller recorded it (W3C's sampled flag); or a new one,
       recorded at sample_ratio. `rng` is the worker's. */
   request_trace begin(std::string_view traceparent, std::mt19937_64& rng) const;
+  /** The trace of a handed-over task's delivery: the caller's, as `begin` takes it, from the
+      traceparent stored with the task; without one, a trace named by `task_id` and sampled by
+      it, so each attempt, on whichever instance claims it, joins the same trace. */
+  request_trace begin_task(std::string_view traceparent, std::string_view task_id, std::mt19937_64& rng) const;
   static span_id new_span_id(std::mt19937_64& rng);
 
   /// Queues a finished span for export; never waits: when the queue is full it is dropped

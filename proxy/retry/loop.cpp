@@ -58,6 +58,53 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
     what the dependency did: counting it would let any caller open the breaker for all. */
 bool caller_gave_up(const net::cancellation_state& cs) { return cs.cancelled() != net::cancellation_type::none; }
 
+}  // namespace
+
+observe::span traced_span(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
+                          const std::optional<observe::span_id>& parent, std::chrono::system_clock::time_point start,
+                          observe::span::kind k) {
+  observe::span s;
+  s.trace = trace;
+  s.id = id;
+  s.parent = parent;
+  s.name = std::string(facts.method) + " " + std::string(facts.dependency);
+  s.k = k;
+  s.start = start;
+  s.end = std::chrono::system_clock::now();
+  s.attributes.push_back({"dependency", std::string(facts.dependency)});
+  s.attributes.push_back({"http.request.method", std::string(facts.method)});
+  s.attributes.push_back({"url.path", std::string(facts.path)});
+  if (!facts.idempotency_key.empty()) s.attributes.push_back({"idempotency_key", std::string(facts.idempotency_key)});
+  if (!facts.correlation_id.empty()) s.attributes.push_back({"correlation_id", std::string(facts.correlation_id)});
+  return s;
+}
+
+observe::span traced_attempt(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
+                             const std::optional<observe::span_id>& parent, std::chrono::system_clock::time_point start,
+                             unsigned attempt, const attempt_summary& summary, std::optional<duration> waited) {
+  auto s = traced_span(facts, trace, id, parent, start, observe::span::kind::client);
+  s.name += " #" + std::to_string(attempt);
+  s.attributes.push_back({"attempt", std::int64_t{attempt}});
+  if (waited) s.attributes.push_back({"retry.wait_ms", static_cast<std::int64_t>(waited->count())});
+  if (summary.failure) {
+    s.attributes.push_back({"error_type", std::string(to_string(summary.failure->type))});
+    s.error = true;
+    s.message = summary.failure->message;
+    return s;
+  }
+  if (summary.outcome.status)
+    s.attributes.push_back({"http.response.status_code", std::int64_t{*summary.outcome.status}});
+  if (summary.outcome.grpc_status)
+    s.attributes.push_back({"rpc.grpc.status_code", std::int64_t{*summary.outcome.grpc_status}});
+  if (classify(summary.outcome, retry_on::r4_default()) != verdict::success) {
+    s.attributes.push_back({"error_type", outcome_name(summary.outcome)});
+    s.error = true;
+  }
+  return s;
+}
+
+namespace {
+
 /** A traced request's spans (observe/trace.hpp): one per attempt, child of the request's,
     and the request's own once the loop is left, however it is left. Seed 004: spans carry
     idempotency_key and attempt. */
@@ -79,7 +126,7 @@ class request_spans {
   void record_request(const attempts_result& r) {
     if (!trace_.sampled || recorded_) return;
     recorded_ = true;
-    auto s = base(trace_.request, trace_.parent, start_, observe::span::kind::server);
+    auto s = traced_span(ctx_.facts, trace_.trace, trace_.request, trace_.parent, start_, observe::span::kind::server);
     s.attributes.push_back({"attempts", std::int64_t{r.attempts}});
     if (r.client_gone) {
       s.attributes.push_back({"error_type", std::string("client_gone")});
@@ -109,49 +156,12 @@ class request_spans {
   void attempt_ended(const attempt_summary& summary) {
     last_status_ = summary.failure ? std::nullopt : summary.outcome.status;
     if (!trace_.sampled) return;
-    auto s = base(attempt_, trace_.request, attempt_start_, observe::span::kind::client);
-    s.name += " #" + std::to_string(step_.result().attempts);
-    s.attributes.push_back({"attempt", std::int64_t{step_.result().attempts}});
-    s.attributes.push_back({"retry.wait_ms", static_cast<std::int64_t>(waited_.count())});
-    if (summary.failure) {
-      s.attributes.push_back({"error_type", std::string(to_string(summary.failure->type))});
-      s.error = true;
-      s.message = summary.failure->message;
-    } else {
-      if (summary.outcome.status)
-        s.attributes.push_back({"http.response.status_code", std::int64_t{*summary.outcome.status}});
-      if (summary.outcome.grpc_status)
-        s.attributes.push_back({"rpc.grpc.status_code", std::int64_t{*summary.outcome.grpc_status}});
-      if (classify(summary.outcome, retry_on::r4_default()) != verdict::success) {
-        s.attributes.push_back({"error_type", outcome_name(summary.outcome)});
-        s.error = true;
-      }
-    }
-    ctx_.tracer->record(std::move(s));
+    ctx_.tracer->record(traced_attempt(ctx_.facts, trace_.trace, attempt_, trace_.request, attempt_start_,
+                                       step_.result().attempts, summary, waited_));
   }
   void waits(duration d) { waited_ = d; }
 
  private:
-  observe::span base(const observe::span_id& id, const std::optional<observe::span_id>& parent,
-                     std::chrono::system_clock::time_point start, observe::span::kind k) const {
-    observe::span s;
-    s.trace = trace_.trace;
-    s.id = id;
-    s.parent = parent;
-    s.name = std::string(ctx_.facts.method) + " " + std::string(ctx_.facts.dependency);
-    s.k = k;
-    s.start = start;
-    s.end = std::chrono::system_clock::now();
-    s.attributes.push_back({"dependency", std::string(ctx_.facts.dependency)});
-    s.attributes.push_back({"http.request.method", std::string(ctx_.facts.method)});
-    s.attributes.push_back({"url.path", std::string(ctx_.facts.path)});
-    if (!ctx_.facts.idempotency_key.empty())
-      s.attributes.push_back({"idempotency_key", std::string(ctx_.facts.idempotency_key)});
-    if (!ctx_.facts.correlation_id.empty())
-      s.attributes.push_back({"correlation_id", std::string(ctx_.facts.correlation_id)});
-    return s;
-  }
-
   const step_context& ctx_;
   const retry_step& step_;
   observe::request_trace trace_;

@@ -37,6 +37,17 @@ class attempt_runner {
   virtual void trace_as(std::string_view traceparent) { (void)traceparent; }
 };
 
+/** A traced request's spans (observe/trace.hpp), shared by the loop and by delivery, which
+    makes one attempt a claim: `traced_span` with what every span of a request carries
+    (dependency, method, path, idempotency_key, correlation_id), `traced_attempt` an attempt's,
+    tagged with its number, the wait before it (when known), and its status or error type (seed 004). */
+observe::span traced_span(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
+                          const std::optional<observe::span_id>& parent, std::chrono::system_clock::time_point start,
+                          observe::span::kind k);
+observe::span traced_attempt(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
+                             const std::optional<observe::span_id>& parent, std::chrono::system_clock::time_point start,
+                             unsigned attempt, const attempt_summary& summary, std::optional<duration> waited);
+
 /** Runs `attempt` until an outcome is final, retries are exhausted, or time is up (R-1..R-7,
     R-9's expiry), each attempt handed to the retry step. Without `hooks.drain`, the backoff
     wait is cancelled through the calling coroutine's own cancellation slot. */
