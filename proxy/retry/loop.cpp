@@ -165,7 +165,9 @@ class request_spans {
   const step_context& ctx_;
   const retry_step& step_;
   observe::request_trace trace_;
-  std::chrono::system_clock::time_point start_ = std::chrono::system_clock::now();
+  /// Read only for a recorded trace: an untraced request pays no clock read.
+  std::chrono::system_clock::time_point start_ =
+      trace_.sampled ? std::chrono::system_clock::now() : std::chrono::system_clock::time_point{};
   observe::span_id attempt_{};
   std::chrono::system_clock::time_point attempt_start_{};
   duration waited_{0};
