@@ -294,6 +294,11 @@ struct config {
     std::string dsn;
     std::string password_file;
     unsigned pool = 4;  ///< postgres: connections, each on a store thread of its own
+    /** postgres: what sits between rebound and the database. `automatic` finds out at each
+        connect (a pooler hands out a backend pid that is not the server's); `transaction`: a
+        transaction-mode pooler (PgBouncer), so no prepared statements and no LISTEN; `none`:
+        the server itself (or a session-mode pooler). */
+    enum class pooler_mode { automatic, none, transaction } pooler = pooler_mode::automatic;
     /** postgres: how long a claimed task is held. Another instance takes it over once this
         ran out (its holder died mid-attempt), so it must outlast any attempt. */
     duration lease = std::chrono::seconds(60);

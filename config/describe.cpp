@@ -200,6 +200,10 @@ std::string effective_config_json(const config& cfg) {
         st.string("dsn", cfg.store.dsn);  // holds no password: the loader refuses one
         if (!cfg.store.password_file.empty()) st.string("password_file", cfg.store.password_file);
         st.integer("pool", cfg.store.pool);
+        using pooler = config::store_settings::pooler_mode;
+        st.string("pooler", cfg.store.pooler == pooler::none          ? "none"
+                            : cfg.store.pooler == pooler::transaction ? "transaction"
+                                                                      : "auto");
         st.string("lease", format_duration(cfg.store.lease));
       } else {
         st.string("type", "sqlite");

@@ -58,7 +58,8 @@ void reader::read_top(const YAML::Node& root, config& c) {
   typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
   if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
   if (auto n = root["store"]; n && expect_map(n, "store")) {
-    check_keys(n, "store", {"type", "path", "dsn", "password_file", "pool", "lease", "retention", "max_size"});
+    check_keys(n, "store",
+               {"type", "path", "dsn", "password_file", "pool", "pooler", "lease", "retention", "max_size"});
     read_store(n, c.store);
     typed(n, "max_size", "store", c.store.max_size, parse_size);
     if (n["max_size"] && c.store.max_size != 0 && c.store.max_size < (std::uint64_t{1} << 20))
@@ -145,7 +146,7 @@ void reader::read_store(const YAML::Node& n, config::store_settings& st) {
     return parsed<kind>::fail("must be sqlite or postgres");
   });
   bool const pg = st.type == kind::postgres;
-  for (auto const* key : {"dsn", "password_file", "pool", "lease"})
+  for (auto const* key : {"dsn", "password_file", "pool", "pooler", "lease"})
     if (n[key] && !pg) error(n[key], join("store", key), "applies to type: postgres only");
   if (pg && n["path"]) error(n["path"], "store.path", "applies to type: sqlite only");
   if (!pg) return;
@@ -166,6 +167,13 @@ void reader::read_store(const YAML::Node& n, config::store_settings& st) {
     return ec == std::errc{} && end == s.data() + s.size() && v >= 1 && v <= 64
                ? parsed<unsigned>::ok(v)
                : parsed<unsigned>::fail("must be a whole number from 1 to 64");
+  });
+  using pooler = config::store_settings::pooler_mode;
+  typed(n, "pooler", "store", st.pooler, [](std::string_view s) {
+    if (s == "auto") return parsed<pooler>::ok(pooler::automatic);
+    if (s == "none") return parsed<pooler>::ok(pooler::none);
+    if (s == "transaction") return parsed<pooler>::ok(pooler::transaction);
+    return parsed<pooler>::fail("must be auto, none or transaction");
   });
   typed(n, "lease", "store", st.lease, parse_duration);
   if (n["lease"] && (st.lease < std::chrono::seconds(1) || st.lease > std::chrono::hours(24)))

@@ -1,6 +1,8 @@
 // A fleet of real rebound processes sharing one real PostgreSQL server (pg_server.hpp): each
 // task delivered once across the fleet, a SIGKILLed instance's tasks finished by the others
-// once its leases ran out, and a database that goes away mid-run losing nothing.
+// once its leases ran out, and a database that goes away mid-run losing nothing. Each test
+// runs twice: on the server directly, and through a real PgBouncer in transaction mode (as a
+// large fleet reaches its database), where no session state survives between transactions.
 #include "async_helpers.hpp"
 #include "pg_server.hpp"
 
@@ -13,19 +15,30 @@
 namespace itest::fleet_test {
 namespace {
 
-/// The YAML of one instance of the fleet: the shared store, a webhook dependency on `up`.
-ReboundOptions fleet_member(const PgServer& pg, const ScriptedUpstream& up, const std::string& attempt_timeout = "2s",
-                            const std::string& lease = "7s") {
-  ReboundOptions o;
-  o.extra = "store: {type: postgres, dsn: \"" + pg.dsn() + "\", password_file: " + pg.password_file() +
-            ", lease: " + lease + "}\n" +
-            // The lease must outlast every attempt_timeout, the defaults' included.
-            "defaults: {attempt_timeout: " + attempt_timeout + "}\ndependencies:\n  hooks:\n    hosts: [\"" +
-            up.authority() +
-            "\"]\n    context: webhook\n    backoff: {base: 10ms, cap: 50ms}\n    circuit_breaker: {mode: signal}\n"
-            "    budget: {min_retries: 1000}\n";
-  return o;
-}
+/// How the fleet reaches the database.
+enum class route { direct, pgbouncer };
+
+class Fleet : public ::testing::TestWithParam<route> {
+ protected:
+  /// The YAML of one instance of the fleet: the shared store (on `pg`, or through a PgBouncer
+  /// in front of it), a webhook dependency on `up`.
+  ReboundOptions fleet_member(const PgServer& pg, const ScriptedUpstream& up, const std::string& attempt_timeout = "2s",
+                              const std::string& lease = "7s", const std::string& store_extra = "") {
+    if (GetParam() == route::pgbouncer && !bouncer_) bouncer_ = std::make_unique<PgBouncer>(pg);
+    auto const dsn = bouncer_ ? bouncer_->dsn() : pg.dsn();
+    ReboundOptions o;
+    o.extra = "store: {type: postgres, dsn: \"" + dsn + "\", password_file: " + pg.password_file() +
+              ", lease: " + lease + store_extra + "}\n" +
+              // The lease must outlast every attempt_timeout, the defaults' included.
+              "defaults: {attempt_timeout: " + attempt_timeout + "}\ndependencies:\n  hooks:\n    hosts: [\"" +
+              up.authority() +
+              "\"]\n    context: webhook\n    backoff: {base: 10ms, cap: 50ms}\n    circuit_breaker: {mode: signal}\n"
+              "    budget: {min_retries: 1000}\n";
+    return o;
+  }
+
+  std::unique_ptr<PgBouncer> bouncer_;  // outlives the test body's server and fleet
+};
 
 /// Accepts one call through `proxy` (a keep-alive client on a member's listen port) with
 /// the app's own Idempotency-Key; the status rebound answered.
@@ -61,7 +74,7 @@ std::size_t lines_with(const std::string& text, const std::string& needle) {
   return n;
 }
 
-TEST(Fleet, ThreeInstancesDeliverEveryTaskOnceBetweenThem) {
+TEST_P(Fleet, ThreeInstancesDeliverEveryTaskOnceBetweenThem) {
   PgServer pg;
   ScriptedUpstream up;
   Script slowish = respond(200);
@@ -98,7 +111,7 @@ TEST(Fleet, ThreeInstancesDeliverEveryTaskOnceBetweenThem) {
 // Issue 29, defect 16: every healthy start on PostgreSQL logged an error-level
 // store_unavailable ("connecting to the database") from the scheduler's first claim, so an
 // alert on that event paged on every pod start; libpq's NOTICEs went to stderr.
-TEST(Fleet, AHealthyStartLogsNoErrorAndNothingOutsideTheJsonLog) {
+TEST_P(Fleet, AHealthyStartLogsNoErrorAndNothingOutsideTheJsonLog) {
   PgServer pg;
   ScriptedUpstream up;
   up.on("/hook", respond(200));
@@ -115,7 +128,7 @@ TEST(Fleet, AHealthyStartLogsNoErrorAndNothingOutsideTheJsonLog) {
   EXPECT_EQ(rb->stderr_text(), "") << "libpq's notices stay out of stderr";
 }
 
-TEST(Fleet, AnInstanceKilledMidDeliveryHasItsTasksFinishedByTheOthersAfterItsLease) {
+TEST_P(Fleet, AnInstanceKilledMidDeliveryHasItsTasksFinishedByTheOthersAfterItsLease) {
   PgServer pg;
   ScriptedUpstream up;
   Script slow = respond(200);
@@ -143,7 +156,7 @@ TEST(Fleet, AnInstanceKilledMidDeliveryHasItsTasksFinishedByTheOthersAfterItsLea
   for (auto const& [key, n] : keys_seen(up)) EXPECT_EQ(n, 2) << key << ": the same key on the attempt again (R-6)";
 }
 
-TEST(Fleet, TheDatabaseStoppedAndStartedMidRunLosesNothing) {
+TEST_P(Fleet, TheDatabaseStoppedAndStartedMidRunLosesNothing) {
   PgServer pg;
   ScriptedUpstream up;
   up.on("/hook", respond(200));
@@ -192,6 +205,50 @@ TEST(Fleet, TheDatabaseStoppedAndStartedMidRunLosesNothing) {
   auto const seen = keys_seen(up);
   for (auto const& key : accepted) EXPECT_TRUE(seen.count(key)) << key << " was accepted and never delivered";
 }
+
+// Issue 35: behind PgBouncer every statement failed half the time and /readyz said nothing.
+// The store finds the pooler itself and says how it runs, in its log and on /readyz.
+TEST_P(Fleet, ItSaysHowItReachesTheDatabase) {
+  PgServer pg;
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  ReboundProcess rb(fleet_member(pg, up));
+  ASSERT_TRUE(rb.wait_for_log("\"store_connected\""));
+  HttpClient proxy(rb.port());
+  ASSERT_EQ(hand_over(proxy, up, "how-1"), 202u);
+  ASSERT_TRUE(rb.wait_for_log("\"task_delivered\""));
+  auto const ready = HttpClient(rb.admin_port()).get("/readyz");
+  EXPECT_EQ(ready.status, 200u);
+  bool const pooled = GetParam() == route::pgbouncer;
+  EXPECT_EQ(ready.body.find("transaction-mode pooler") != std::string::npos, pooled) << ready.body;
+  EXPECT_EQ(lines_with(rb.stdout_text(), "\"store_pooled\""), pooled ? 1u : 0u) << rb.stdout_text();
+}
+
+// A pooler the detection misses (or `pooler: none` in front of PgBouncer): a statement
+// prepared on one server connection is missing on the next. The store goes unnamed at the
+// first such failure and runs the failed calls again, so no caller hears of it.
+TEST_P(Fleet, PoolerNoneThroughAPoolerLosesNoCallToMissingStatements) {
+  if (GetParam() == route::direct) GTEST_SKIP() << "needs a pooler in between";
+  PgServer pg;
+  ScriptedUpstream up;
+  up.on("/hook", respond(200));
+  ReboundProcess a(fleet_member(pg, up, "2s", "7s", ", pooler: none, pool: 4")),
+      b(fleet_member(pg, up, "2s", "7s", ", pooler: none, pool: 4"));
+  constexpr int tasks = 300;
+  {
+    HttpClient pa(a.port()), pb(b.port());
+    for (int i = 0; i < tasks; ++i) ASSERT_EQ(hand_over(i % 2 ? pb : pa, up, "none-" + std::to_string(i)), 202u) << i;
+  }
+  EXPECT_EQ(query_until(pg, "SELECT count(*) FROM retry_tasks WHERE status = 'SUCCEEDED'", std::to_string(tasks)),
+            std::to_string(tasks));
+  for (auto const& [key, n] : keys_seen(up)) EXPECT_EQ(n, 1) << key << " was delivered " << n << " times";
+  EXPECT_EQ(lines_with(a.stdout_text() + b.stdout_text(), "\"level\":\"error\""), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(, Fleet, ::testing::Values(route::direct, route::pgbouncer),
+                         [](const ::testing::TestParamInfo<route>& i) {
+                           return i.param == route::direct ? "Direct" : "ThroughPgBouncer";
+                         });
 
 }  // namespace
 }  // namespace itest::fleet_test

@@ -7,6 +7,7 @@
 #include <glob.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace itest {
@@ -230,6 +232,63 @@ std::string PgServer::query(const std::string& sql, const std::string& database)
   PQfinish(c);
   if (!ok) throw std::runtime_error(sql + ": " + why);
   return out;
+}
+
+PgBouncer::PgBouncer(const PgServer& server, unsigned server_pool, unsigned query_wait_timeout) {
+  dir_ = new_scratch_dir("rebound-pgbouncer");
+  hand_to_server_user(dir_);
+  {
+    // Its own password file: PgBouncer answers the clients' scram with it and logs in to the
+    // server with it.
+    std::ofstream users(dir_ + "/users.txt");
+    users << "\"rebound\" \"" << server.password() << "\"\n";
+  }
+  hand_to_server_user(dir_ + "/users.txt");
+  for (int tries = 0;; ++tries) {
+    port_ = unused_port();
+    {
+      std::ofstream ini(dir_ + "/pgbouncer.ini");
+      ini << "[databases]\n* = host=127.0.0.1 port=" << server.port() << "\n"
+          << "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = " << port_ << "\nunix_socket_dir =\n"
+          << "auth_type = scram-sha-256\nauth_file = " << dir_ << "/users.txt\n"
+          << "pool_mode = transaction\ndefault_pool_size = " << server_pool << "\nmax_client_conn = 2000\n"
+          << "query_wait_timeout = " << query_wait_timeout << "\nserver_login_retry = 1\n"
+          << "logfile = " << dir_ << "/pgbouncer.log\npidfile = " << dir_ << "/pgbouncer.pid\n";
+    }
+    hand_to_server_user(dir_ + "/pgbouncer.ini");
+    std::string const cmd = as_server_user("/usr/sbin/pgbouncer -d " + quoted(dir_ + "/pgbouncer.ini")) + " >> " +
+                            quoted(dir_ + "/start.log") + " 2>&1";
+    if (std::system(cmd.c_str()) != 0)
+      throw std::runtime_error("pgbouncer did not start: " + read_all(dir_ + "/start.log") +
+                               read_all(dir_ + "/pgbouncer.log"));
+    // -d returns once it forked; it is up when it answers.
+    std::string const conninfo = "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=postgres connect_timeout=1";
+    for (int i = 0; i < 100 && pid_ == 0; ++i) {
+      if (PQping(conninfo.c_str()) == PQPING_OK) pid_ = std::atoi(read_all(dir_ + "/pgbouncer.pid").c_str());
+      if (pid_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (pid_ > 0) return;
+    stop();
+    if (tries == 4) throw std::runtime_error("pgbouncer did not answer: " + read_all(dir_ + "/pgbouncer.log"));
+  }
+}
+
+void PgBouncer::stop() {
+  int const pid = pid_ ? pid_ : std::atoi(read_all(dir_ + "/pgbouncer.pid").c_str());
+  pid_ = 0;
+  if (pid <= 0) return;
+  ::kill(pid, SIGTERM);  // 1.18: immediate shutdown
+  for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+PgBouncer::~PgBouncer() {
+  stop();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string PgBouncer::dsn(const std::string& database) const {
+  return "host=127.0.0.1 port=" + std::to_string(port_) + " dbname=" + database + " user=rebound";
 }
 
 }  // namespace itest

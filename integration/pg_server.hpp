@@ -54,4 +54,30 @@ class PgServer {
   unsigned databases_ = 0;
 };
 
+/** Debian's PgBouncer in transaction pooling mode in front of a PgServer, as a large fleet
+    reaches its database: its own scratch directory, 127.0.0.1 on a free port, scram
+    authentication with the server's password, `server_pool` server connections per database
+    shared by every client, and the settings the docs recommend (server_login_retry 1 s: its
+    default 15 s keeps a fleet away from a database that came back). Run as `nobody` when the tests run as root (it refuses root). */
+class PgBouncer {
+ public:
+  /// `query_wait_timeout`: how long a client's statement waits for a server connection
+  /// (PgBouncer's default is 120 s; the docs recommend 5).
+  explicit PgBouncer(const PgServer& server, unsigned server_pool = 4, unsigned query_wait_timeout = 5);
+  /// Stops it at once and removes its directory.
+  ~PgBouncer();
+  PgBouncer(const PgBouncer&) = delete;
+  PgBouncer& operator=(const PgBouncer&) = delete;
+
+  /// libpq's connection string through the pooler, without the password (the server's).
+  std::string dsn(const std::string& database = "postgres") const;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  void stop();
+  std::string dir_;
+  std::uint16_t port_ = 0;
+  int pid_ = 0;
+};
+
 }  // namespace itest

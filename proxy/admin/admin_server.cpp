@@ -67,6 +67,8 @@ bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_bo
     // New tasks and keys would be refused (507 store_full) until deliveries make room.
     if (auto why = state.store ? state.store->full() : std::nullopt)
       return make(bhttp::status::service_unavailable, "text/plain", "not ready: store full: " + *why + "\n");
+    if (auto how = state.store ? state.store->detail() : std::nullopt)
+      return make(bhttp::status::ok, "text/plain", "ready\nstore: " + *how + "\n");
     return make(bhttp::status::ok, "text/plain", "ready\n");
   }
   if (path == "/dependencies" && state.guards)

@@ -263,6 +263,17 @@ std::unique_ptr<store::task_store> open_store(const config::config& cfg, observe
   o.dsn = cfg.store.dsn;
   o.password = read_password(cfg.store.password_file);
   o.pool = cfg.store.pool;
+  using pooler = config::config::store_settings::pooler_mode;
+  o.pooler = cfg.store.pooler == pooler::none          ? store::postgres_store::pooler_mode::none
+             : cfg.store.pooler == pooler::transaction ? store::postgres_store::pooler_mode::transaction
+                                                       : store::postgres_store::pooler_mode::detect;
+  o.on_pooled = [&log](const std::string& evidence) {
+    log.info("store_pooled", {{"type", "postgres"},
+                              {"message",
+                               "a transaction-mode pooler is in between: statements go unnamed, no LISTEN "
+                               "(idle instances poll about once a second)"},
+                              {"evidence", evidence}});
+  };
   o.max_size = cfg.store.max_size;
   o.on_commit = on_commit;
   o.on_state = [&log](const std::string& why) {
@@ -362,6 +373,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     if (task_store && w == workers.front()) {
       delivery::scheduler_options so;
       so.owner = instance_token;
+      so.seed = std::hash<std::string>{}(instance_token);
       so.metrics = &metrics;
       if (cfg->store.type == config::config::store_settings::kind::postgres) {
         // A fleet shares the queue: a lease is what hands a dead instance's tasks to the

@@ -70,7 +70,14 @@ struct delivery_state {
   std::optional<wall::time_point> next_due;
   /// Registered policies by id, read from the store once: they never change under their id.
   std::unordered_map<std::string, std::shared_ptr<const config::policy>> policies;
+  std::minstd_rand poll_draws;
 };
+
+/// The next poll's wait: uniform in [3/4, 5/4] of `poll`, as the options say.
+steady::duration next_poll(std::chrono::milliseconds poll, std::minstd_rand& draws) {
+  std::uniform_int_distribution<std::int64_t> pick(poll.count() * 3 / 4, poll.count() * 5 / 4);
+  return std::chrono::milliseconds(pick(draws));
+}
 
 /// Counts a delivery under way for as long as it lives; the last of a batch to end wakes the
 /// scheduler, so a fast upstream is not held to one batch per poll interval.
@@ -374,6 +381,7 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
 net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options) {
   auto const state = std::make_shared<delivery_state>();
   state->options = std::move(options);
+  state->poll_draws.seed(static_cast<std::minstd_rand::result_type>(state->options.seed));
   auto const& opts = state->options;
   auto const executor = co_await net::this_coro::executor;
   net::steady_timer timer(executor);
@@ -440,7 +448,7 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
           }
         });
     }
-    auto wait = std::chrono::duration_cast<steady::duration>(opts.poll);
+    auto wait = next_poll(opts.poll, state->poll_draws);
     if (state->next_due) {
       auto const until_due = *state->next_due - wall::now();
       if (until_due <= wall::duration::zero())

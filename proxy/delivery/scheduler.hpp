@@ -17,7 +17,10 @@ namespace rebound::delivery {
 
 struct scheduler_options {
   std::string owner;                    ///< this process in the leases it takes
-  std::chrono::milliseconds poll{100};  ///< how often the store is asked for due tasks
+  /// How often the store is asked for due tasks: each wait drawn from [3/4, 5/4] of it, so
+  /// the instances of a fleet that came up together do not ask the database in step.
+  std::chrono::milliseconds poll{100};
+  std::uint64_t seed = 0;  ///< the poll's random source
   /// A task not finished by then is taken again. Long: it only guards against a delivery
   /// that hangs past every timeout, since a restart frees the leases of the process that died.
   std::chrono::seconds lease{3600};

@@ -90,9 +90,10 @@ using detail::pg_result;
 using detail::trimmed;
 
 postgres_store::postgres_store(options o) : options_(std::move(o)) {
+  if (options_.pooler == pooler_mode::transaction) note_pooled("store.pooler: transaction");
   unsigned const n = std::max(1u, options_.pool);
   for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
-  threads_.emplace_back([this] { listen(); });
+  if (options_.pooler != pooler_mode::transaction) threads_.emplace_back([this] { listen(); });
 }
 
 postgres_store::~postgres_store() {
@@ -100,6 +101,7 @@ postgres_store::~postgres_store() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  closing_ = true;
   wake_.notify_all();
   stop_.notify_all();
   for (auto& t : threads_) t.join();
@@ -195,16 +197,11 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
   // libpq prints the server's NOTICEs ("relation ... already exists, skipping" from the
   // migrations' IF NOT EXISTS) to stderr, outside the JSON log. They are not errors: dropped.
   PQsetNoticeProcessor(c.raw, [](void*, const char*) {}, nullptr);
-  // A statement or transaction left hanging would hold the xmin horizon and every lock it
-  // took: the server ends them, and the connection reconnects.
-  if (!c.command("SET statement_timeout = '30s'; SET lock_timeout = '10s'; "
-                 "SET idle_in_transaction_session_timeout = '60s'")) {
-    c.close();
-    return false;
-  }
+  if (!find_pooler(c)) return fail_connect(c);
   if (!migrate) return true;
-  // Under the advisory lock, so instances starting together migrate once, one after another.
-  if (!c.command("BEGIN") || !c.command(migration_lock) ||
+  // Under the advisory lock (of the transaction, which a transaction-mode pooler keeps on
+  // one server connection), so instances starting together migrate once, one after another.
+  if (!c.begin() || !c.command(migration_lock) ||
       !c.command("CREATE TABLE IF NOT EXISTS rebound_schema (version integer NOT NULL)"))
     return fail_connect(c);
   auto v = c.run("SELECT version FROM rebound_schema", {});
@@ -229,6 +226,30 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
   return true;
 }
 
+bool postgres_store::find_pooler(pg_connection& c) {
+  if (options_.pooler == pooler_mode::detect && !pooled_.load()) {
+    // PostgreSQL tells a client its backend's pid at connect; a pooler tells its own cancel
+    // key instead, as it may hand the client any server connection: the two differ.
+    auto r = c.simple("SELECT pg_backend_pid()");
+    if (!r.ok() || r.rows() != 1) return false;
+    if (std::atoll(PQgetvalue(r.raw(), 0, 0)) != PQbackendPID(c.raw))
+      note_pooled("the backend pid the server reports differs from the one given at connect");
+  }
+  c.unnamed = pooled_.load();
+  return true;
+}
+
+void postgres_store::note_pooled(const std::string& evidence) {
+  if (pooled_.exchange(true)) return;
+  if (options_.on_pooled) options_.on_pooled(evidence);
+}
+
+std::optional<std::string> postgres_store::detail() const {
+  if (!pooled_.load()) return std::nullopt;
+  return std::string("postgres through a transaction-mode pooler: statements unnamed, no LISTEN (idle instances ") +
+         "poll for due tasks about once a second)";
+}
+
 bool postgres_store::fail_connect(pg_connection& c) {
   c.close();
   return false;
@@ -248,6 +269,8 @@ std::chrono::milliseconds jittered(std::chrono::milliseconds d, std::minstd_rand
 
 void postgres_store::serve(unsigned index) {
   pg_connection c;
+  c.closing = &closing_;
+  c.answer_within = options_.answer_within;
   std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(
       std::chrono::steady_clock::now().time_since_epoch().count() + index));
   auto wait = options_.reconnect_min;
@@ -305,7 +328,8 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
   std::vector<reply> replies;
   c.failed = false;
   c.notify = false;
-  if (!c.command("BEGIN")) {
+  c.unnamed = c.unnamed || pooled_.load();
+  if (!c.begin()) {
     if (c.lost) {
       // Nothing of theirs reached the server: an idle connection the server dropped (it
       // restarted) is found out here, and its calls go to one that works, or to this one
@@ -334,12 +358,19 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
   if (c.lost) return fail_all(0, "store unavailable: " + c.error);
   c.failed = false;
   c.command("ROLLBACK");
+  if (c.clashed) {
+    // A pooler detection missed (or `pooler: none` put in front of one): from now on, and
+    // for the calls below, statements go unnamed.
+    c.clashed = false;
+    c.unnamed = true;
+    note_pooled("a prepared statement was missing or already there: another client used its server connection");
+  }
   // One call failed and PostgreSQL aborted the transaction for all: each again in its own,
   // so the one that failed fails alone.
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     c.failed = false;
     c.notify = false;
-    if (!c.command("BEGIN")) return fail_all(i, "store unavailable: " + c.error);
+    if (!c.begin()) return fail_all(i, "store unavailable: " + c.error);
     auto r = jobs[i].run(c);
     if (c.failed) {
       if (c.lost) return fail_all(i, "store unavailable: " + c.error);
@@ -363,6 +394,8 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
 
 void postgres_store::listen() {
   pg_connection c;
+  c.closing = &closing_;
+  c.answer_within = options_.answer_within;
   std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(
       std::chrono::steady_clock::now().time_since_epoch().count()));
   auto wait = options_.reconnect_min;
@@ -378,7 +411,14 @@ void postgres_store::listen() {
       if (stopping_) return;
     }
     if (!c.up()) {
-      if (!connect(c, false) || !c.command((std::string("LISTEN ") + due_channel).c_str())) {
+      bool const connected = connect(c, false);
+      if (connected && pooled_.load()) {
+        // A transaction-mode pooler takes LISTEN and then hands its server connection to
+        // others: nothing would ever arrive. The scheduler's poll is the wake-up instead.
+        c.close();
+        return;
+      }
+      if (!connected || !c.command((std::string("LISTEN ") + due_channel).c_str())) {
         c.close();
         if (!pause(jittered(wait, rng))) return;
         wait = std::min(wait * 2, options_.reconnect_max);

@@ -192,6 +192,9 @@ class task_store : public task_queue, public policy_registry, public key_store {
   /// Why the store takes no new tasks or keys now (store.max_size reached, the disk full);
   /// nothing: it does. /readyz answers 503 with it. Safe from any thread.
   virtual std::optional<std::string> full() const { return std::nullopt; }
+  /// How the store runs when that is not the usual way (a shared store behind a pooler):
+  /// /readyz adds it to its 200. Safe from any thread.
+  virtual std::optional<std::string> detail() const { return std::nullopt; }
   /** `wake` is called, on a store thread, when tasks became due that this process did not
       write (another instance of a fleet accepted or replayed them), so the scheduler claims
       at once rather than at its next poll. A store one process owns never calls it. */

@@ -205,6 +205,33 @@ TEST(PostgresStore, ADatabaseRestartWhileIdleFailsNoLaterCall) {
   EXPECT_EQ(count(*s, task_status::pending), 5u);
 }
 
+// Issue 35: PgBouncer holds a statement while it cannot reach the server (query_wait_timeout,
+// 120 s by default), and libpq would wait with it: an accept hung, and so did shutdown. The
+// store waits for an answer no longer than answer_within, then gives the connection up.
+TEST(PostgresStore, AStatementAPoolerHoldsForADownServerFailsAtItsDeadlineNotThePoolers) {
+  itest::PgServer pg;
+  itest::PgBouncer bouncer(pg, 2, 120);
+  auto o = options_for(pg, 1);
+  o.dsn = bouncer.dsn();
+  o.answer_within = 1500ms;
+  postgres_store s(o);
+  ASSERT_TRUE(wait_until_available(s));
+  ASSERT_TRUE(accept(s, make_task("before")));
+  pg.stop();
+  auto const started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(accept(s, make_task("during")));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 60s) << "held for PgBouncer's 120 s";
+  std::optional<std::string> why;
+  for (int i = 0; i < 1000 && !why; ++i) {
+    why = s.unavailable();
+    if (!why) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(why) << "a store whose statements go unanswered is unavailable";
+  pg.start();
+  ASSERT_TRUE(wait_until_available(s)) << "and comes back by itself";
+  EXPECT_TRUE(accept(s, make_task("after")));
+}
+
 TEST(PostgresStore, AWrongPasswordLeavesTheStoreUnavailableAndIsNeverShown) {
   shared_db pg;
   auto o = options_for(pg);

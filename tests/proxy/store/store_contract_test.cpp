@@ -2,7 +2,8 @@
 // task state machine it keeps (claim only when due, leases, cancel only when PENDING, replay
 // and delete only when DEAD_LETTERED, keys held then pinned), on a real SQLite file and on a
 // real PostgreSQL server (integration/pg_server.cpp; one server per test binary, a fresh
-// database per test). What only one backend has (a file's mode and migrations, SIGKILL; many
+// database per test), and on that server through a real PgBouncer in transaction mode, where
+// each transaction may get another server connection. What only one backend has (a file's mode and migrations, SIGKILL; many
 // instances, an outage) stays in sqlite_store_test.cpp and postgres_store_test.cpp.
 #include "integration/pg_server.hpp"
 #include "proxy/store/postgres_store.hpp"
@@ -42,6 +43,26 @@ struct PostgreSQL {
     // It connects (and migrates) in the background: a bounded wait, at most 10 s.
     for (int i = 0; i < 1000 && s->unavailable(); ++i) std::this_thread::sleep_for(10ms);
     EXPECT_FALSE(s->unavailable()) << s->unavailable().value_or("");
+    EXPECT_FALSE(s->pooled()) << "the server itself is not taken for a pooler";
+    return s;
+  }
+};
+
+/// The shared store through a transaction-mode PgBouncer (one per test binary, in front of
+/// the shared server) on a database of its own: found as a pooler, so no prepared statement
+/// and no session setting outlives its transaction.
+struct PgBouncerTransaction {
+  std::unique_ptr<task_store> open() {
+    auto& server = itest::PgServer::shared();
+    static itest::PgBouncer bouncer(server, 2);
+    postgres_store::options o;
+    o.dsn = bouncer.dsn(server.new_database());
+    o.password = server.password();
+    o.pool = 3;  // more clients than the bouncer's two server connections: they are shared
+    auto s = std::make_unique<postgres_store>(o);
+    for (int i = 0; i < 1000 && s->unavailable(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_FALSE(s->unavailable()) << s->unavailable().value_or("");
+    EXPECT_TRUE(s->pooled()) << "pooler: auto finds the pooler";
     return s;
   }
 };
@@ -59,11 +80,12 @@ class StoreContract : public ::testing::Test {
 struct backend_names {
   template <class T>
   static std::string GetName(int) {
-    return std::is_same_v<T, SQLite> ? "SQLite" : "PostgreSQL";
+    if (std::is_same_v<T, SQLite>) return "SQLite";
+    return std::is_same_v<T, PostgreSQL> ? "PostgreSQL" : "PgBouncerTransaction";
   }
 };
 
-using backends = ::testing::Types<SQLite, PostgreSQL>;
+using backends = ::testing::Types<SQLite, PostgreSQL, PgBouncerTransaction>;
 TYPED_TEST_SUITE(StoreContract, backends, backend_names);
 
 /// Dead-letters `id` (accepted, claimed and given up on at `at`).
