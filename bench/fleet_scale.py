@@ -43,17 +43,26 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LEASE_S = 7  # must outlast attempt_timeout (2 s) by 5 s
-CLAIM_PREFIX = "UPDATE retry_tasks SET status = 'IN_FLIGHT'"
+# Both claims (due tasks, and leases that ran out), as pg_stat_statements normalises them.
+CLAIM_LIKE = "UPDATE retry_tasks SET %SKIP LOCKED%"
 
 
 def log(*a):
     print("fleet:", *a, file=sys.stderr, flush=True)
 
 
+_given = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before by this run (the kernel may offer one twice)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _given:
+            _given.add(port)
+            return port
 
 
 def as_root():
@@ -232,6 +241,9 @@ class Upstream:
             daemon_threads = True
             request_queue_size = 1024
 
+            def handle_error(self, request, client_address):
+                pass  # an instance SIGKILLed mid-request: nothing to report
+
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -240,10 +252,17 @@ class Upstream:
 class Instance:
     def __init__(self, base, index, dsn, upstream_port, pool, retention, binary):
         self.index = index
-        self.port, self.admin = free_port(), free_port()
         self.config = os.path.join(base, f"rebound-{index}.yaml")
         self.log_path = os.path.join(base, f"rebound-{index}.log")
         self.binary = binary
+        self.settings = (dsn, upstream_port, pool, retention)
+        self.new_ports()
+        self.proc = None
+        self.kills = []
+
+    def new_ports(self):
+        dsn, upstream_port, pool, retention = self.settings
+        self.port, self.admin = free_port(), free_port()
         with open(self.config, "w") as f:
             f.write(f"""listen: 127.0.0.1:{self.port}
 admin: 127.0.0.1:{self.admin}
@@ -259,8 +278,6 @@ dependencies:
     circuit_breaker: {{mode: signal}}
     budget: {{min_retries: 100000}}
 """)
-        self.proc = None
-        self.kills = []
 
     def start(self):
         self.proc = subprocess.Popen([self.binary, "--config", self.config], stdout=open(self.log_path, "a"),
@@ -377,33 +394,53 @@ class Fleet:
         dsn = f"host=127.0.0.1 port={dsn_port} dbname=rebound user=rebound"
         self.instances = [Instance(self.base, i, dsn, self.upstream.port, pool, retention, args.binary)
                           for i in range(instances)]
-        for inst in self.instances:
-            inst.start()
-        deadline = time.monotonic() + 60
-        for inst in self.instances:
-            while not inst.ready()[0]:
-                if time.monotonic() > deadline or inst.proc.poll() is not None:
-                    sys.exit(f"instance {inst.index} not ready; see {inst.log_path}")
-                time.sleep(0.1)
+        try:
+            for inst in self.instances:
+                inst.start()
+            deadline = time.monotonic() + 90
+            for inst in self.instances:
+                tries = 0
+                while not inst.ready()[0]:
+                    if inst.proc.poll() is not None and tries < 3 and "in use" in open(inst.log_path).read():
+                        tries += 1  # a port another process took between the probe and the bind
+                        inst.new_ports()
+                        inst.start()
+                    elif time.monotonic() > deadline or inst.proc.poll() is not None:
+                        raise RuntimeError(f"instance {inst.index} not ready; see {inst.log_path}")
+                    time.sleep(0.1)
+        except BaseException:
+            self.close(keep=True)
+            raise
         log(f"{instances} instances ready via {via}")
 
     def connections(self):
         return int(self.pg.query("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
                                  "AND pid <> pg_backend_pid()"))
 
+    def bouncer_clients(self):
+        """Established connections to PgBouncer's port: the fleet's side of the pooler."""
+        if not self.bouncer:
+            return 0
+        out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{self.bouncer.port} )"],
+                             capture_output=True, text=True).stdout
+        return len(out.splitlines())
+
     def claim_stats(self):
         rows = self.pg.rows("SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0), coalesce(sum(total_exec_time), 0) "
-                            f"FROM pg_stat_statements WHERE query LIKE '{CLAIM_PREFIX.replace(chr(39), chr(39) * 2)}%'")
+                            f"FROM pg_stat_statements WHERE query LIKE '{CLAIM_LIKE}'")
         calls, rows_, ms = rows[0]
         return int(calls), int(rows_), float(ms)
 
-    def close(self):
+    def close(self, keep=False):
         for inst in self.instances:
             inst.stop()
         if self.bouncer:
             self.bouncer.stop()
         self.pg.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
+        if keep:
+            log(f"logs kept in {self.base}")
+        else:
+            shutil.rmtree(self.base, ignore_errors=True)
 
     def wait_drained(self, limit):
         deadline = time.monotonic() + limit
@@ -437,16 +474,25 @@ def chaos(args):
         load = Load(fleet.instances, fleet.upstream.port, args.rate, "k")
         victims = rng.sample(fleet.instances, max(1, len(fleet.instances) // 3))
         events = []  # (monotonic, what)
-        max_conns = [0]
+        max_conns = [0, 0]
+        before_crash = [(0, 0, 0.0)]
+        plan = [None]
         sampling = threading.Event()
 
         def sample():
             while not sampling.is_set():
                 try:
                     max_conns[0] = max(max_conns[0], fleet.connections())
-                except RuntimeError:
+                    max_conns[1] = max(max_conns[1], fleet.bouncer_clients())
+                except (RuntimeError, OSError):
                     pass
                 sampling.wait(0.5)
+
+        def explain_mid_load():
+            try:
+                plan[0] = explain_claim(fleet)
+            except RuntimeError as e:
+                plan[0] = str(e)
 
         def havoc():
             t0 = time.monotonic()
@@ -467,6 +513,10 @@ def chaos(args):
                 crash_database()
 
         def crash_database():
+            try:
+                before_crash[0] = fleet.claim_stats()  # the crash resets pg_stat_statements
+            except RuntimeError:
+                pass
             fleet.pg.crash()
             events.append((time.monotonic(), "database crashed"))
             time.sleep(args.db_down)
@@ -479,25 +529,24 @@ def chaos(args):
         t_start = time.monotonic()
         cpu0, ticks0 = fleet.pg.cpu(), time.monotonic()
         chaos_thread.start()
-        plan_text = None
+        threading.Timer(args.seconds * 0.2, explain_mid_load).start()
         load.run(args.seconds)
         chaos_thread.join()
-        try:
-            plan_text = explain_claim(fleet)
-        except RuntimeError as e:
-            plan_text = str(e)
+        plan_text = plan[0]
         drained = fleet.wait_drained(args.drain)
         t_end = time.monotonic()
         sampling.set()
         db_cpu = (fleet.pg.cpu() - cpu0) / os.sysconf("SC_CLK_TCK") / (t_end - ticks0)
         time.sleep(1.0)  # the upstream's last answers
-        calls, claimed_rows, claim_ms = fleet.claim_stats()
+        calls, claimed_rows, claim_ms = (a + b for a, b in zip(fleet.claim_stats(), before_crash[0]))
 
         # What the database holds, against what the upstream saw and what the callers heard.
         tasks = {row[0]: row[1] for row in fleet.pg.rows("SELECT idempotency_key, status FROM retry_tasks")}
         records = {row[0]: int(row[1]) for row in fleet.pg.rows(
             "SELECT t.idempotency_key, count(a.number) FROM retry_tasks t LEFT JOIN attempt_logs a ON a.task_id = t.id "
             "GROUP BY t.idempotency_key")}
+        failed_attempts = fleet.pg.rows("SELECT error_type, status, count(*) FROM attempt_logs "
+                                        "WHERE status <> 200 GROUP BY 1, 2 ORDER BY 3 DESC")
         with fleet.upstream.lock:
             seen = list(fleet.upstream.seen)
         deliveries = {}
@@ -518,8 +567,15 @@ def chaos(args):
         kills = [at for at, what in events if what.startswith("SIGKILL")]
         outage = [at for at, what in events if what.startswith("database")]
         explained_kill = explained_db = 0
+        retried = 0
         for key, times in deliveries.items():
             times.sort()
+            # Attempts rebound recorded (a failed one retried, R-4) explain as many deliveries;
+            # only the deliveries beyond them need a SIGKILL or the crash.
+            recorded = records.get(key, 0)
+            if len(times) > 1 and len(times) <= recorded:
+                retried += 1
+                continue
             for first, second in zip(times, times[1:]):
                 gap = second - first
                 # The first delivery's holder died, or its record could not be written, between
@@ -551,20 +607,23 @@ def chaos(args):
             ("tasks stored / SUCCEEDED", f"{len(tasks)} / {sum(1 for s in tasks.values() if s == 'SUCCEEDED')}"),
             ("deliveries the upstream saw", total_deliveries),
             ("attempt records", total_records),
+            ("keys delivered again by a recorded retry (an attempt rebound saw fail)", retried),
+            ("failed attempts recorded, by error", ", ".join(f"{e or s}: {n}" for e, s, n in failed_attempts) or "none"),
             ("keys delivered twice: after a SIGKILL / after the crash", f"{explained_kill} / {explained_db}"),
             ("keys delivered twice without cause", sum(1 for p in problems if "twice" in p or "inside" in p)),
             ("accepted and lost", sum(1 for p in problems if "never delivered" in p)),
             ("drained (nothing PENDING or IN_FLIGHT) within the limit", "yes" if drained else "NO"),
             ("most database client connections seen", max_conns[0]),
-            ("claims (pg_stat_statements calls) / rows claimed", f"{calls} / {claimed_rows}"),
-            ("mean claim execution (ms)", f"{claim_ms / calls:.3f}" if calls else "-"),
+            ("most client connections to PgBouncer seen", max_conns[1] if fleet.bouncer else "-"),
+            ("claim statements (pg_stat_statements calls) / rows claimed", f"{calls} / {claimed_rows}"),
+            ("mean claim statement execution (ms)", f"{claim_ms / calls:.3f}" if calls else "-"),
             ("database CPU (cores, mean over the run)", f"{db_cpu:.2f}"),
         ]:
             report.append(f"| {name} | {value} |")
         report.append("")
         report.append("Events: " + "; ".join(f"{at - t_start:.1f}s {what}" for at, what in events))
         report.append("")
-        report.append("Claim plan at the end of the load (EXPLAIN ANALYZE, rolled back):")
+        report.append(f"Claim plan {args.seconds * 0.2:.0f}s into the load (EXPLAIN ANALYZE of a 64-task claim, rolled back):")
         report.append("")
         report.append("```")
         report.append(plan_text or "")
@@ -606,6 +665,7 @@ def steady(fleet, seconds, rate, prefix):
         "fleet_cpu": (sum(i.cpu() for i in fleet.instances) - fl0) / hz / took,
         "accepted": len(load.accepted) if load else 0,
         "connections": fleet.connections(),
+        "bouncer_clients": fleet.bouncer_clients(),
     }
 
 
@@ -625,11 +685,11 @@ def scaling(args):
     print(f"## What grows with the fleet (via {args.via}; {args.rate} hand-overs/s for {args.seconds}s, then "
           f"{args.idle}s idle; pool {args.pool}{', PgBouncer default_pool_size ' + str(args.server_pool) if args.via == 'pgbouncer' else ''})")
     print()
-    print("| instances | database connections | claims/s loaded | rows per claim | claim ms | database CPU loaded "
-          "(cores) | claims/s idle | database CPU idle | PgBouncer CPU loaded | fleet CPU loaded | retry_tasks size |")
+    print("| instances | database connections (PgBouncer clients) | claim statements/s loaded | rows per statement | ms per statement | database CPU loaded "
+          "(cores) | claim statements/s idle | database CPU idle | PgBouncer CPU loaded | fleet CPU loaded | retry_tasks size |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, b, i, size in rows:
-        print(f"| {n} | {b['connections']} | {b['claims_per_s']:.0f} | {b['rows_per_claim']:.2f} | {b['claim_ms']:.3f} | "
+        print(f"| {n} | {b['connections']} ({b['bouncer_clients']}) | {b['claims_per_s']:.0f} | {b['rows_per_claim']:.2f} | {b['claim_ms']:.3f} | "
               f"{b['db_cpu']:.2f} | {i['claims_per_s']:.1f} | {i['db_cpu']:.3f} | {b['bouncer_cpu']:.2f} | "
               f"{b['fleet_cpu']:.2f} | {size / 1024:.0f} KiB |")
     return 0

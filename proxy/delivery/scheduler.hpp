@@ -21,6 +21,10 @@ struct scheduler_options {
   /// the instances of a fleet that came up together do not ask the database in step.
   std::chrono::milliseconds poll{100};
   std::uint64_t seed = 0;  ///< the poll's random source
+  /// A claim woken by another instance's commit (a shared store's NOTIFY) comes at least this
+  /// long after the last claim, so the fleet's commits do not each bring every instance; the
+  /// gap doubles, up to `poll`, while such claims find nothing (the others were quicker).
+  std::chrono::milliseconds notified_gap{200};
   /// A task not finished by then is taken again. Long: it only guards against a delivery
   /// that hangs past every timeout, since a restart frees the leases of the process that died.
   std::chrono::seconds lease{3600};
