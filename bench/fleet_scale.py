@@ -100,7 +100,7 @@ def children(pid):
 class Postgres:
     """A throwaway server: initdb in a temp dir, 127.0.0.1, pg_stat_statements loaded."""
 
-    def __init__(self, base, max_connections, fsync):
+    def __init__(self, base, max_connections, fsync, naptime="1min"):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
         if not bins:
             sys.exit("no PostgreSQL under /usr/lib/postgresql (scripts/install-deps installs it)")
@@ -111,6 +111,7 @@ class Postgres:
         self.port = free_port()
         self.max_connections = max_connections
         self.fsync = fsync
+        self.naptime = naptime
         subprocess.run(server_user_cmd([f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-U", "rebound", "-A", "trust",
                                         "-E", "UTF8", "--locale=C", "--no-instructions"]),
                        check=True, stdout=subprocess.DEVNULL)
@@ -125,7 +126,7 @@ class Postgres:
     def start(self):
         opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.dir} "
                 f"-c max_connections={self.max_connections} -c shared_preload_libraries=pg_stat_statements "
-                f"-c fsync={'on' if self.fsync else 'off'}")
+                f"-c fsync={'on' if self.fsync else 'off'} -c autovacuum_naptime={self.naptime}")
         self.ctl("-l", f"{self.dir}/server.log", "-o", opts, "start")
 
     def crash(self):
@@ -384,7 +385,7 @@ class Fleet:
         self.via = via
         # Direct: every instance's pool and LISTEN connection, and room for the harness.
         pool = args.pool
-        self.pg = Postgres(self.base, max(100, instances * (pool + 1) + 20), args.fsync)
+        self.pg = Postgres(self.base, max(100, instances * (pool + 1) + 20), args.fsync, args.naptime)
         self.bouncer = None
         dsn_port = self.pg.port
         if via == "pgbouncer":
@@ -713,7 +714,8 @@ def churn(args):
             log(f"churn {samples[-1]}")
         runner.join()
         print(f"## A hot queue table over {args.minutes} minutes: {args.instances} instances via {args.via}, "
-              f"{args.rate} hand-overs/s, retention {args.retention}, table options {settings}")
+              f"{args.rate} hand-overs/s, retention {args.retention}, autovacuum_naptime {args.naptime}, "
+              f"table options {settings}")
         print()
         print("| minute | heap size | with indexes and TOAST | live rows | dead rows | autovacuum runs |")
         print("|---|---|---|---|---|---|")
@@ -738,6 +740,7 @@ def main():
     p.add_argument("--minutes", type=float, default=10)
     p.add_argument("--sample", type=float, default=30)
     p.add_argument("--retention", default="2m")
+    p.add_argument("--naptime", default="1min", help="PostgreSQL's autovacuum_naptime (its default: 1min)")
     p.add_argument("--db-down", type=float, default=2.0, help="chaos: seconds the database stays down")
     p.add_argument("--drain", type=float, default=120, help="chaos: seconds allowed for delivering the rest")
     p.add_argument("--upstream-delay", type=float, default=0.02)

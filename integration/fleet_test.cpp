@@ -227,8 +227,9 @@ TEST_P(Fleet, ItSaysHowItReachesTheDatabase) {
 // A pooler the detection misses (or `pooler: none` in front of PgBouncer): a statement
 // prepared on one server connection is missing on the next. The store goes unnamed at the
 // first such failure and runs the failed calls again, so no caller hears of it.
-TEST_P(Fleet, PoolerNoneThroughAPoolerLosesNoCallToMissingStatements) {
-  if (GetParam() == route::direct) GTEST_SKIP() << "needs a pooler in between";
+class FleetBehindAPooler : public Fleet {};
+
+TEST_P(FleetBehindAPooler, PoolerNoneLosesNoCallToMissingStatements) {
   PgServer pg;
   ScriptedUpstream up;
   up.on("/hook", respond(200));
@@ -243,12 +244,16 @@ TEST_P(Fleet, PoolerNoneThroughAPoolerLosesNoCallToMissingStatements) {
             std::to_string(tasks));
   for (auto const& [key, n] : keys_seen(up)) EXPECT_EQ(n, 1) << key << " was delivered " << n << " times";
   EXPECT_EQ(lines_with(a.stdout_text() + b.stdout_text(), "\"level\":\"error\""), 0u);
+  // Eight clients on PgBouncer's four server connections: a statement prepared on one is
+  // soon missing on the next, which the store noted (and which this test is about).
+  EXPECT_GE(lines_with(a.stdout_text() + b.stdout_text(), "\"store_pooled\""), 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(, Fleet, ::testing::Values(route::direct, route::pgbouncer),
-                         [](const ::testing::TestParamInfo<route>& i) {
-                           return i.param == route::direct ? "Direct" : "ThroughPgBouncer";
-                         });
+std::string route_name(const ::testing::TestParamInfo<route>& i) {
+  return i.param == route::direct ? "Direct" : "ThroughPgBouncer";
+}
+INSTANTIATE_TEST_SUITE_P(, Fleet, ::testing::Values(route::direct, route::pgbouncer), route_name);
+INSTANTIATE_TEST_SUITE_P(, FleetBehindAPooler, ::testing::Values(route::pgbouncer), route_name);
 
 }  // namespace
 }  // namespace itest::fleet_test
