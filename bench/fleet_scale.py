@@ -90,11 +90,18 @@ def cpu_ticks(pid):
 
 
 def children(pid):
-    try:
-        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
-    except OSError:
-        return []
+    """The processes whose parent is `pid` (from /proc: no procps needed)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
 
 
 class Postgres:
@@ -422,9 +429,11 @@ class Fleet:
         """Established connections to PgBouncer's port: the fleet's side of the pooler."""
         if not self.bouncer:
             return 0
-        out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{self.bouncer.port} )"],
-                             capture_output=True, text=True).stdout
-        return len(out.splitlines())
+        port = f"{self.bouncer.port:04X}"
+        with open("/proc/net/tcp") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+        # local_address is ADDR:PORT in hex; state 01 is ESTABLISHED.
+        return sum(1 for r in rows if r[1].endswith(":" + port) and r[3] == "01")
 
     def claim_stats(self):
         rows = self.pg.rows("SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0), coalesce(sum(total_exec_time), 0) "
