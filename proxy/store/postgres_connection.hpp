@@ -95,9 +95,9 @@ class pg_connection {
       a pooler may hold the statement while it cannot reach the server (PgBouncer waits
       query_wait_timeout, 120 s by default), and a caller must not wait that long. */
   std::chrono::milliseconds answer_within{12000};
-  /// Set when the store is closing: a wait for an answer ends at once.
+  /// Set when the store is closing: a wait for an answer ends after a second.
   const std::atomic<bool>* closing = nullptr;
-  /// Statements go unnamed (PQexecParams): a transaction-mode pooler is in between.
+  /// Statements go unnamed (PQsendQueryParams): a transaction-mode pooler is in between.
   bool unnamed = false;
   /// A named statement was missing or already there: another client of a pooler used the
   /// server connection this one prepared on. Read by the store, which then goes unnamed.
