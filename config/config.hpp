@@ -275,6 +275,9 @@ struct config {
   /// `admin: {listen: ..., token_file: ...}`: writes on the admin API (cancel, replay) need
   /// `Authorization: Bearer <the file's content>`; the file is read at each write. Empty: none.
   std::string admin_token_file;
+  /// `admin.allowed_hosts`: names besides IP literals, localhost and the admin host by which the
+  /// admin API may be addressed (`Host`); `.example.com` allows every name under it. Lower case.
+  std::vector<std::string> admin_allowed_hosts;
   unsigned workers = 0;  ///< 0 = one per core
   duration drain_timeout = std::chrono::seconds(10);
   /// Reload when the --config file changes (checked every second), as SIGHUP does; for

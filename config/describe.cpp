@@ -167,12 +167,13 @@ std::string effective_config_json(const config& cfg) {
   {
     object_writer w(json);
     w.string("listen", endpoint_text(cfg.listen));
-    if (cfg.admin_token_file.empty()) {
+    if (cfg.admin_token_file.empty() && cfg.admin_allowed_hosts.empty()) {
       w.string("admin", endpoint_text(cfg.admin));
-    } else {  // the file's path, never its content
+    } else {
       object_writer a(w.nested("admin"));
       a.string("listen", endpoint_text(cfg.admin));
-      a.string("token_file", cfg.admin_token_file);
+      if (!cfg.admin_token_file.empty()) a.string("token_file", cfg.admin_token_file);  // its path, never its content
+      if (!cfg.admin_allowed_hosts.empty()) a.strings("allowed_hosts", cfg.admin_allowed_hosts);
     }
     w.string("service", cfg.service);
     w.string("log_level", cfg.log_level);

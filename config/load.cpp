@@ -46,9 +46,10 @@ void reader::read_top(const YAML::Node& root, config& c) {
   typed(root, "log_level", "", c.log_level, parse_log_level);
   typed(root, "listen", "", c.listen, parse_endpoint);
   if (auto a = root["admin"]; a && a.IsMap()) {
-    check_keys(a, "admin", {"listen", "token_file"});
+    check_keys(a, "admin", {"listen", "token_file", "allowed_hosts"});
     typed(a, "listen", "admin", c.admin, parse_endpoint);
     if (auto f = readable_file(a, "token_file", "admin")) c.admin_token_file = *f;
+    if (auto h = a["allowed_hosts"]) read_admin_allowed_hosts(h, c);
   } else {
     typed(root, "admin", "", c.admin, parse_endpoint);
   }
@@ -117,8 +118,8 @@ void reader::read_top(const YAML::Node& root, config& c) {
   if (root["admin"] && c.hands_over() && c.admin_token_file.empty() && c.admin.host != "127.0.0.1" &&
       c.admin.host != "::1" && c.admin.host != "localhost")
     warn(root["admin"], "admin",
-         "the admin API listens beyond loopback without admin.token_file: anyone who reaches it can cancel "
-         "and replay handed-over calls",
+         "the admin API listens beyond loopback without admin.token_file: anyone who reaches it can submit "
+         "calls that rebound sends with a dependency's credentials, and cancel and replay handed-over calls",
          "");
 }
 
@@ -135,6 +136,29 @@ void reader::check_lease_outlasts_attempts(const YAML::Node& n, const config& c)
     error(n["lease"] ? n["lease"] : n, "store.lease",
           "must outlast the longest attempt_timeout (" + format_duration(longest) +
               ") by 5s: a lease that runs out mid-attempt lets another instance deliver the task too");
+}
+
+/// `admin.allowed_hosts`: host names (no port, no scheme), lower-cased; `.name` for a domain.
+void reader::read_admin_allowed_hosts(const YAML::Node& n, config& c) {
+  if (!n.IsSequence()) {
+    error(n, "admin.allowed_hosts", "expected a list of host names (admin.example.com, or .example.com for a domain)");
+    return;
+  }
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    auto const path = "admin.allowed_hosts[" + std::to_string(i) + "]";
+    auto const h = scalar(n[i], path);
+    if (!h) continue;
+    auto const name = lower(*h);
+    bool const valid = !name.empty() && name != "." &&
+                       std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+                         return std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_';
+                       });
+    if (!valid) {
+      error(n[i], path, "invalid host name \"" + *h + "\" (a name without port or scheme, or .domain)");
+      continue;
+    }
+    c.admin_allowed_hosts.push_back(name);
+  }
 }
 
 /// The store's type and, for postgres, where the database is (type-specific keys checked).

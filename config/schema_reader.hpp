@@ -27,6 +27,9 @@ class reader : public yaml_reader {
       attempt would let two instances deliver the same task at once. */
   void check_lease_outlasts_attempts(const YAML::Node& n, const config& c);
 
+  /// `admin.allowed_hosts`: host names (no port, no scheme), lower-cased; `.name` for a domain.
+  void read_admin_allowed_hosts(const YAML::Node& n, config& c);
+
   /// The store's type and, for postgres, where the database is (type-specific keys checked).
   void read_store(const YAML::Node& n, config::store_settings& st);
 

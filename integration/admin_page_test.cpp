@@ -99,5 +99,47 @@ TEST(AdminPage, AWriteFromAPageOfAnotherOriginIsRefusedTokenOrNot) {
   EXPECT_EQ(admin.get("/dlq/" + id).status, 405u) << "reads are not asked where they come from";
 }
 
+// Issue 46, defect 1: a page of http://evil.example:PORT whose name was rebound to 127.0.0.1
+// sends its own Host and Origin, which agree with each other. It used to get 201 for a task that
+// rebound then delivered with the dependency's bearer_file token.
+TEST(AdminPage, ADnsRebindingPageCanNeitherReadNorSubmitACall) {
+  ScriptedUpstream up;
+  up.on("/charge", respond(200));
+  store_dir store;
+  write_file(store.dir + "/dependency-token", "dependency-secret\n");
+  auto o = hooks_to(up, store, "    auth: {type: bearer_file, path: " + store.dir + "/dependency-token}\n");
+  o.admin_allowed_hosts = "rebound.test";
+  ReboundProcess rb(o);
+  auto const port = std::to_string(rb.admin_port());
+  std::string const evil = "evil.example:" + port;
+  std::string const task = "{\"target\":\"http://" + up.authority() + "/charge\",\"body\":\"{}\"}";
+  // A fresh connection each: a refused write ends its connection (its body is still on the wire).
+  auto const ask = [&](const std::string& method, const std::string& path, const Fields& fields,
+                       const std::string& body = {}) {
+    HttpClient admin(rb.admin_port());
+    return admin.request(method, path, fields, body);
+  };
+  auto const submit = ask(
+      "POST", "/retry-tasks", {{"Host", evil}, {"Origin", "http://" + evil}, {"Content-Type", "text/plain"}}, task);
+  EXPECT_EQ(submit.status, 403u) << submit.body;
+  EXPECT_NE(submit.body.find("\"forbidden\""), std::string::npos) << submit.body;
+  for (auto const* path : {"/config", "/dlq", "/metrics", "/ui"})
+    EXPECT_EQ(ask("GET", path, {{"Host", evil}}).status, 403u) << path << ": reads are refused too";
+  EXPECT_EQ(ask("GET", "/config", {{"Host", "localhost:" + port}}).status, 200u);
+  EXPECT_EQ(ask("GET", "/config", {{"Host", "rebound.test:" + port}}).status, 200u) << "admin.allowed_hosts";
+  EXPECT_EQ(ask("GET", "/healthz", {{"Host", "10.1.2.3:" + port}}).status, 200u) << "a kubelet probe by pod IP";
+  // A page of another local origin gets nothing written either, though its Host is loopback.
+  auto const local = ask("POST", "/retry-tasks",
+                                   {{"Host", "127.0.0.1:" + port}, {"Origin", "http://127.0.0.1:8000"},
+                                    {"Content-Type", "text/plain"}},
+                                   task);
+  EXPECT_EQ(local.status, 403u) << local.body;
+  // The operator's own tools (no Origin) still submit.
+  auto const own = ask("POST", "/retry-tasks", {{"Content-Type", "application/json"}}, task);
+  EXPECT_EQ(own.status, 201u) << own.body;
+  ASSERT_TRUE(rb.wait_for_log("\"task_delivered\""));
+  EXPECT_EQ(up.request_count("/charge"), 1u) << "only the operator's task was delivered";
+}
+
 }  // namespace
 }  // namespace itest::admin_page_test

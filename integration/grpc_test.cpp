@@ -228,7 +228,7 @@ TEST(Grpc, R9_DependencyCredentialTravelsAsMetadataAndAttemptsAreCounted) {
   EXPECT_EQ(r.trailing["x-authorization"], "Bearer grpc-token-1");
   auto metrics = RawConnection::try_connect(rebound.admin_port());
   ASSERT_TRUE(metrics);
-  ASSERT_TRUE(metrics->send("GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(metrics->send("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
   auto m = metrics->read_response(5s);
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("retry_attempts_total{attempt_number=\"2\",dependency=\"peer\""), std::string::npos)

@@ -266,10 +266,10 @@ bool ReboundProcess::launch() {
   exit_status_.reset();
   std::ostringstream y;
   y << "listen: 127.0.0.1:" << port_ << "\n";
-  if (options_.admin_token_file.empty())
-    y << "admin: 127.0.0.1:" << admin_port_ << "\n";
-  else
-    y << "admin: {listen: 127.0.0.1:" << admin_port_ << ", token_file: " << options_.admin_token_file << "}\n";
+  y << "admin: {listen: 127.0.0.1:" << admin_port_;
+  if (!options_.admin_token_file.empty()) y << ", token_file: " << options_.admin_token_file;
+  if (!options_.admin_allowed_hosts.empty()) y << ", allowed_hosts: [" << options_.admin_allowed_hosts << "]";
+  y << "}\n";
   y << "workers: " << options_.workers << "\n";
   y << "drain_timeout: " << options_.drain_timeout << "\n";
   if (!options_.unknown_hosts.empty()) y << "unknown_hosts: " << options_.unknown_hosts << "\n";

@@ -101,6 +101,7 @@ struct ReboundOptions {
   std::string idle_timeout;
   std::string extra;             // appended verbatim (e.g. a `dependencies:` block)
   std::string admin_token_file;  // set: `admin:` is written as {listen, token_file}
+  std::string admin_allowed_hosts;  // set: `admin:` is written with allowed_hosts: [this]
   // The test asserts a bound on rebound's memory. AddressSanitizer keeps freed memory in a
   // quarantine (256 MiB by default) to catch use-after-free, so RSS grows with what was ever
   // allocated, not with what is held; such a test runs rebound with the quarantine off.

@@ -1,5 +1,7 @@
 #include "proxy/admin/admin_server.hpp"
 
+#include "proxy/admin/api_support.hpp"
+#include "proxy/admin/host_guard.hpp"
 #include "proxy/admin/page_assets.hpp"
 #include "proxy/admin/task_api.hpp"
 #include "proxy/http/client_session.hpp"
@@ -145,6 +147,14 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     auto [ec, n] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
     // Held across the awaits: a reload may replace state.cfg meanwhile.
     auto const cfg = state.cfg;
+    // Before anything else, reads too: a page that rebound a name to this port is refused here.
+    if (auto why = ec ? std::nullopt : foreign_request(parser.get(), *cfg)) {
+      auto refused = api::answers(parser.get()).error(bhttp::status::forbidden, "forbidden", *why);
+      refused.keep_alive(parser.is_done() && parser.get().keep_alive());
+      auto [wec, wn] = co_await bhttp::async_write(stream, refused, use_tuple);
+      if (wec || !refused.keep_alive()) break;
+      continue;
+    }
     if (!ec && state.store && is_task_api(parser.get())) {
       // The token is checked on the head: an unauthorized write is answered before its body
       // is read; a body still on the wire then ends the connection.

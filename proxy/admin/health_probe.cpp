@@ -32,7 +32,9 @@ asio::awaitable<void> ask(tcp::endpoint at, std::string target, std::chrono::mil
     co_return;
   }
   bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
-  req.set(bhttp::field::host, at.address().to_string());
+  // RFC 9112 3.2: an IPv6 literal in brackets (the admin port's Host rule refuses it bare).
+  auto const address = at.address().to_string();
+  req.set(bhttp::field::host, at.address().is_v6() ? "[" + address + "]" : address);
   req.set(bhttp::field::user_agent, "rebound-health");
   req.set(bhttp::field::connection, "close");
   if (auto [ec, n] = co_await bhttp::async_write(stream, req, use_tuple); ec) {

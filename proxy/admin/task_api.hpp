@@ -37,11 +37,10 @@ struct task_api_context {
 /// Whether the request is for this API: /retry-tasks..., /retry-policies... or /dlq...
 bool is_task_api(const bhttp::request<bhttp::string_body>& req);
 
-/** The answer to a write from a browser page of another origin (403), to a write without the
-    admin token (401), or to any write while admin.token_file cannot be read (503); nullopt
-    for a read or an authorized write. Reads
-    the head only: the admin port asks before it reads a body, so an unauthorized client
-    cannot make rebound hold one. */
+/** The answer to a write without the admin token (401), or to any write while
+    admin.token_file cannot be read (503); nullopt for a read or an authorized write. Reads the
+    head only: the admin port asks before it reads a body, so an unauthorized client cannot make
+    rebound hold one. Host and Origin are host_guard.hpp's, checked before. */
 std::optional<bhttp::response<bhttp::string_body>> refuse_unauthorized(const bhttp::request<bhttp::string_body>& req,
                                                                        const config::config& cfg);
 

@@ -151,6 +151,17 @@ TEST(Load, AdminTakesAListenAddressAndATokenFile) {
   EXPECT_EQ(load_config_text("admin: 127.0.0.1:9912\n", "t.yaml").admin.port, 9912) << "the plain form stays";
 }
 
+TEST(Load, AdminAllowedHostsAreNamesReadInLowerCase) {
+  auto c = load_config_text("admin: {listen: 127.0.0.1:9911, allowed_hosts: [Rebound.Internal, .svc.cluster.local]}\n",
+                            "t.yaml");
+  EXPECT_EQ(c.admin_allowed_hosts, (std::vector<std::string>{"rebound.internal", ".svc.cluster.local"}));
+  auto const d = errors_of("admin: {listen: 127.0.0.1:9911, allowed_hosts: [\"http://x.example\", \"a:1\"]}\n");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].path, "admin.allowed_hosts[0]");
+  EXPECT_EQ(d[1].path, "admin.allowed_hosts[1]");
+  EXPECT_EQ(errors_of("admin: {listen: 127.0.0.1:9911, allowed_hosts: x.example}\n").size(), 1u) << "a list";
+}
+
 TEST(Load, AnAdminBeyondLoopbackWithoutATokenIsAWarning) {
   std::vector<diagnostic> warnings;
   load_config_text("admin: 0.0.0.0:9901\n", "t.yaml", &warnings);
@@ -158,6 +169,8 @@ TEST(Load, AnAdminBeyondLoopbackWithoutATokenIsAWarning) {
   load_config_text("admin: 0.0.0.0:9901\nstore: {path: /tmp/x.db}\n", "t.yaml", &warnings);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].message.find("token_file"), std::string::npos) << warnings[0].message;
+  EXPECT_NE(warnings[0].message.find("a dependency's credentials"), std::string::npos)
+      << "the warning says what an intruder could do: " << warnings[0].message;
   warnings.clear();
   load_config_text("admin: {listen: 0.0.0.0:9901, token_file: /dev/null}\nstore: {path: /tmp/x.db}\n", "t.yaml",
                    &warnings);
