@@ -138,6 +138,35 @@ TEST(Inbound, R6_AConfiguredPrincipalHeaderKeepsCallersWithoutAuthorizationApart
   EXPECT_EQ(app.request_count("/refunds"), 2u);
 }
 
+// Issue 46, defect 3: behind a gateway that appends the identity field, a caller who sends his
+// own X-User-Id: alice got alice's pinned answer; the field twice is now 400 before the store.
+TEST(Inbound, R6_APrincipalFieldSentTwiceIs400AndReplaysNobodysAnswer) {
+  ScriptedUpstream app;
+  app.on("/refunds", created("{\"refund\":\"alice\"}"));
+  store_dir store;
+  auto options = in_front_of(app, store, refunds);
+  options.extra += "  principal_header: X-User-Id\n";
+  ReboundProcess rb(options);
+  auto const port = inbound_port(rb);
+  HttpClient c(port);
+  ASSERT_EQ(c.request("POST", "/refunds",
+                      {{"Content-Type", "application/json"}, {"X-User-Id", "alice"}, {"Idempotency-Key", "cart-1"}},
+                      "{}")
+                .status,
+            201u);
+  auto const forged = c.request("POST", "/refunds",
+                                {{"Content-Type", "application/json"},
+                                 {"X-User-Id", "alice"},
+                                 {"X-User-Id", "mallory"},
+                                 {"Idempotency-Key", "cart-1"}},
+                                "{}");
+  EXPECT_EQ(forged.status, 400u) << forged.body;
+  EXPECT_EQ(forged.header("Idempotency-Status").value_or(""), "") << "nothing replayed";
+  EXPECT_EQ(forged.body.find("alice"), std::string::npos) << forged.body;
+  EXPECT_NE(forged.body.find("X-User-Id"), std::string::npos) << forged.body;
+  EXPECT_EQ(app.request_count("/refunds"), 1u);
+}
+
 TEST(Inbound, R6_AServerErrorIsNotPinnedSoTheRetryReachesTheApp) {
   ScriptedUpstream app;
   app.on_sequence("/refunds", {respond(503), created("{}")});

@@ -6,6 +6,7 @@
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 #include "proxy/store/task_store.hpp"
@@ -63,9 +64,13 @@ std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req)
   return std::string(key);
 }
 
-/// Who is asking: a hash of the field that names the caller (inbound.principal_header,
-/// Authorization by default), never its value (keys are the caller's own).
-std::string principal_of(const bhttp::request<bhttp::buffer_body>& req, const std::string& field) {
+/** Who is asking: a hash of the field that names the caller (inbound.principal_header,
+    Authorization by default), never its value (keys are the caller's own). nullopt when the
+    field comes more than once: repeated fields are one list (RFC 9110 5.3), and behind a
+    gateway that appends the identity instead of replacing it the first may be the caller's
+    forgery. */
+std::optional<std::string> principal_of(const bhttp::request<bhttp::buffer_body>& req, const std::string& field) {
+  if (req.count(field) > 1) return std::nullopt;
   auto const who = req[field];
   return who.empty() ? std::string("anonymous") : sha256_hex(who).substr(0, 32);
 }
@@ -272,6 +277,9 @@ net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& 
 
 gate_use gate_for(const config::inbound_route& r, const http::request_parser& parser) {
   auto const& req = parser.get();
+  // A WebSocket handshake's answer is a 101 and a tunnel: nothing that can be pinned and
+  // replayed. It goes to the app as a handshake, unpinned (forward() relays or refuses it).
+  if (http::read_upgrade(req).what != http::upgrade_ask::kind::none) return gate_use::none;
   std::string_view const method(req.method_string().data(), req.method_string().size());
   bool const event = !r.dedupe.header.empty() && req.count(r.dedupe.header) > 0;
   if (event) return gate_use::gate;
@@ -330,10 +338,15 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
       co_return co_await refuse(400, "idempotency.key_missing", "missing", why);
     }
     key = std::move(*k);
-    if (!key.empty())
-      scope = "key\n" +
-              (ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*")) +
-              "\n" + ir.match.path_prefix + "\n" + key;
+    auto const principal =
+        ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*");
+    if (!principal) {
+      std::string const why = cfg.inbound.principal_header +
+                              " (inbound.principal_header) names the caller and must come once: which one is meant "
+                              "is unknown";
+      co_return co_await refuse(400, "bad_request", "missing", why);
+    }
+    if (!key.empty()) scope = "key\n" + *principal + "\n" + ir.match.path_prefix + "\n" + key;
   }
   k.event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
   bool const event = k.event;
