@@ -3,6 +3,8 @@
 // scripted upstream, and the admin API's view of a task.
 #include "helpers.hpp"
 
+#include <algorithm>
+#include <initializer_list>
 #include <thread>
 
 namespace itest {
@@ -24,6 +26,18 @@ inline ReboundOptions hooks_to(const ScriptedUpstream& up, const store_dir& stor
 inline std::string post(const std::string& authority, const std::string& path, const std::string& body,
                         const std::string& extra_headers = {}) {
   return absolute_request("POST", authority, path, "Content-Type: application/json\r\n" + extra_headers, body);
+}
+
+/// The first line of /metrics' `text` of the series `name` whose labels hold every one of
+/// `labels` (each `key="value"`); empty when there is none.
+inline std::string series_line(const std::string& text, const std::string& name,
+                               std::initializer_list<std::string> labels) {
+  for (auto at = text.find("\n" + name + "{"); at != std::string::npos; at = text.find("\n" + name + "{", at + 1)) {
+    auto const line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    if (std::all_of(labels.begin(), labels.end(), [&](const std::string& l) { return line.find(l) != std::string::npos; }))
+      return line;
+  }
+  return {};
 }
 
 /// The task id of a 202 answer, checked against its Location; empty when it is not one.

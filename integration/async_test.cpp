@@ -227,7 +227,7 @@ TEST(Async, AnUnauthorizedAdminWriteIsRefusedOnItsHeadAndAdminConnectionsAreCapp
   // write_file leaves the token 0644: said at start (issue 29, defect 16).
   EXPECT_TRUE(rb.wait_for_log("\"admin_token_file_exposed\"")) << rb.stdout_text();
   RawConnection c(rb.admin_port());
-  ASSERT_TRUE(c.send("POST /retry-tasks HTTP/1.1\r\nHost: admin\r\nContent-Type: application/json\r\n"
+  ASSERT_TRUE(c.send("POST /retry-tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      "Content-Length: 1000000\r\n\r\n{\"target\":"));
   auto const refused = c.read_response(5s);
   ASSERT_TRUE(refused) << "answered without waiting for the body: " << c.last_error();
@@ -466,6 +466,39 @@ TEST(Async, PastStoreMaxSizeHandOversGet507AndReadinessSaysTheStoreIsFull) {
        at = log.find("\"event\":\"store_full\"", at + 1))
     ++warnings;
   EXPECT_EQ(warnings, 1u) << "one warning for the episode, not one per refused call\n" << log;
+}
+
+// Issue 46, defect 4: while the store was full, every dead letter's alert notice was refused
+// like a new task and dropped without a word (17 dead letters, 0 notices). A notice is small and
+// there is one per dead letter: it is taken past store.max_size.
+TEST(Async, R8_DeadLettersOfAFullStoreStillRaiseTheirNotices) {
+  ScriptedUpstream up, alerts;
+  up.on("/hook", respond(503));
+  alerts.on("/alert", respond(200));
+  store_dir store;
+  ReboundOptions o;
+  o.extra = "store: {path: " + store.dir + "/rebound.db, max_size: 1MiB}\n" +
+            "alert: {webhook: \"http://" + alerts.authority() + "/alert\"}\n"
+            "dependencies:\n  hooks:\n    hosts: [\"" + up.authority() +
+            "\"]\n    context: webhook\n    backoff: {base: 2s, cap: 2s}\n";
+  ReboundProcess rb(o);
+  std::string const body(64 * 1024, 'x');
+  int accepted = 0;
+  for (int i = 0; i < 64; ++i) {
+    auto r = raw_exchange(rb.port(), post(up.authority(), "/hook", body));
+    ASSERT_TRUE(r) << last_exchange_error();
+    if (r->status != 202) break;
+    ++accepted;
+  }
+  ASSERT_GE(accepted, 8);
+  ASSERT_EQ(HttpClient(rb.admin_port()).get("/readyz").status, 503u) << "the store is full";
+  up.on("/hook", respond(410));  // final (R-4): every task's next attempt dead-letters it
+  ASSERT_TRUE(alerts.wait_for_requests(static_cast<std::size_t>(accepted), 20s))
+      << alerts.request_count("/alert") << " notices for " << accepted << " dead letters\n"
+      << rb.stdout_text();
+  EXPECT_EQ(rb.stdout_text().find("\"alert_failed\""), std::string::npos) << rb.stdout_text();
+  auto const metrics = HttpClient(rb.admin_port()).get("/metrics").body;
+  EXPECT_EQ(series_line(metrics, "alert_notices_total", {"outcome=\"lost\""}), "") << metrics;
 }
 
 }  // namespace itest::async_test

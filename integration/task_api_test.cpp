@@ -246,6 +246,17 @@ TEST(TaskApi, R8_AnAlertThatFailsEndsExhaustedAndRaisesNoOtherAlert) {
   auto const dlq = parse_json(admin.get("/dlq").body);
   ASSERT_TRUE(dlq && dlq->get("items"));
   EXPECT_EQ(dlq->get("items")->a.size(), 1u) << "the failed notice is not a dead letter";
+  // Issue 46, defect 4: a failed notice was counted as a webhook's failure, inflating seed 003's
+  // dead-letter rate with rebound's own notices.
+  auto const metrics = admin.get("/metrics").body;
+  EXPECT_TRUE(series_line(metrics, "alert_notices_total", {"outcome=\"failed\""}).ends_with(" 1")) << metrics;
+  EXPECT_EQ(series_line(metrics, "retry_request_attempts_count",
+                        {"dependency=\"" + alerts.authority() + "\"", "outcome=\"failure\""}),
+            "")
+      << metrics;
+  EXPECT_NE(series_line(metrics, "retry_attempts_total", {"dependency=\"" + alerts.authority() + "\""}), "")
+      << "its attempts are still attempts to its URL's dependency\n"
+      << metrics;
 }
 
 TEST(TaskApi, R8_ARouteThatMayNotDeadLetterAnswersRespondAsyncItself) {
@@ -319,6 +330,17 @@ TEST(TaskApi, R8_AStoredTaskThatCannotBeSentIsDeadLetteredNotLeftInFlight) {
   EXPECT_TRUE(rb.wait_for_log("\"reason\":\"unsendable\"")) << rb.stdout_text();
   EXPECT_EQ(up.request_count("/hook"), 0u);
   EXPECT_TRUE(alerts.wait_for_requests(1)) << "R-8: an alert fires for it like any dead letter";
+  // Issue 46, defect 4: it was never counted, so neither R-8's alert rule nor the dead-letter
+  // rate saw it.
+  auto const metrics = HttpClient(rb.admin_port()).get("/metrics").body;
+  EXPECT_TRUE(series_line(metrics, "dlq_messages_total", {"dependency=\"hooks\"", "reason=\"unsendable\""})
+                  .ends_with(" 1"))
+      << metrics;
+  EXPECT_TRUE(series_line(metrics, "retry_request_attempts_count",
+                          {"dependency=\"hooks\"", "context=\"webhook\"", "outcome=\"failure\""})
+                  .ends_with(" 1"))
+      << "its retry step ended\n"
+      << metrics;
 }
 
 }  // namespace itest::task_api_test

@@ -152,7 +152,7 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
   w.field("idempotency_key", dead.idempotency_key).field("dead_lettered_at", wall::now());
   w.field("task", std::string(ctx.admin_base) + "/retry-tasks/" + dead.id).close_object();
   body += '\n';
-  return store::new_task({"alert",
+  auto notice = store::new_task({"alert",
                           "POST",
                           url,
                           {{"Host", authority}, {"Content-Type", "application/json"}},
@@ -160,7 +160,42 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
                           std::string(alert_policy_id),
                           std::string(ctx.cfg().defaults.idempotency.header),
                           std::move(*key)});
+  if (notice) notice->beyond_max_size = true;
+  return notice;
 }
+
+/** R-8: raises the notice of a dead letter, stored next to the dead letter's record so both
+    usually share one commit (a crash between the two can lose the notice, never the dead
+    letter). A notice that cannot be made or stored is never dropped in silence: it is logged
+    `alert_failed` and counted lost. */
+void raise_alert(const http::session_context& ctx, const delivery_state& state, const store::retry_task& dead,
+                 std::string_view reason, unsigned attempts) {
+  if (ctx.cfg().alert_webhook.empty()) return;
+  auto lost = [log = ctx.log, metrics = state.options.metrics, id = dead.id](const std::string& why) {
+    log->error("alert_failed", {{"task_id", id}, {"reason", "not_stored"}, {"message", why}});
+    if (metrics) metrics->alert_notice("lost");
+  };
+  auto notice = alert_task(ctx, dead, reason, attempts);
+  if (!notice) return lost("no idempotency key or id could be made for the notice (the CSPRNG failed)");
+  ctx.store->submit_accept(std::move(*notice), [lost](std::optional<store::store_error> e, bool) {
+    if (e) lost(e->message);
+  });
+}
+
+/** An alert notice's attempts are attempts to its URL's dependency like any other, but its
+    end is rebound's own business: counted in alert_notices_total, never in the
+    retry_request_attempts that seed 003's dead-letter rate is computed from. */
+class notice_observer final : public retry::attempt_observer {
+ public:
+  explicit notice_observer(retry::attempt_observer& dependency) : dependency_(dependency) {}
+  void attempt_done(const retry::attempt_report& r) override { dependency_.attempt_done(r); }
+  void retry_scheduled(retry::duration wait) override { dependency_.retry_scheduled(wait); }
+  void exhausted() override { dependency_.exhausted(); }
+  void declined(std::string_view reason) override { dependency_.declined(reason); }
+
+ private:
+  retry::attempt_observer& dependency_;
+};
 
 /// One delivery of a task: the worker's context, the scheduler's state, the task, and the
 /// dependency and policy it goes by.
@@ -185,11 +220,7 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
   // An alert that ran out is not dead-lettered: a failing alert must not raise another.
   auto const final_status =
       judged.status == store::task_status::dead_lettered && is_alert ? store::task_status::exhausted : judged.status;
-  // The notice goes to the store next to the dead letter's record, so both usually share one
-  // commit; a crash between the two can lose the notice, never the dead letter.
-  if (final_status == store::task_status::dead_lettered)
-    if (auto notice = alert_task(ctx, task, judged.reason, attempt.number))
-      ctx.store->submit_accept(std::move(*notice), [](std::optional<store::store_error>, bool) {});
+  if (final_status == store::task_status::dead_lettered) raise_alert(ctx, state, task, judged.reason, attempt.number);
   auto [e, kept] = co_await store::async_finish_attempt(*ctx.store, state.options.owner, attempt, final_status,
                                                         judged.at, use_tuple);
   log.info("task_attempt", {{"task_id", task.id},
@@ -209,8 +240,10 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
     if (state.waiting && state.waiting->expiry() > steady::now() + (judged.at - wall::now()))
       state.waiting->cancel();  // the scheduler recomputes its wait with this retry in it
   }
-  if (ended && state.options.metrics)
+  if (ended && state.options.metrics) {
     state.options.metrics->task_ended(route.name, config::to_string(policy.context), wall::now() - task.created_at);
+    if (is_alert) state.options.metrics->alert_notice(final_status == store::task_status::succeeded ? "delivered" : "failed");
+  }
   if (final_status == store::task_status::succeeded) {
     log.info("task_delivered", {{"task_id", task.id}, {"dependency", route.name}, {"attempts", attempt.number}});
   } else if (final_status == store::task_status::exhausted) {
@@ -226,23 +259,37 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
   }
 }
 
+/// The policy of the dependency a task was accepted for, by name: its route's is not known
+/// when its target cannot be parsed.
+const config::policy& policy_named(const config::config& cfg, std::string_view dependency) {
+  for (auto const& d : cfg.dependencies)
+    if (d.name == dependency) return d.effective;
+  return cfg.defaults;
+}
+
 /** A task that can never be sent (a target that does not parse, a field no HTTP/1.1 head can
     carry): kept where a person looks, with R-8's alert, instead of dropped or left IN_FLIGHT.
+    It ends through record() like any dead letter, so it is counted (dlq_messages_total, and
+    the end of its retry step that seed 003's dead-letter rate reads) and alerted on.
     `reason` is a view: a by-value string built in the co_await expression is destroyed twice
     by GCC 12. */
 net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, delivery_state& state,
                                             const store::retry_task& task, std::string_view reason) {
+  bool const is_alert = task.policy_id == alert_policy_id;
+  http::dependency_route route;
+  route.name = task.dependency;
+  route.policy = &policy_named(ctx.cfg(), task.dependency);
+  route.guard = ctx.guards->find(route.name, *route.policy);
+  auto const& policy = is_alert ? alert_policy() : *route.policy;
   store::attempt_log const none{task.id, task.attempts + 1, wall::now(), 0, "bad_request", {}};
-  if (auto notice = alert_task(ctx, task, "unsendable", none.number))
-    ctx.store->submit_accept(std::move(*notice), [](std::optional<store::store_error>, bool) {});
-  auto [e, ok] = co_await store::async_finish_attempt(*ctx.store, state.options.owner, none,
-                                                      store::task_status::dead_lettered, wall::now(), use_tuple);
-  ctx.log->error("dead_lettered", {{"task_id", task.id},
-                                   {"dependency", task.dependency},
-                                   {"reason", "unsendable"},
-                                   {"attempts", none.number},
-                                   {"idempotency_key", task.idempotency_key},
-                                   {"message", reason}});
+  // No retry step ran to its end: this is that end (an alert's is counted by record()).
+  if (!is_alert)
+    route.guard->ended(none.number - std::min(task.attempts, task.attempts_before), retry::call_end::failure,
+                       config::to_string(policy.context));
+  next_state const judged{store::task_status::dead_lettered, wall::now(), "unsendable"};
+  std::string const message(reason);
+  delivery_call const call{ctx, state, task, route, policy};
+  co_await record(call, none, judged, message);
 }
 
 net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_task& task,
@@ -309,8 +356,10 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto const started = steady::now();
   // R-3's total time and R-2's count run from the window's start: the accept, or the replay.
   auto const left = task.window_start + policy.total_timeout - started_wall;
+  notice_observer notice(guard);
+  retry::attempt_observer& observer = is_alert ? static_cast<retry::attempt_observer&>(notice) : guard;
   retry::retry_step step(
-      {policy, facts, log, *ctx.rng, guard, guard, false},
+      {policy, facts, log, *ctx.rng, guard, observer, false},
       started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
       task.attempts - std::min(task.attempts, task.attempts_before));
   // Traced (observe/trace.hpp): a task's attempts share one trace, each its own span sent

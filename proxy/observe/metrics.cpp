@@ -281,6 +281,11 @@ metrics::metrics(std::string service)
                          .Help("Spans not exported, by reason: queue_full (the export queue was full), "
                                "export_failed (the collector refused, timed out or was unreachable)")
                          .Register(*registry_)),
+      alert_notices_(prometheus::BuildCounter()
+                         .Name("alert_notices_total")
+                         .Help("R-8's alert notices (alert.webhook), by outcome: delivered, failed (its retries "
+                               "ran out), lost (it could not be stored)")
+                         .Register(*registry_)),
       store_commit_(prometheus::BuildHistogram()
                         .Name("store_commit_duration_seconds")
                         .Help("Commits of the task store, each with its fsync and the calls grouped into it")
@@ -310,6 +315,10 @@ void metrics::spans_exported(std::size_t n) {
 
 void metrics::spans_dropped(std::string_view reason, std::size_t n) {
   spans_dropped_.Add({{"service", service_}, {"reason", std::string(reason)}}).Increment(static_cast<double>(n));
+}
+
+void metrics::alert_notice(std::string_view outcome) {
+  alert_notices_.Add({{"service", service_}, {"outcome", std::string(outcome)}}).Increment();
 }
 
 void metrics::store_commit(std::chrono::nanoseconds took) {

@@ -110,6 +110,10 @@ class metrics {
   /// queue_full (the export queue was full) or export_failed (trace_spans_dropped_total).
   void spans_exported(std::size_t n);
   void spans_dropped(std::string_view reason, std::size_t n);
+  /// An alert notice ended `delivered` or `failed`, or was `lost` before it was stored:
+  /// alert_notices_total{outcome}. Kept apart from retry_request_attempts, so rebound's own
+  /// notices never count in a dependency's dead-letter rate.
+  void alert_notice(std::string_view outcome);
   /// A store commit and its fsync: store_commit_duration_seconds.
   void store_commit(std::chrono::nanoseconds took);
 
@@ -147,6 +151,7 @@ class metrics {
   prometheus::Family<prometheus::Gauge>& store_up_;
   prometheus::Family<prometheus::Counter>& spans_exported_;
   prometheus::Family<prometheus::Counter>& spans_dropped_;
+  prometheus::Family<prometheus::Counter>& alert_notices_;
   prometheus::Histogram& store_commit_;
 
   std::mutex mutex_;

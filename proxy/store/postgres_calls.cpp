@@ -74,7 +74,8 @@ std::vector<param> filter_params(const task_filter& f, task_status status) {
 
 void postgres_store::submit_accept(retry_task task, callback<bool> done) {
   enqueue<bool>(std::move(done), [this, task = std::move(task)](pg_connection& c, const callback<bool>& done) {
-    if (auto refused = refuse_new(c)) return answer<bool>(done, std::move(refused), false);
+    if (!task.beyond_max_size)
+      if (auto refused = refuse_new(c)) return answer<bool>(done, std::move(refused), false);
     c.run(q().accept,
           {text(task.id), text(task.idempotency_key), text(task.dependency), text(task.method), text(task.target),
            bytes(encode_headers(task.headers)), bytes(task.body), text(task.policy_id), number(task.attempts),

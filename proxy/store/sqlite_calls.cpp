@@ -60,7 +60,8 @@ void bind_filter(statement& s, const task_filter& f, task_status status) {
 
 void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
   enqueue([this, task = std::move(task), done = std::move(done)](database& db) {
-    if (auto full = refuse_new(db)) return answer<bool>(done, std::move(full), false);
+    if (!task.beyond_max_size)
+      if (auto full = refuse_new(db)) return answer<bool>(done, std::move(full), false);
     auto insert = db.prepare(q().accept);
     insert.bind(1, task.id).bind(2, task.idempotency_key).bind(3, task.dependency).bind(4, task.method);
     insert.bind(5, task.target).bind_blob(6, encode_headers(task.headers)).bind_blob(7, task.body);

@@ -36,6 +36,9 @@ struct retry_task {
   /// letter (which gets a fresh window; its earlier attempts stay in the log).
   wall_clock::time_point window_start{};
   unsigned attempts_before = 0;  ///< attempts made before that replay
+  /// Not stored: taken even past store.max_size. Only R-8's alert notice is: it is small, there
+  /// is at most one per dead letter, and refusing it would hide the dead letter from everyone.
+  bool beyond_max_size = false;
 };
 
 struct attempt_log {
