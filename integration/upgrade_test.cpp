@@ -2,6 +2,7 @@
 // Node's `ws` over `http-proxy-agent` (absolute form, as HTTP_PROXY clients send it), Python's
 // `websockets` in origin form, and a `websockets` echo server (integration/ws_peer.py). Up to
 // the 101 an upgrade is a request (routes, R-4 retries, refusals); after it, a tunnel.
+#include "async_helpers.hpp"
 #include "client.hpp"
 #include "grpc_peers.hpp"
 
@@ -106,7 +107,7 @@ std::string handshake(const std::string& target, const std::string& host, const 
 
 /// A counter's value in rebound's metrics, 0 when absent.
 double metric(const ReboundProcess& rb, const std::string& series_prefix) {
-  auto r = raw_exchange(rb.admin_port(), "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  auto r = raw_exchange(rb.admin_port(), "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   if (!r) return -1;
   auto const at = r->body.find(series_prefix);
   if (at == std::string::npos) return 0;
@@ -269,26 +270,58 @@ TEST(Upgrades, TheInboundListenerRelaysWebSocketsToTheApp) {
   EXPECT_EQ(up.headers["host"], "app.example") << "the inbound side keeps the caller's Host";
 }
 
+// Issue 46: on an inbound route that dedupes events, a WebSocket handshake went to the app as a
+// plain GET and its answer was pinned and replayed. It is a handshake, relayed unpinned.
+TEST(Upgrades, AHandshakeOnADedupingInboundRouteIsRelayedUnpinned) {
+  WsServer app;
+  store_dir store;
+  ReboundOptions opts;
+  opts.extra = store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() +
+               "\n  routes:\n    - match: {path_prefix: /echo}\n      dedupe: {header: X-Event-ID}\n";
+  ReboundProcess rb(opts);
+  auto const port = inbound_port(rb);
+  ASSERT_NE(port, 0) << rb.stdout_text();
+  for (int i = 0; i < 2; ++i) {
+    RawConnection c(port);
+    ASSERT_TRUE(c.send(handshake("/echo", "app.example", "X-Event-ID: evt-1\r\n")));
+    auto const r = c.read_response(5s);
+    ASSERT_TRUE(r) << c.last_error();
+    EXPECT_EQ(r->status, 101u) << "handshake " << i << ": " << r->body;
+    EXPECT_FALSE(r->header("Idempotency-Status")) << "nothing pinned or replayed";
+  }
+  EXPECT_EQ(seen(app, "/echo").count, 2u) << "each handshake reached the app";
+}
+
 // A 101 to another protocol than asked is no switch rebound can relay: 502, nothing tunnelled.
+// Issue 46: `h2c, websocket` names two layers (RFC 9110 7.8), WebSocket over HTTP/2, and was
+// taken for WebSocket; obs-text in the field reached the 502's JSON body and the log as bytes
+// that are not UTF-8.
 TEST(Upgrades, ASwitchToAnotherProtocolIs502AndNothingIsTunnelled) {
-  TcpServer liar([](Conn& c, TcpServer&) {
-    std::string head;
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      auto const got = c.read_some();
-      if (got.empty()) return;
-      head += got;
-    }
-    c.write_all("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nsecret");
-    while (!c.read_some().empty()) {
-    }
-  });
-  ReboundProcess rb;
-  auto r = raw_exchange(rb.port(), handshake("http://" + liar.authority() + "/ws", liar.authority()));
-  ASSERT_TRUE(r) << last_exchange_error();
-  EXPECT_EQ(r->status, 502u);
-  EXPECT_EQ(r->header("Rebound-Error").value_or(""), "upstream_protocol_error");
-  EXPECT_EQ(r->body.find("secret"), std::string::npos) << r->body;
-  EXPECT_EQ(liar.connections(), 1u) << "a protocol error is final (R-4)";
+  for (std::string const upgrade : {"h2c", "h2c, websocket", "websocket, h2c", "h\xff\xfe\"c"}) {
+    TcpServer liar([upgrade](Conn& c, TcpServer&) {
+      std::string head;
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        auto const got = c.read_some();
+        if (got.empty()) return;
+        head += got;
+      }
+      c.write_all("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + upgrade + "\r\nConnection: Upgrade\r\n\r\nsecret");
+      while (!c.read_some().empty()) {
+      }
+    });
+    ReboundProcess rb;
+    auto r = raw_exchange(rb.port(), handshake("http://" + liar.authority() + "/ws", liar.authority()));
+    ASSERT_TRUE(r) << last_exchange_error();
+    EXPECT_EQ(r->status, 502u) << upgrade;
+    EXPECT_EQ(r->header("Rebound-Error").value_or(""), "upstream_protocol_error") << upgrade;
+    EXPECT_EQ(r->body.find("secret"), std::string::npos) << r->body;
+    EXPECT_TRUE(parse_json(r->body)) << "the body is JSON: " << r->body;
+    EXPECT_EQ(r->body.find("\xff"), std::string::npos) << "no byte that is not UTF-8: " << r->body;
+    EXPECT_EQ(liar.connections(), 1u) << "a protocol error is final (R-4)";
+    rb.signal(SIGTERM);
+    ASSERT_TRUE(rb.wait_exit(10s));
+    EXPECT_EQ(rb.stdout_text().find("\xff"), std::string::npos) << "nor in the log";
+  }
 }
 
 // R-9 before the switch: the dependency's credential goes on the handshake as on any request.

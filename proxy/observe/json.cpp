@@ -5,11 +5,37 @@
 
 namespace rebound::observe {
 
+namespace {
+
+/** The length of the well-formed UTF-8 sequence that starts `s` at `i` (RFC 3629: no overlong
+    forms, no surrogates, nothing past U+10FFFF), or 0 when the bytes there are not one. */
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  auto const at = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  auto const cont = [&](std::size_t k) { return i + k < s.size() && (at(k) & 0xc0) == 0x80; };
+  auto const c = at(0);
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c >= 0xe0 && c <= 0xef) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xe0 && at(1) < 0xa0) return 0;  // overlong
+    if (c == 0xed && at(1) > 0x9f) return 0;  // a UTF-16 surrogate
+    return 3;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xf0 && at(1) < 0x90) return 0;  // overlong
+    if (c == 0xf4 && at(1) > 0x8f) return 0;  // past U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void append_json_string(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   out += '"';
-  for (char ch : s) {
-    auto const c = static_cast<unsigned char>(ch);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto const c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"':
         out += "\\\"";
@@ -31,8 +57,15 @@ void append_json_string(std::string& out, std::string_view s) {
           out += "\\u00";
           out += hex[c >> 4];
           out += hex[c & 0xf];
+        } else if (c < 0x80) {
+          out += static_cast<char>(c);
+        } else if (auto const n = utf8_sequence(s, i); n > 0) {
+          out.append(s.substr(i, n));
+          i += n - 1;
         } else {
-          out += ch;
+          // Bytes that are not UTF-8 (obs-text in a field value an upstream sent) would make the
+          // whole document invalid JSON: a strict reader (an OTLP collector) refuses all of it.
+          out += "\xef\xbf\xbd";  // U+FFFD, the replacement character
         }
     }
   }

@@ -4,6 +4,7 @@
 #include <boost/beast/http/rfc7230.hpp>
 
 #include <algorithm>
+#include <vector>
 
 namespace rebound::http {
 
@@ -28,9 +29,10 @@ bool connection_names(const bhttp::fields& f, std::string_view option) {
   return false;
 }
 
-/// Whether an Upgrade field offers `protocol`; its elements are `name[/version]`, which
-/// Beast's token_list would stop at.
-bool upgrade_offers(const bhttp::fields& f, std::string_view protocol) {
+/// The protocol names of every Upgrade field, in order; its elements are `name[/version]`,
+/// which Beast's token_list would stop at. Empty elements (`a, , b`) are skipped (RFC 9110 5.6.1).
+std::vector<std::string_view> upgrade_protocols(const bhttp::fields& f) {
+  std::vector<std::string_view> names;
   auto const [first, last] = f.equal_range(bhttp::field::upgrade);
   for (auto it = first; it != last; ++it) {
     auto rest = view(it->value());
@@ -38,10 +40,16 @@ bool upgrade_offers(const bhttp::fields& f, std::string_view protocol) {
       auto const comma = rest.find(',');
       auto const element = trim(rest.substr(0, comma));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      if (boost::beast::iequals(element.substr(0, element.find('/')), protocol)) return true;
+      if (!element.empty()) names.push_back(element.substr(0, element.find('/')));
     }
   }
-  return false;
+  return names;
+}
+
+/// Whether an Upgrade field offers `protocol` among others (a request's offer).
+bool upgrade_offers(const bhttp::fields& f, std::string_view protocol) {
+  auto const names = upgrade_protocols(f);
+  return std::any_of(names.begin(), names.end(), [&](auto n) { return boost::beast::iequals(n, protocol); });
 }
 
 bool base64_char(char c) {
@@ -88,10 +96,14 @@ void carry_websocket_upgrade(bhttp::fields& f) {
 }
 
 std::string switch_mismatch(const bhttp::response_header<>& res) {
-  if (!upgrade_offers(res, websocket_protocol)) {
-    auto const named = view(res[bhttp::field::upgrade]);
+  // A 101 names the protocols it switched to, in layer order (RFC 9110 7.8): `h2c, websocket` is
+  // WebSocket over HTTP/2, not the switch asked for, so the answer must name websocket alone.
+  auto const names = upgrade_protocols(res);
+  if (names.size() != 1 || !boost::beast::iequals(names.front(), websocket_protocol)) {
+    auto named = view(res[bhttp::field::upgrade]);
+    if (named.size() > 64) named = named.substr(0, 64);  // a message, not a copy of the head
     return named.empty() ? "the upstream answered 101 without an Upgrade field"
-                         : "the upstream switched to \"" + std::string(named) + "\", not websocket";
+                         : "the upstream switched to \"" + std::string(named) + "\", not websocket alone";
   }
   if (!connection_names(res, "upgrade")) return "the upstream's 101 has no Connection: upgrade";
   return {};

@@ -10,6 +10,29 @@ TEST(Json, EscapesQuotesBackslashesAndControlCharacters) {
   EXPECT_EQ(out, "\"a\\\"b\\\\c\\nd\\u0001\\u007f\"");
 }
 
+// Issue 46, defect 5: an upstream's `Upgrade: h\xff\xfe"c` (obs-text is legal in a field value)
+// reached a 502 body, a log line and an OTLP batch as bytes no JSON reader accepts.
+TEST(Json, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
+  std::string out;
+  append_json_string(out, "h\xff\xfe\"c");
+  EXPECT_EQ(out, "\"h\xef\xbf\xbd\xef\xbf\xbd\\\"c\"");
+  // Overlong, a surrogate, past U+10FFFF, cut short, a lone continuation, never a lead byte:
+  // each byte is one replacement.
+  for (std::string_view bad : {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80", "\xf8"}) {
+    out.clear();
+    append_json_string(out, bad);
+    std::string expected = "\"";
+    for (std::size_t i = 0; i < bad.size(); ++i) expected += "\xef\xbf\xbd";
+    EXPECT_EQ(out, expected + "\"");
+  }
+}
+
+TEST(Json, WellFormedUtf8IsKeptAsItIs) {
+  std::string out;
+  append_json_string(out, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xef\xbf\xbd");
+  EXPECT_EQ(out, "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xef\xbf\xbd\"");
+}
+
 namespace json_test {
 
 using rebound::observe::json_writer;
