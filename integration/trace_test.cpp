@@ -194,6 +194,35 @@ TEST(Tracing, AnUnsampledCallersTraceIsForwardedUntouchedAndRecordsNothing) {
   EXPECT_FALSE(sent[1].header("traceparent")) << "an unsampled trace rebound started is not announced";
 }
 
+// Issue 46, defect 6 (W3C test suite: test_traceparent_duplicated, an all-zero parent id): both
+// start a new trace, and the log's correlation id is never the caller's refused trace id.
+TEST(Tracing, ADuplicatedOrAllZeroParentTraceparentStartsANewTrace) {
+  ScriptedUpstream up;
+  up.on("/get", respond(200));
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  ReboundProcess rb(traced(up, collector.port(), "  sample_ratio: 1\n"));
+  std::string const zero_parent = "00-" + std::string(caller_trace) + "-0000000000000000-01";
+  std::string const other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  for (Fields const& fields : {Fields{{"traceparent", caller_traceparent()}, {"traceparent", other}},
+                               Fields{{"traceparent", zero_parent}}}) {
+    HttpClient client(rb.port());
+    ASSERT_EQ(client.get("http://" + up.authority() + "/get", fields).status, 200u);
+  }
+  auto const sent = up.requests();
+  ASSERT_EQ(sent.size(), 2u);
+  for (auto const& r : sent) {
+    auto const tp = r.header("traceparent").value_or("");
+    ASSERT_EQ(tp.size(), 55u) << tp;
+    EXPECT_EQ(tp.find(caller_trace), std::string::npos) << "a new trace, not the caller's: " << tp;
+    EXPECT_EQ(tp.find("0af7651916cd43dd8448eb211c80319c"), std::string::npos) << "nor the second field's: " << tp;
+  }
+  rb.signal(SIGTERM);
+  ASSERT_TRUE(rb.wait_exit(10s));
+  EXPECT_EQ(rb.stdout_text().find(std::string("\"correlation_id\":\"") + std::string(caller_trace)), std::string::npos)
+      << rb.stdout_text();
+}
+
 TEST(Tracing, ACollectorThatIsDownOrNeverAnswersMakesNoRequestWait) {
   ScriptedUpstream up;
   up.on("/get", respond(200));

@@ -366,11 +366,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   // upstream, under the caller's span when the handed-over call came with a traceparent.
   observe::request_trace trace;
   observe::span_id attempt_span{};
-  if (ctx.tracer) {
-    auto const tp = req.find("traceparent");
-    trace =
-        ctx.tracer->begin_task(tp == req.end() ? std::string_view() : std::string_view(tp->value()), task.id, *ctx.rng);
-  }
+  if (ctx.tracer) trace = ctx.tracer->begin_task(http::traceparent_of(req), task.id, *ctx.rng);
   if (trace.sampled) {
     attempt_span = observe::tracer::new_span_id(*ctx.rng);
     req.set("traceparent", observe::format_traceparent(trace.trace, attempt_span, true));

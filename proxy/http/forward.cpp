@@ -284,8 +284,7 @@ struct forward_plan {
 /// as X-Request-ID when the client gave none that can be used.
 void correlate(forward_plan& plan, bhttp::request<bhttp::buffer_body>& req, std::mt19937_64& rng) {
   plan.facts.correlation_id = correlation_id_of(req);
-  if (auto tp = req.find("traceparent"); tp != req.end()) {
-    std::string_view const field = tp->value();
+  if (auto const field = traceparent_of(req); !field.empty()) {
     plan.caller_traceparent = field;
     plan.facts.traceparent = plan.caller_traceparent;
     auto const id = plan.facts.correlation_id;

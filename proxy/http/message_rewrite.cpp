@@ -20,7 +20,13 @@ std::string_view correlation_id_of(const bhttp::fields& f) {
     auto const it = f.find(name);
     return it == f.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
   };
-  return observe::correlation_id_of({value("X-Request-ID"), value("X-Correlation-ID"), value("traceparent")});
+  return observe::correlation_id_of({value("X-Request-ID"), value("X-Correlation-ID"), traceparent_of(f)});
+}
+
+std::string_view traceparent_of(const bhttp::fields& f) {
+  if (f.count("traceparent") != 1) return {};
+  auto const v = f.find("traceparent")->value();
+  return {v.data(), v.size()};
 }
 
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }

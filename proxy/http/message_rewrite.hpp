@@ -28,6 +28,10 @@ std::string_view loggable_path(std::string_view origin_form);
 /// the correlation id the request carries (observe/correlation.hpp's rule), or empty.
 std::string_view correlation_id_of(const bhttp::fields& f);
 
+/// The caller's traceparent, or empty when there is none or more than one: W3C Trace Context
+/// (test_traceparent_duplicated) has two such fields start a new trace, as an invalid one does.
+std::string_view traceparent_of(const bhttp::fields& f);
+
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
                               const bhttp::request_parser<bhttp::buffer_body>& p, const request_target& t,

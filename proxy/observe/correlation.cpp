@@ -1,15 +1,10 @@
 #include "proxy/observe/correlation.hpp"
 
+#include "proxy/observe/trace.hpp"
+
 #include <algorithm>
 
 namespace rebound::observe {
-namespace {
-
-bool lower_hex(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-}  // namespace
 
 bool usable_correlation_id(std::string_view value) {
   return !value.empty() && value.size() <= max_correlation_id &&
@@ -17,16 +12,11 @@ bool usable_correlation_id(std::string_view value) {
 }
 
 std::string_view trace_id_of(std::string_view tp) {
-  // version "00" is 55 characters; later versions may append fields after another '-'.
-  if (tp.size() < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-') return {};
-  if (tp.size() > 55 && tp[55] != '-') return {};
-  auto const version = tp.substr(0, 2);
-  auto const trace = tp.substr(3, 32);
-  if (!lower_hex(version) || version == "ff" || !lower_hex(trace) || !lower_hex(tp.substr(36, 16)) ||
-      !lower_hex(tp.substr(53, 2)))
-    return {};
-  if (trace.find_first_not_of('0') == std::string_view::npos) return {};
-  return trace;
+  // The tracer's parser (observe/trace.hpp), so the correlation id in the log and the span and
+  // the trace the upstream sees are always one: a traceparent it refuses (an all-zero parent id,
+  // say) starts a new trace, and its id is not the caller's.
+  if (!parse_traceparent(tp)) return {};
+  return tp.substr(3, 32);
 }
 
 std::string_view correlation_id_of(const correlation_fields& f) {

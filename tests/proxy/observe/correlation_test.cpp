@@ -1,4 +1,5 @@
 #include "proxy/observe/correlation.hpp"
+#include "proxy/observe/trace.hpp"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +33,10 @@ TEST(Correlation, MalformedTraceparentGivesNothing) {
   EXPECT_EQ(trace_id_of("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), "");  // forbidden version
   EXPECT_EQ(trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x"), "");
   EXPECT_EQ(trace_id_of("00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"), "");
+  // Issue 46, defect 6: the tracer started a new trace for an all-zero parent id while the log
+  // kept the caller's trace id: one parser decides both now.
+  EXPECT_EQ(trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"), "");
+  EXPECT_FALSE(rebound::observe::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"));
 }
 
 TEST(Correlation, NewIdsAre32HexDigitsAndDiffer) {
