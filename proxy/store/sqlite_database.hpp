@@ -5,6 +5,7 @@
 #include "proxy/store/task_store.hpp"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cstdint>
@@ -95,8 +96,9 @@ class database {
   /// Whether the last failure was SQLite's "database or disk is full".
   bool disk_full() const { return (sqlite3_extended_errcode(raw) & 0xff) == SQLITE_FULL; }
 
-  /** The bytes the database's pages in use take, this transaction's included: three reads
-      of the file's header, cheap enough for every new task. Nothing when it cannot be read. */
+  /** The bytes the database's pages in use take, this transaction's included, and its
+      write-ahead log's file: three reads of the file's header and a stat, cheap enough for
+      every new task. Nothing when it cannot be read. */
   std::optional<std::uint64_t> used_bytes() {
     auto value = [this](const char* sql) -> std::optional<std::int64_t> {
       auto s = prepare(sql);
@@ -107,7 +109,10 @@ class database {
     auto const free = value("PRAGMA freelist_count");
     auto const size = value("PRAGMA page_size");
     if (!pages || !free || !size || *pages < *free) return std::nullopt;
-    return static_cast<std::uint64_t>(*pages - *free) * static_cast<std::uint64_t>(*size);
+    std::uint64_t wal = 0;
+    if (char const* file = sqlite3_db_filename(raw, "main"); file && *file)
+      if (struct stat st{}; ::stat((std::string(file) + "-wal").c_str(), &st) == 0) wal = static_cast<std::uint64_t>(st.st_size);
+    return static_cast<std::uint64_t>(*pages - *free) * static_cast<std::uint64_t>(*size) + wal;
   }
   std::string error() const { return sqlite3_errmsg(raw); }
 

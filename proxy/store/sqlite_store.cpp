@@ -147,6 +147,17 @@ sqlite_store::sqlite_store(const std::string& path,
                            std::uint64_t max_size)
     : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)), guard_(max_size) {
   open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
+  if (max_size > 0) {
+    // The write-ahead log is part of what the store holds (used_bytes counts it): checkpointed
+    // once it reaches a quarter of store.max_size (SQLite's default is 1,000 pages, 4 MiB, which
+    // alone would pass a small limit) and truncated back to that after each checkpoint.
+    auto const pages = std::clamp<std::uint64_t>(max_size / 4 / 4096, 16, 1000);
+    std::string error;
+    std::string const pragmas = "PRAGMA wal_autocheckpoint=" + std::to_string(pages) +
+                                "; PRAGMA journal_size_limit=" + std::to_string(pages * 4096) + ";";
+    if (!exec(db_->raw, pragmas.c_str(), &error))
+      throw std::runtime_error("store.path " + path + ": " + error);
+  }
   if (auto used = db_->used_bytes()) guard_.measured(*used);
   // Counted once here, then kept as calls move tasks (database::moved).
   status_counts counts{};
