@@ -94,6 +94,10 @@ struct request_limits {
   /// What one HTTP/2 client connection may hold of request bodies held whole, over all its
   /// streams (h2/server_connection.hpp); never less than one stream's largest body.
   std::uint64_t http2_connection_buffer = 8ull << 20;
+  /// What one HTTP/2 client connection may hold of answers held whole (unary gRPC answers
+  /// waiting for a client that does not read them, h2/answer_budget.hpp); never less than one
+  /// answer's largest body.
+  std::uint64_t http2_answer_buffer = 4ull << 20;
 };
 
 /// R-2's contexts. `grpc` is a gRPC unary call: R-2's own row, R-3's synchronous cap.

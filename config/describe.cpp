@@ -193,6 +193,7 @@ std::string effective_config_json(const config& cfg) {
       l.string("min_body_rate", format_size(cfg.limits.min_body_rate));
       l.string("retry_buffer", format_size(cfg.limits.retry_buffer));
       l.string("http2_connection_buffer", format_size(cfg.limits.http2_connection_buffer));
+      l.string("http2_answer_buffer", format_size(cfg.limits.http2_answer_buffer));
     }
     if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
       object_writer st(w.nested("store"));

@@ -208,7 +208,8 @@ void reader::read_limits(const YAML::Node& n, const std::string& path, request_l
   if (!expect_map(n, path)) return;
   check_keys(n, path,
              {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout", "body_timeout",
-              "min_body_rate", "max_unknown_hosts", "retry_buffer", "http2_connection_buffer"});
+              "min_body_rate", "max_unknown_hosts", "retry_buffer", "http2_connection_buffer",
+              "http2_answer_buffer"});
   std::uint64_t head = l.max_request_head;
   typed(n, "max_request_head", path, head, parse_size);
   if (head < 1024 || head > (1u << 20))
@@ -239,6 +240,9 @@ void reader::read_limits(const YAML::Node& n, const std::string& path, request_l
   typed(n, "http2_connection_buffer", path, l.http2_connection_buffer, parse_size);
   if (l.http2_connection_buffer < (64u << 10) || l.http2_connection_buffer > (1u << 30))
     error(n["http2_connection_buffer"], join(path, "http2_connection_buffer"), "must be between 64KiB and 1GiB");
+  typed(n, "http2_answer_buffer", path, l.http2_answer_buffer, parse_size);
+  if (l.http2_answer_buffer < (64u << 10) || l.http2_answer_buffer > (1u << 30))
+    error(n["http2_answer_buffer"], join(path, "http2_answer_buffer"), "must be between 64KiB and 1GiB");
   if (l.min_body_rate == 0)
     error(n["min_body_rate"], join(path, "min_body_rate"), "must be greater than 0 (bytes per second)");
 }

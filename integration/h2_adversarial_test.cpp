@@ -160,4 +160,36 @@ TEST(Http2Adversarial, AnswersToAZeroWindowClientAreLetGo) {
   EXPECT_GE(j->get("resets") ? j->get("resets")->n : 0, 20) << "every held answer was reset: " << r.out;
 }
 
+// Issue 46, defect 2: three connections that announce a zero window and never open it asked 100
+// unary calls each whose answers are 4,000,000 bytes from a fast upstream: rebound held every
+// answer until idle_timeout reset its stream, and RSS grew by 535 MiB (nginx grpc_pass: ~12).
+// A connection's held answers now have a budget (limits.http2_answer_buffer): past it the
+// upstream streams get no more credit and new streams are refused.
+TEST(Http2Adversarial, AnswersHeldForZeroWindowClientsAreBoundedPerConnection) {
+  H2Peer peer;
+  auto options = in_front_of(peer, "    attempt_timeout: 25s\n");
+  options.idle_timeout = "3s";
+  options.measures_memory = true;
+  ReboundProcess rb(options);
+  ASSERT_EQ(grpc_call(rb.port(), "peer.test", "/peer.Svc/Echo", {}).code, 0) << "warm: pools, threads";
+  auto const before = rss_kib(rb.pid());
+  std::vector<std::thread> attackers;
+  std::vector<ProcessResult> results(3);
+  for (std::size_t i = 0; i < results.size(); ++i)
+    attackers.emplace_back([&, i] {
+      results[i] = attack({"zero-window", std::to_string(rb.port()), "peer.test", "/peer.Svc/Big", "100", "8"});
+    });
+  for (auto& t : attackers) t.join();
+  auto const peak = rss_kib(rb.pid(), true);
+  std::cerr << "zero-window x3, 100 calls of 4 MB answers: RSS " << before << " KiB -> peak " << peak << " KiB\n";
+  for (auto const& r : results) {
+    auto const j = parse_json(r.out);
+    ASSERT_TRUE(j) << r.out << r.err;
+  }
+  EXPECT_LT(peak, before + shadow_factor() * 64 * 1024) << "bounded per connection, not per stream";
+  // The connections ended; a client that reads gets its big answer whole again.
+  auto const again = grpc_call(rb.port(), "peer.test", "/peer.Svc/Big", {});
+  EXPECT_EQ(again.code, 0) << again.raw;
+}
+
 }  // namespace h2_adversarial_test

@@ -17,6 +17,7 @@ and every path has its own count of requests seen:
   /peer.Svc/Reset        every request: RST_STREAM(INTERNAL_ERROR)
   /peer.Svc/Seen         OK; its trailers' `x-seen` is the count of the path named by the
                          request's `x-of` header (how a test reads what the peer saw)
+  /peer.Svc/Big          OK with a message of 4,000,000 bytes, sent as fast as the window allows
   anything else          OK, the request's message echoed
 An OK answer is :status 200 with content-type application/grpc, one DATA frame holding a
 5-byte-prefixed message, then trailers: grpc-status 0 and `x-seen` (this path's count,
@@ -62,6 +63,9 @@ def _gap_ms(path):
 
 def _grpc_message(payload):
     return struct.pack(">BI", 0, len(payload)) + payload
+
+
+_BIG = _grpc_message(b"b" * 4_000_000)
 
 
 class _Stream:
@@ -179,6 +183,8 @@ class _Conn:
             self.answer_ok(sid, b"ok", [("x-seen", str(n)), ("x-gap-ms", str(_gap_ms(path)))])
         elif path == "/peer.Svc/Reset":
             self.conn.reset_stream(sid, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
+        elif path == "/peer.Svc/Big":
+            self.answer_ok(sid, _BIG, [("x-seen", str(n))], framed=True)
         elif path == "/peer.Svc/Seen":
             self.answer_ok(sid, b"seen", [("x-seen", str(_seen_of(s.headers.get("x-of", ""))))])
         elif path in ("/peer.Svc/RefuseOnce", "/peer.Svc/GoawayOnce"):

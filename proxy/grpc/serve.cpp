@@ -40,6 +40,8 @@ net::awaitable<void> serve_http2(http::session_context ctx, beast::tcp_stream& c
   l.max_header_list = limits.max_request_head;
   l.idle_timeout = limits.idle_timeout;
   l.connection_buffer = std::max<std::uint64_t>(limits.http2_connection_buffer, l.max_request_body);
+  // Budget is checked before an answer arrives, so one answer of any allowed size still fits.
+  l.answer_buffer = limits.http2_answer_buffer;
   l.body_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limits.body_timeout);
   l.min_body_rate = limits.min_body_rate;
   h2::handlers handler{[ctx](h2::message request) { return answer_call(ctx, std::move(request)); },

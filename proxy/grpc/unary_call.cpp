@@ -26,6 +26,7 @@ class h2_attempt final : public retry::attempt_runner {
     if (!traceparent_.empty()) set_field(attempt.head, "traceparent", traceparent_);
     attempt.body = request_.body;
     attempt.trailers = request_.trailers;
+    attempt.budget = request_.budget;
     auto conn = co_await connect_attempt(pool_, to_, attempt.head, deadline);
     if (!conn) {
       s.failure = std::move(conn.error());

@@ -1,5 +1,6 @@
 #include "proxy/h2/client_connection.hpp"
 
+#include "proxy/h2/answer_budget.hpp"
 #include "proxy/h2/nghttp2_session.hpp"
 #include "proxy/upstream/connect.hpp"
 
@@ -11,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 namespace rebound::h2 {
 
@@ -22,12 +24,24 @@ void throw_exception_from_error(const failure& f, const boost::source_location&)
 
 namespace {
 
-/// Per-stream receive window: a unary response arrives without waiting for WINDOW_UPDATEs.
-constexpr std::int32_t response_stream_window = 1 << 20;
+/** Per-stream receive window, HTTP/2's default: what an upstream may send a call whose
+    credit is held back (answer_budget.hpp), so what a client that reads nothing can make
+    rebound hold past its budget is 64 KiB per call. gRPC's own implementations start there. */
+constexpr std::int32_t response_stream_window = 64 << 10;
+/// The window of a stream not held against a budget: a unary response arrives without waiting
+/// for WINDOW_UPDATEs, a streamed one is credited as its client takes it.
+constexpr std::int32_t unbudgeted_stream_window = 1 << 20;
 constexpr std::int32_t connection_window = 16 << 20;
 
 struct client_stream {
   explicit client_stream(const net::any_io_executor& ex) : done(ex) {}
+  ~client_stream() {
+    if (!budget) return;
+    budget->settle(this, 0);       // an answer never handed over (failed, timed out)
+    budget->release(held, false);  // is no longer let through, and its bytes are free
+  }
+  client_stream(const client_stream&) = delete;
+  client_stream& operator=(const client_stream&) = delete;
   net::steady_timer done;  ///< a waitable event: cancelled when the stream ends
   detail::body_source source;
   message response;
@@ -39,6 +53,13 @@ struct client_stream {
   std::shared_ptr<body_pipe> request_pipe;   ///< streamed: the request body as it arrives
   std::shared_ptr<body_pipe> response_pipe;  ///< streamed: where the response body goes
   bool detached = false;                     ///< the pipes were let go: nothing more goes into them
+  // An answer held whole against its caller's connection budget (answer_budget.hpp).
+  std::shared_ptr<answer_budget> budget;
+  std::size_t held = 0;        ///< bytes of `response.body` counted in `budget`
+  std::size_t owed = 0;        ///< stream credit held back while the budget is full
+  bool awaiting_room = false;  ///< a when_room callback is pending
+  std::int32_t id = 0;
+  std::weak_ptr<client_connection> owner;
 };
 
 failure make_failure(failure_kind kind, std::string message) { return failure{kind, std::move(message)}; }
@@ -135,6 +156,30 @@ struct client_connection::impl {
     pump.notify();
   }
 
+  /** The stream credit `st` was owed while its budget was full, once the budget has room; the
+      connection's credit was given at once. Asked again if the budget filled meanwhile. */
+  static void credit_when_room(const std::shared_ptr<client_stream>& st) {
+    if (st->awaiting_room) return;
+    st->awaiting_room = true;
+    st->budget->when_room([weak = std::weak_ptr<client_stream>(st)] {
+      auto s = weak.lock();
+      if (!s) return;
+      s->awaiting_room = false;
+      auto owner = s->owner.lock();
+      if (!owner || s->finished || s->owed == 0) return;
+      auto& i = *owner->impl_;
+      if (i.closed || !i.streams.contains(s->id)) return;
+      if (!s->budget->may_receive(s.get())) return credit_when_room(s);
+      nghttp2_session_consume_stream(i.session.get(), s->id, std::exchange(s->owed, 0));
+      i.pump.notify();
+    });
+  }
+
+  /// A stream not held against a budget gets the window it always had.
+  void widen_window(std::int32_t id) {
+    nghttp2_session_set_local_window_size(session.get(), NGHTTP2_FLAG_NONE, id, unbudgeted_stream_window);
+  }
+
   void reset(std::int32_t id, std::uint32_t code) {
     if (closed) return;
     nghttp2_submit_rst_stream(session.get(), NGHTTP2_FLAG_NONE, id, code);
@@ -177,17 +222,40 @@ struct client_connection::impl {
       st->response_pipe->append(data, len);  // credited as the client side takes it
       return 0;
     }
-    // Held whole (bounded by the exchange's limit): credited at once.
-    nghttp2_session_consume(session, stream_id, len);
+    // Held whole (bounded by the exchange's limit): credited at once, except the stream's
+    // credit while the caller's connection holds its budget of answers (answer_budget.hpp).
+    bool const kept = st && !st->fail && st->response.body.size() + len <= st->max_body;
+    if (kept && st->budget) {
+      nghttp2_session_consume_connection(session, len);
+      st->budget->hold(len);
+      st->held += len;
+      if (st->budget->may_receive(st.get())) {
+        nghttp2_session_consume_stream(session, stream_id, len);
+      } else {
+        st->owed += len;
+        credit_when_room(st);
+      }
+    } else {
+      nghttp2_session_consume(session, stream_id, len);
+    }
     if (!st || st->fail) return 0;
-    if (st->response.body.size() + len > st->max_body) {
+    if (!kept) {
       st->fail = make_failure(failure_kind::too_large, "the upstream's response body is larger than " +
                                                            std::to_string(st->max_body) + " bytes");
       st->response.body = std::string();
+      if (st->budget) st->budget->release(std::exchange(st->held, 0), false);
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
       return 0;
     }
-    st->response.body.append(reinterpret_cast<const char*>(data), len);
+    auto& body = st->response.body;
+    if (body.empty() && len >= 5) {
+      // A gRPC message says its length up front (1 flag byte, 4 bytes big-endian): room for
+      // it at once, instead of a string that doubles its way there and holds 1.5x meanwhile.
+      std::size_t const size = 5 + (std::size_t{data[1]} << 24 | std::size_t{data[2]} << 16 |
+                                    std::size_t{data[3]} << 8 | std::size_t{data[4]});
+      if (size <= st->max_body) body.reserve(size);
+    }
+    body.append(reinterpret_cast<const char*>(data), len);
     return 0;
   }
 
@@ -300,6 +368,8 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
   auto st = std::make_shared<client_stream>(i.conn.get_executor());
   st->max_body = max_response_body;
   st->source = {&request.body, &request.trailers, 0};
+  st->budget = request.budget;
+  st->owner = weak_from_this();
   auto nv = detail::to_nv(request.head);
   auto provider = detail::make_provider(st->source);
   bool const with_data = detail::needs_data(request.body, request.trailers);
@@ -309,6 +379,8 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
     co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
                                                                         : failure_kind::protocol_error,
                            std::string("the request could not be sent: ") + nghttp2_strerror(id));
+  st->id = id;
+  if (!st->budget) i.widen_window(id);
   i.streams.emplace(id, st);
   i.pump.notify();
 
@@ -329,6 +401,11 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
     co_return make_failure(failure_kind::timeout, "no whole response by the deadline");
   }
   if (st->fail) co_return std::move(*st->fail);
+  // The answer takes its bytes of the budget along: they come back when it is let go.
+  if (st->budget) {
+    st->budget->settle(st.get(), st->held);
+    st->response.share = std::make_shared<const budget_share>(st->budget, std::exchange(st->held, 0));
+  }
   co_return std::move(st->response);
 }
 
@@ -349,6 +426,7 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
     co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
                                                                         : failure_kind::protocol_error,
                            std::string("the request could not be sent: ") + nghttp2_strerror(id));
+  i.widen_window(id);
   i.streams.emplace(id, st);
   impl* ip = &i;  // the hooks are cleared (detach_pipes) before the connection can go
   request->consumer = st.get();

@@ -3,11 +3,15 @@
     trailers. Unary gRPC calls are small and must be held whole anyway: R-4 classifies a call
     by the `grpc-status` of its trailers, which come after the body, and a retry sends the
     request again. */
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace rebound::h2 {
+
+class answer_budget;
+class budget_share;
 
 /// One header field; names are lower-case, as HTTP/2 requires (RFC 9113 section 8.2.1).
 struct field {
@@ -20,6 +24,11 @@ struct message {
   fields head;  ///< pseudo-header fields first (:method :scheme :authority :path, or :status)
   std::string body;
   fields trailers;  ///< empty: none (a trailers-only gRPC answer carries grpc-status in `head`)
+  /// A request served whole: what its connection may hold of answers (answer_budget.hpp); the
+  /// upstream exchange holds the answer against it.
+  std::shared_ptr<answer_budget> budget;
+  /// An answer held against a budget: its bytes, given back when the last copy is let go.
+  std::shared_ptr<const budget_share> share;
 
   /// The value of the first field named `name` in `head`, or null.
   const std::string* find(std::string_view name) const { return find_in(head, name); }

@@ -4,9 +4,15 @@
 // field, its body, its end, and its close. nghttp2 fixes these signatures.
 namespace rebound::h2::detail {
 
-int server_state::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+int server_state::on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   auto& st = self(user);
+  if (st.answers_ && st.answers_->full()) {
+    // The client has not taken the answers it already has: no new stream until it does. Not
+    // processed, so the client may send it again (RFC 9113 8.7); its frames find no stream.
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_REFUSED_STREAM);
+    return 0;
+  }
   st.streams_.emplace(frame->hd.stream_id, std::make_shared<server_stream>(frame->hd.stream_id));
   ++st.streams_opened_;
   st.set_idle();

@@ -44,6 +44,9 @@ struct server_limits {
       (its stream ends), so a client cannot make rebound hold more however many streams it
       opens. At least max_request_body. */
   std::size_t connection_buffer = 8u << 20;
+  /** What one connection may hold of answers held whole, over all its streams
+      (answer_budget.hpp): past it new streams are refused and upstream credit is held back. */
+  std::size_t answer_buffer = 4u << 20;
   /// A request held whole must arrive within body_timeout plus a second per min_body_rate
   /// bytes received (limits.body_timeout, min_body_rate): slower, it is answered 408.
   std::chrono::milliseconds body_timeout{30'000};

@@ -3,6 +3,7 @@
     their requests held whole or streamed, their answers, the connection's limits, drain and
     idleness. Its I/O loop is here; what nghttp2 reports as frames arrive is in
     server_callbacks.cpp. Internal to h2/. */
+#include "proxy/h2/answer_budget.hpp"
 #include "proxy/h2/nghttp2_session.hpp"
 #include "proxy/h2/server_connection.hpp"
 #include "proxy/http/session_registry.hpp"
@@ -107,6 +108,7 @@ class server_state {
     if (ss->closed) co_return;
     try {
       message request = std::move(ss->request);
+      request.budget = st.answers_;  // its answer is held against the connection's budget
       auto call = st.handler_.whole(std::move(request));
       response = co_await std::move(call);
     } catch (...) {
@@ -171,6 +173,7 @@ class server_state {
     if (nghttp2_session_server_new2(&s, cbs.get(), this, options.get()) != 0) return false;
     session_.reset(s);
     pump_.session = s;
+    answers_ = std::make_shared<answer_budget>(stream_.get_executor(), limits_.answer_buffer);
     std::array<nghttp2_settings_entry, 3> settings{{
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<std::uint32_t>(request_stream_window)},
@@ -437,6 +440,7 @@ class server_state {
   net::steady_timer handlers_done_;
   std::unordered_map<std::int32_t, std::shared_ptr<server_stream>> streams_;
   std::vector<std::shared_ptr<server_stream>> ready_;  ///< requests that became ready in this read
+  std::shared_ptr<answer_budget> answers_;  ///< what the answers held whole may take (answer_budget.hpp)
   std::size_t streams_opened_ = 0;
   std::size_t premature_resets_ = 0;  ///< streams the client reset before their answer
   std::size_t running_handlers_ = 0;
