@@ -8,7 +8,8 @@ import argparse
 import sys
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,
+                                        TimeoutException)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -37,13 +38,28 @@ def check(ok, what):
     return ok
 
 
+# The page re-renders its tables every few seconds: an element found a moment ago may be gone
+# (stale) by the time it is read. Every read happens inside a predicate that is asked again, and a
+# stale or missing element means "not yet", never a failure.
+RERENDERED = (StaleElementReferenceException, NoSuchElementException)
+
+
 def wait(predicate, what, seconds=25):
     try:
-        WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: predicate())
+        WebDriverWait(driver, seconds, poll_frequency=0.2, ignored_exceptions=RERENDERED).until(
+            lambda d: predicate())
         return True
     except TimeoutException:
         failures.append("timed out waiting for " + what)
         return False
+
+
+def click(find, what):
+    """Clicks what find() returns, looked up again if a re-render replaced it meanwhile."""
+    def clicked():
+        find().click()
+        return True
+    return wait(clicked, "to click " + what)
 
 
 def rows(table):
@@ -55,6 +71,14 @@ def dlq_row(task):
     return found[0] if found else None
 
 
+def listed(task):
+    """The dead letter's row; while it is not listed, raises what wait() takes for "not yet"."""
+    row = dlq_row(task)
+    if row is None:
+        raise NoSuchElementException("dead letter %s not listed" % task)
+    return row
+
+
 def console_errors():
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
@@ -63,18 +87,18 @@ try:
     driver.get(args.url)
     check(driver.title == "rebound admin", "the page's title is %r" % driver.title)
     wait(lambda: dlq_row(args.replay) and dlq_row(args.refused), "both dead letters listed")
-    row = dlq_row(args.replay)
-    if row:
-        cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
-        check(cells[1] == args.dependency, "the dead letter's dependency cell says %r" % cells[1])
-        check(cells[2].startswith("POST /"), "the dead letter's request cell says %r" % cells[2])
 
-    wait(lambda: any(r.get_attribute("data-dependency") == args.dependency for r in rows("dependencies")),
-         "the dependency in the dependencies table")
-    for r in rows("dependencies"):
-        if r.get_attribute("data-dependency") == args.dependency:
-            state = r.find_elements(By.TAG_NAME, "td")[1].text
-            check(state in ("closed", "half_open", "open"), "the breaker cell says %r" % state)
+    def replay_row_cells():
+        return [c.text for c in listed(args.replay).find_elements(By.TAG_NAME, "td")]
+    wait(lambda: replay_row_cells()[1] == args.dependency and replay_row_cells()[2].startswith("POST /"),
+         "the dead letter's dependency and request cells")
+
+    def breaker_state():
+        for r in rows("dependencies"):
+            if r.get_attribute("data-dependency") == args.dependency:
+                return r.find_elements(By.TAG_NAME, "td")[1].text
+        return None
+    wait(lambda: breaker_state() in ("closed", "half_open", "open"), "the dependency's breaker state")
     wait(lambda: args.dependency in driver.find_element(By.ID, "config").text, "the running config shown")
     # retry_tasks is counted every 10 s: the page shows the count once it was taken.
     wait(lambda: driver.find_element(By.CSS_SELECTOR, '#tasks td[data-status="DEAD_LETTERED"]').text == "2",
@@ -82,7 +106,7 @@ try:
 
     # The operator types the token and replays the first: it leaves the list.
     driver.find_element(By.ID, "token").send_keys(args.token)
-    dlq_row(args.replay).find_element(By.CSS_SELECTOR, "button.replay").click()
+    click(lambda: listed(args.replay).find_element(By.CSS_SELECTOR, "button.replay"), "replay")
     wait(lambda: dlq_row(args.replay) is None, "the replayed dead letter to leave the list")
     wait(lambda: ("Replayed " + args.replay) in driver.find_element(By.ID, "message").text, "the replay confirmed")
     check(dlq_row(args.refused) is not None, "the other dead letter is still listed")
@@ -94,10 +118,10 @@ try:
     check(stored == [0, 0, ""], "the page stored something: %r" % stored)
 
     # A wrong token: refused, said so, the dead letter stays.
-    token = driver.find_element(By.ID, "token")
+    token = driver.find_element(By.ID, "token")  # outside the tables: never re-rendered
     token.clear()
     token.send_keys("not-the-token")
-    dlq_row(args.refused).find_element(By.CSS_SELECTOR, "button.replay").click()
+    click(lambda: listed(args.refused).find_element(By.CSS_SELECTOR, "button.replay"), "replay with a wrong token")
     wait(lambda: "refused" in driver.find_element(By.ID, "message").text, "the refusal said")
     check(dlq_row(args.refused) is not None, "a refused dead letter left the list")
     # Chromium logs the 401 of the refused fetch as a failed resource; nothing else may appear.
