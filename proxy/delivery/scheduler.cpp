@@ -16,6 +16,7 @@
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -25,6 +26,8 @@
 #include <unordered_map>
 
 namespace rebound::delivery {
+
+using namespace boost::asio::experimental::awaitable_operators;
 namespace {
 
 namespace bhttp = boost::beast::http;
@@ -73,6 +76,9 @@ struct delivery_state {
   std::minstd_rand poll_draws;
   /// Another instance's commit made tasks due (its NOTIFY) since the last claim.
   bool notified = false;
+  /// A commit of this process made tasks due (an accept, a replay): claimed at once, with no
+  /// gap and no poll in between (seed 001: scheduling overhead under 5 ms an attempt).
+  bool local_due = false;
   steady::time_point last_claim{};
   /// The gap now: options.notified_gap, doubled (to the poll) while woken claims find nothing.
   steady::duration notified_gap{};
@@ -411,11 +417,33 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   co_await record(call, attempt_record, judged, message);
 }
 
+/** Moves the task's lease on while its delivery runs (a third of the lease at a time): a slow
+    instance (a long connect, a slow store) must not lose the task mid-attempt to another,
+    which would deliver it twice. Runs until the delivery ends and cancels it. */
+net::awaitable<void> keep_lease(const http::session_context& ctx, const std::string& id,
+                                const std::shared_ptr<delivery_state>& state) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  auto const lease = state->options.lease;
+  bool lost = false;
+  for (;;) {
+    // Once lost, nothing more to renew: wait for the delivery to end (its finish is refused).
+    timer.expires_after(lost ? steady::duration::max() / 2 : steady::duration(lease / 3));
+    if (auto [ec] = co_await timer.async_wait(use_tuple); ec) co_return;
+    auto [e, kept] =
+        co_await store::async_renew_lease(*ctx.store, state->options.owner, id, wall::now() + lease, use_tuple);
+    if (!e && !kept) {
+      lost = true;
+      ctx.log->warn("task_lease_lost", {{"task_id", id}, {"message", "another owner took the task mid-delivery"}});
+    }
+  }
+}
+
 /** One delivery. One that throws (Beast refuses a stored field of 64 KiB or more while the
     request is built) would throw again at every claim: it is a final failure, dead-lettered
-    with R-8's alert, not a task IN_FLIGHT forever. */
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
-  in_flight_slot const slot(state);
+    with R-8's alert, not a task IN_FLIGHT forever. Never throws itself: keep_lease beside it
+    ends only when it ends. */
+net::awaitable<void> deliver_or_dead_letter(const http::session_context& ctx, const store::retry_task& task,
+                                            const std::shared_ptr<delivery_state>& state) {
   std::string why;
   try {
     co_await deliver_once(ctx, task, state);
@@ -424,6 +452,13 @@ net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, 
     why = std::string("the stored call cannot be sent: ") + e.what();
   }
   co_await dead_letter_unsendable(ctx, *state, task, why);
+}
+
+net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
+  in_flight_slot const slot(state);
+  auto once = deliver_or_dead_letter(ctx, task, state);
+  auto lease = keep_lease(ctx, task.id, state);
+  co_await (std::move(once) || std::move(lease));
 }
 
 }  // namespace
@@ -437,9 +472,9 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
   auto const executor = co_await net::this_coro::executor;
   net::steady_timer timer(executor);
   // Tasks another instance made due (a shared store's NOTIFY): claim now, not at the poll.
-  ctx.store->set_due_listener([executor, state] {
-    net::post(executor, [state] {
-      state->notified = true;
+  ctx.store->set_due_listener([executor, state](store::due_from from) {
+    net::post(executor, [state, from] {
+      (from == store::due_from::local ? state->local_due : state->notified) = true;
       if (state->waiting) state->waiting->cancel();
     });
   });
@@ -483,7 +518,8 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
     bool full = false;
     if (room > 0) {
       bool const notified = state->notified;
-      if (notified && steady::now() - state->last_claim < state->notified_gap) {
+      bool const local = std::exchange(state->local_due, false);
+      if (notified && !local && steady::now() - state->last_claim < state->notified_gap) {
         // Every commit of the fleet wakes every instance: at once, 50 instances made 2,400
         // claims a second to take 100 tasks. A claim taken since the NOTIFY would have found
         // the task, so a woken instance claims at most once a gap.
@@ -523,6 +559,8 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
       else
         wait = std::clamp(std::chrono::duration_cast<steady::duration>(until_due), steady::duration::zero(), wait);
     }
+    // Made due by this process while the claim above was under way: claim again now.
+    if (state->local_due && state->in_flight < opts.max_in_flight) wait = steady::duration::zero();
     timer.expires_after(wait);
     // A full claim means a backlog: claim again as soon as half the deliveries have ended.
     if (full || room == 0) state->waiting_for_room = &timer;

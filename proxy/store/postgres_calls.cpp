@@ -135,6 +135,16 @@ void postgres_store::submit_postpone(std::string owner, std::string id, wall_clo
                 });
 }
 
+void postgres_store::submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until,
+                                        callback<bool> done) {
+  enqueue<bool>(std::move(done), [owner = std::move(owner), id = std::move(id), lease_until](
+                                     pg_connection& c, const callback<bool>& done) {
+    auto u = c.run(q().renew_lease, {number(to_ms(lease_until)), text(id), text(owner)});
+    if (c.failed) return failure<bool>(done, c.error);
+    return answer<bool>(done, std::nullopt, u.changes() > 0);
+  });
+}
+
 void postgres_store::submit_get(std::string id, callback<std::optional<retry_task>> done) {
   enqueue<std::optional<retry_task>>(
       std::move(done), [id = std::move(id)](pg_connection& c, const callback<std::optional<retry_task>>& done) {
@@ -174,7 +184,7 @@ void postgres_store::submit_replay(std::string id, wall_clock::time_point now, c
   enqueue<bool>(std::move(done), [id = std::move(id), now](pg_connection& c, const callback<bool>& done) {
     auto u = c.run(q().replay, {text(id), number(to_ms(now))});
     if (c.failed) return failure<bool>(done, c.error);
-    c.notify = u.changes() > 0;
+    c.notify = c.notify || u.changes() > 0;  // never undoes an accept's in the same commit
     return answer<bool>(done, std::nullopt, u.changes() > 0);
   });
 }
@@ -191,7 +201,7 @@ void postgres_store::submit_replay_matching(task_filter filter, wall_clock::time
         std::vector<std::string> ids;
         for (int i = 0; i < r.rows(); ++i) ids.push_back(r.text(i, 0));
         std::sort(ids.begin(), ids.end());  // RETURNING keeps no order; the cursor is the last id
-        c.notify = !ids.empty();
+        c.notify = c.notify || !ids.empty();
         return answer<std::vector<std::string>>(done, std::nullopt, std::move(ids));
       });
 }

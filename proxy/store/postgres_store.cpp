@@ -115,11 +115,6 @@ std::optional<std::string> postgres_store::unavailable() const {
   return down_reason_;
 }
 
-void postgres_store::set_due_listener(std::function<void()> wake) {
-  std::lock_guard lock(mutex_);
-  due_listener_ = std::move(wake);
-}
-
 void postgres_store::push(job j) {
   {
     std::unique_lock lock(mutex_);
@@ -344,11 +339,13 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
     if (c.failed) break;
   }
   if (!c.failed) {
-    if (c.notify) c.command((std::string("NOTIFY ") + due_channel).c_str());
+    bool const due = c.notify;
+    if (due) c.command((std::string("NOTIFY ") + due_channel).c_str());
     auto const started = std::chrono::steady_clock::now();
     if (!c.failed && c.command("COMMIT")) {
       commits_.fetch_add(1, std::memory_order_relaxed);
       if (options_.on_commit) options_.on_commit(std::chrono::steady_clock::now() - started, jobs.size());
+      if (due) tasks_due(due_from::local);  // this instance starts what it accepted itself
       for (auto& r : replies) r(std::nullopt);
       return;
     }
@@ -378,9 +375,11 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
       c.command("ROLLBACK");
       r(std::nullopt);  // the reply carries the statement's error
     } else {
-      if (c.notify) c.command((std::string("NOTIFY ") + due_channel).c_str());
+      bool const due = c.notify;
+      if (due) c.command((std::string("NOTIFY ") + due_channel).c_str());
       if (!c.failed && c.command("COMMIT")) {
         commits_.fetch_add(1, std::memory_order_relaxed);
+        if (due) tasks_due(due_from::local);
         r(std::nullopt);
       } else {
         r(store_error{"commit failed: " + c.error});
@@ -399,12 +398,7 @@ void postgres_store::listen() {
   std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(
       std::chrono::steady_clock::now().time_since_epoch().count()));
   auto wait = options_.reconnect_min;
-  // Called under the lock (the listener only posts), so once set_due_listener({}) returned
-  // no call is left under way into an executor that may be gone.
-  auto wake_scheduler = [this] {
-    std::lock_guard lock(mutex_);
-    if (due_listener_) due_listener_();
-  };
+  auto wake_scheduler = [this] { tasks_due(due_from::fleet); };
   for (;;) {
     {
       std::lock_guard lock(mutex_);

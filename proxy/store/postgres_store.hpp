@@ -76,6 +76,7 @@ class postgres_store final : public task_store {
   void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                              wall_clock::time_point next_attempt_at, callback<bool> done) override;
   void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
+  void submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until, callback<bool> done) override;
   void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
   void submit_attempts(std::string id, unsigned after, std::size_t limit,
                        callback<std::vector<attempt_log>> done) override;
@@ -100,7 +101,6 @@ class postgres_store final : public task_store {
   std::optional<std::string> unavailable() const override;
   std::optional<std::string> full() const override { return guard_.full(); }
   std::optional<std::string> detail() const override;
-  void set_due_listener(std::function<void()> wake) override;
   /// Whether another instance's commit now wakes this one (its LISTEN is up).
   bool listening() const { return listening_.load(); }
   /// Whether a transaction-mode pooler is in between (configured, or found).
@@ -153,7 +153,6 @@ class postgres_store final : public task_store {
   std::atomic<bool> closing_{false};  ///< stopping_, for a wait on the database to read unlocked
   unsigned connected_ = 0;  ///< connections up, under mutex_
   std::string down_reason_ = "connecting to the database";
-  std::function<void()> due_listener_;
   /// The listener's LISTEN is up: a NOTIFY from another instance now reaches this one.
   std::atomic<bool> listening_{false};
   std::atomic<bool> pooled_{false};

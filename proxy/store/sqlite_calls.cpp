@@ -70,6 +70,7 @@ void sqlite_store::submit_accept(retry_task task, callback<bool> done) {
     // One task refused (a duplicate id) fails alone: the statement, not the transaction, aborts.
     if (!insert.run()) return answer<bool>(done, write_failed(db, insert.error()), false);
     db.moved(std::nullopt, task.status);
+    db.made_due = true;
     return answer<bool>(done, std::nullopt, true);
   });
 }
@@ -127,6 +128,16 @@ void sqlite_store::submit_postpone(std::string owner, std::string id, wall_clock
   });
 }
 
+void sqlite_store::submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until,
+                                      callback<bool> done) {
+  enqueue([owner = std::move(owner), id = std::move(id), lease_until, done = std::move(done)](database& db) {
+    auto s = db.prepare(q().renew_lease);
+    s.bind(1, to_ms(lease_until)).bind(2, id).bind(3, owner);
+    if (!s.run()) return failure<bool>(done, s.error());
+    return answer<bool>(done, std::nullopt, db.changes() > 0);
+  });
+}
+
 void sqlite_store::submit_get(std::string id, callback<std::optional<retry_task>> done) {
   enqueue([id = std::move(id), done = std::move(done)](database& db) {
     auto s = db.prepare(q().get_task);
@@ -171,6 +182,7 @@ void sqlite_store::submit_replay(std::string id, wall_clock::time_point now, cal
     if (!s.run()) return failure<bool>(done, s.error());
     if (db.changes() == 0) return answer<bool>(done, std::nullopt, false);
     db.moved(task_status::dead_lettered, task_status::pending);
+    db.made_due = true;
     return answer<bool>(done, std::nullopt, true);
   });
 }
@@ -185,6 +197,7 @@ void sqlite_store::submit_replay_matching(task_filter filter, wall_clock::time_p
     if (!read_rows(s, ids, [](const statement& r) { return r.text(0); }))
       return failure<std::vector<std::string>>(done, s.error());
     db.moved(task_status::dead_lettered, task_status::pending, static_cast<std::int64_t>(ids.size()));
+    db.made_due = db.made_due || !ids.empty();
     std::sort(ids.begin(), ids.end());  // RETURNING keeps no order; the cursor is the last id
     return answer<std::vector<std::string>>(done, std::nullopt, std::move(ids));
   });

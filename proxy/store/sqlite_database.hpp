@@ -5,7 +5,6 @@
 #include "proxy/store/task_store.hpp"
 
 #include <sqlite3.h>
-#include <sys/stat.h>
 
 #include <array>
 #include <cstdint>
@@ -97,8 +96,11 @@ class database {
   bool disk_full() const { return (sqlite3_extended_errcode(raw) & 0xff) == SQLITE_FULL; }
 
   /** The bytes the database's pages in use take, this transaction's included, and its
-      write-ahead log's file: three reads of the file's header and a stat, cheap enough for
-      every new task. Nothing when it cannot be read. */
+      write-ahead log's allowance (`wal_reserve`: the log is checkpointed at that size and
+      truncated back to it, passing it only by the last group commit until the next
+      checkpoint, so its file's size would make the measure dip at every checkpoint): three
+      reads of the file's header, cheap enough for every new task. Nothing when it cannot be
+      read. */
   std::optional<std::uint64_t> used_bytes() {
     auto value = [this](const char* sql) -> std::optional<std::int64_t> {
       auto s = prepare(sql);
@@ -109,12 +111,15 @@ class database {
     auto const free = value("PRAGMA freelist_count");
     auto const size = value("PRAGMA page_size");
     if (!pages || !free || !size || *pages < *free) return std::nullopt;
-    std::uint64_t wal = 0;
-    if (char const* file = sqlite3_db_filename(raw, "main"); file && *file)
-      if (struct stat st{}; ::stat((std::string(file) + "-wal").c_str(), &st) == 0) wal = static_cast<std::uint64_t>(st.st_size);
-    return static_cast<std::uint64_t>(*pages - *free) * static_cast<std::uint64_t>(*size) + wal;
+    return static_cast<std::uint64_t>(*pages - *free) * static_cast<std::uint64_t>(*size) + wal_reserve;
   }
   std::string error() const { return sqlite3_errmsg(raw); }
+
+  std::uint64_t wal_reserve = 0;  ///< the WAL's allowance within store.max_size (sqlite_store)
+
+  /// Set by a call that made a task due now (an accept, a replay): once committed, the
+  /// scheduler is told (task_store::set_due_listener).
+  bool made_due = false;
 
   /// While set, every statement fails: a transaction could not begin.
   void refuse(bool on) { refusing_ = on; }

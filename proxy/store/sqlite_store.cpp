@@ -15,6 +15,7 @@
 #include <tuple>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 namespace rebound::store {
 
@@ -157,6 +158,7 @@ sqlite_store::sqlite_store(const std::string& path,
                                 "; PRAGMA journal_size_limit=" + std::to_string(pages * 4096) + ";";
     if (!exec(db_->raw, pragmas.c_str(), &error))
       throw std::runtime_error("store.path " + path + ": " + error);
+    db_->wal_reserve = pages * 4096;
   }
   if (auto used = db_->used_bytes()) guard_.measured(*used);
   // Counted once here, then kept as calls move tasks (database::moved).
@@ -229,6 +231,10 @@ void sqlite_store::run() {
         if (on_commit_) on_commit_(std::chrono::steady_clock::now() - started, jobs.size());
       }
     }
+    // What it accepted is started now, not at the scheduler's next poll (told before the
+    // callers, so a task is never answered before its scheduler knows of it).
+    if (!failed && std::exchange(db_->made_due, false)) tasks_due(due_from::local);
+    db_->made_due = false;
     for (auto& r : replies) r(failed);
   }
 }

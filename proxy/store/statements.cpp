@@ -79,6 +79,8 @@ statements make(dialect d) {
   s.postpone =
       "UPDATE retry_tasks SET status = 'PENDING', next_attempt_at = $1, lease_owner = NULL, lease_expires = NULL "
       "WHERE id = $2 AND status = 'IN_FLIGHT' AND lease_owner = $3";
+  s.renew_lease =
+      "UPDATE retry_tasks SET lease_expires = $1 WHERE id = $2 AND status = 'IN_FLIGHT' AND lease_owner = $3";
   s.get_task = select_task + "WHERE id = $1";
   s.attempts =
       "SELECT number, at, status, error_type, duration_us FROM attempt_logs WHERE task_id = $1 AND number > $2 "
@@ -129,6 +131,7 @@ statements make(dialect d) {
                      &s.finish_attempt,
                      &s.log_attempt,
                      &s.postpone,
+                     &s.renew_lease,
                      &s.get_task,
                      &s.attempts,
                      &s.list,

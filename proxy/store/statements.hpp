@@ -18,6 +18,7 @@ struct statements {
   std::string finish_attempt;      ///< $1 status, $2 attempts, $3 next attempt, $4 id, $5 owner
   std::string log_attempt;         ///< $1 task, $2 number, $3 at, $4 status, $5 error type, $6 duration
   std::string postpone;            ///< $1 until, $2 id, $3 owner
+  std::string renew_lease;         ///< $1 lease until, $2 id, $3 owner
   std::string get_task;            ///< $1 id
   std::string attempts;            ///< $1 task, $2 after, $3 limit
   std::string list;                ///< the filter: $1 status .. $6 limit (bind_filter order)

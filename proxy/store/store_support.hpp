@@ -58,9 +58,16 @@ class size_guard {
  public:
   explicit size_guard(std::uint64_t max_bytes) : max_(max_bytes) {}
 
-  /// The database now uses `bytes`.
+  /** The database now uses `bytes`. Full from max_size on, and room again only below seven
+      eighths of it: what a store uses moves a little with every commit (pages freed and
+      taken, a checkpoint of SQLite's log), and a store at its limit must not take and refuse
+      new work by turns. */
   void measured(std::uint64_t bytes) {
     used_.store(bytes, std::memory_order_relaxed);
+    if (max_ > 0 && bytes >= max_)
+      over_.store(true, std::memory_order_relaxed);
+    else if (bytes < max_ - max_ / 8)
+      over_.store(false, std::memory_order_relaxed);
     if (!full()) announced_.store(false, std::memory_order_relaxed);
   }
   /// A write failed because the disk is full (true), or a write went through (false).
@@ -73,8 +80,9 @@ class size_guard {
   std::optional<std::string> full() const {
     if (disk_full_.load(std::memory_order_relaxed)) return std::string("the disk under the store is full");
     auto const used = used_.load(std::memory_order_relaxed);
-    if (max_ > 0 && used >= max_)
-      return "the store holds " + std::to_string(used) + " bytes, store.max_size is " + std::to_string(max_);
+    if (max_ > 0 && over_.load(std::memory_order_relaxed))
+      return "the store holds " + std::to_string(used) + " bytes, store.max_size is " + std::to_string(max_) +
+             (used < max_ ? " (it takes new work again below 7/8 of it)" : "");
     return std::nullopt;
   }
   /// full() as the error a refused call answers with.
@@ -91,6 +99,7 @@ class size_guard {
   std::uint64_t max_;  ///< 0: no bound
   std::atomic<std::uint64_t> used_{0};
   std::atomic<bool> disk_full_{false};
+  std::atomic<bool> over_{false};  ///< reached max_size and not yet back below 7/8 of it
   std::atomic<bool> announced_{false};  ///< a refusal since the store last had room
 };
 

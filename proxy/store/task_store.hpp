@@ -16,6 +16,7 @@
 
 #include <array>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,9 @@ struct backlog {
 template <class T>
 using store_callback = std::function<void(std::optional<store_error>, T)>;
 
+/// Who made tasks due: this process (an accept or replay it committed) or another instance.
+enum class due_from { local, fleet };
+
 /** The durable queue of async delivery (R-8): tasks, their leases, attempts and dead letters.
     The store contract is split by role, so a part that needs one names only it; both stores
     are all three (task_store). */
@@ -112,6 +116,10 @@ class task_queue {
       or breaker refused the attempt, which is postponed, never dropped. */
   virtual void submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
                                callback<bool> done) = 0;
+  /** Moves the lease of a task `owner` holds on to `lease_until` while its delivery runs, so
+      a slow attempt does not lose the task to another instance; false when it was lost. */
+  virtual void submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until,
+                                  callback<bool> done) = 0;
   virtual void submit_get(std::string id, callback<std::optional<retry_task>> done) = 0;
   /// Up to `limit` attempts of a task after attempt number `after` (0 for the first page).
   virtual void submit_attempts(std::string id, unsigned after, std::size_t limit,
@@ -195,10 +203,26 @@ class task_store : public task_queue, public policy_registry, public key_store {
   /// How the store runs when that is not the usual way (a shared store behind a pooler):
   /// /readyz adds it to its 200. Safe from any thread.
   virtual std::optional<std::string> detail() const { return std::nullopt; }
-  /** `wake` is called, on a store thread, when tasks became due that this process did not
-      write (another instance of a fleet accepted or replayed them), so the scheduler claims
-      at once rather than at its next poll. A store one process owns never calls it. */
-  virtual void set_due_listener(std::function<void()> wake) { (void)wake; }
+  /** `wake` is called, on a store thread, when tasks became due: `local` once a commit of
+      this process's made them due (an accept, a replay), `fleet` when another instance of a
+      fleet did (its NOTIFY). The scheduler claims at once instead of at its next poll, which
+      behind a pooler (no LISTEN) is a second away. Empty: nobody is called any more. */
+  void set_due_listener(std::function<void(due_from)> wake) {
+    std::lock_guard lock(due_mutex_);
+    due_listener_ = std::move(wake);
+  }
+
+ protected:
+  /// Tells the listener. Under the lock (the listener only posts), so once
+  /// set_due_listener({}) returned no call is left under way into an executor that may be gone.
+  void tasks_due(due_from from) {
+    std::lock_guard lock(due_mutex_);
+    if (due_listener_) due_listener_(from);
+  }
+
+ private:
+  std::mutex due_mutex_;
+  std::function<void(due_from)> due_listener_;
 };
 
 namespace detail {
@@ -244,6 +268,14 @@ auto async_finish_attempt(task_queue& s, std::string owner, attempt_log attempt,
                           wall_clock::time_point next_attempt_at, Token&& token) {
   return detail::async_call<bool>([&s, o = std::move(owner), a = std::move(attempt), next, next_attempt_at](
                                       auto cb) { s.submit_finish_attempt(o, a, next, next_attempt_at, cb); },
+                                  token);
+}
+
+template <class Token>
+auto async_renew_lease(task_queue& s, std::string owner, std::string id, wall_clock::time_point lease_until,
+                       Token&& token) {
+  return detail::async_call<bool>([&s, o = std::move(owner), i = std::move(id), lease_until](
+                                      auto cb) { s.submit_renew_lease(o, i, lease_until, cb); },
                                   token);
 }
 

@@ -247,8 +247,13 @@ TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
   shared_db pg;
   auto a = open(pg);
   auto b = open(pg);
-  std::atomic<int> woken{0};
-  b->set_due_listener([&woken] { ++woken; });
+  std::atomic<int> woken{0}, own{0};
+  b->set_due_listener([&woken](due_from from) {
+    if (from == due_from::fleet) ++woken;
+  });
+  a->set_due_listener([&own](due_from from) {
+    if (from == due_from::local) ++own;
+  });
   // The LISTEN starts in the background and wakes the scheduler once when it is up (tasks
   // may have become due unheard); only a wake after that is the NOTIFY.
   for (int i = 0; i < 1000 && !b->listening(); ++i) std::this_thread::sleep_for(10ms);
@@ -257,7 +262,11 @@ TEST(PostgresStore, ACommitOnAnotherInstanceWakesThisOnesScheduler) {
   ASSERT_TRUE(accept(*a, make_task("n1")));
   for (int i = 0; i < 500 && woken.load() == before; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_GT(woken.load(), before) << "no NOTIFY reached the other instance";
+  // Issue 46, defect 7: behind a pooler there is no LISTEN, and the instance that accepted a
+  // call waited for a poll to start it. Its own commit tells its scheduler at once.
+  EXPECT_EQ(own.load(), 1) << "the accepting instance is told by its own commit";
   b->set_due_listener({});
+  a->set_due_listener({});
 }
 
 TEST(PostgresStore, R6_AKeyIsHeldByOneInstanceAndItsAnswerReplayedByAnother) {

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -133,6 +134,42 @@ TYPED_TEST(StoreContract, AClaimedTaskIsTakenAgainOnlyOnceItsLeaseExpiredWithIts
       << "an owner that lost its lease cannot finish the attempt";
   EXPECT_TRUE(finish(s, "w2", attempt_log{"leased", 2, t0 + 32s, 200, "", 1ms}, task_status::succeeded, t0));
   EXPECT_EQ(get(s, "leased")->status, task_status::succeeded);
+}
+
+// Issue 46, defect 7: a delivery that ran past its lease lost the task to another instance, a
+// duplicate with a cause. Its owner moves the lease on while the attempt runs.
+TYPED_TEST(StoreContract, ALeaseRenewedByItsOwnerKeepsTheTaskFromOthers) {
+  auto& s = this->store();
+  ASSERT_TRUE(accept(s, make_task("slow")));
+  ASSERT_EQ(claim(s, "w1", t0, 30s).size(), 1u);
+  auto renew = [&](const std::string& owner, wall_clock::time_point until) {
+    auto [e, kept] = wait_for<bool>([&](auto cb) { s.submit_renew_lease(owner, "slow", until, cb); });
+    EXPECT_FALSE(e);
+    return kept;
+  };
+  EXPECT_FALSE(renew("w2", t0 + 90s)) << "only the lease's holder renews it";
+  EXPECT_TRUE(renew("w1", t0 + 60s));
+  EXPECT_TRUE(claim(s, "w2", t0 + 31s).empty()) << "past the first lease, inside the renewed one";
+  EXPECT_EQ(claim(s, "w2", t0 + 61s).size(), 1u) << "a holder that stopped renewing loses it";
+  EXPECT_FALSE(renew("w1", t0 + 120s)) << "a lost lease is not taken back";
+}
+
+// Issue 46, defect 7: the instance that accepted a call waited for its next poll (up to a
+// second behind a pooler) to start it. Its own commit tells its scheduler at once.
+TYPED_TEST(StoreContract, AnAcceptOrReplayCommittedHereTellsThisProcesssScheduler) {
+  auto& s = this->store();
+  std::atomic<int> local{0};
+  s.set_due_listener([&local](due_from from) {
+    if (from == due_from::local) ++local;
+  });
+  ASSERT_TRUE(accept(s, make_task("told")));
+  EXPECT_EQ(local.load(), 1) << "told once the accept committed";
+  ASSERT_EQ(claim(s, "w1", t0).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"told", 1, t0, 503, "", 1ms}, task_status::pending, t0 + 1s));
+  EXPECT_EQ(local.load(), 1) << "a retry scheduled for later is the scheduler's own timer, not a wake";
+  s.set_due_listener({});
+  ASSERT_TRUE(accept(s, make_task("untold")));
+  EXPECT_EQ(local.load(), 1) << "nobody is called once the listener is gone";
 }
 
 TYPED_TEST(StoreContract, FinishingAnAttemptRecordsItAndSchedulesTheNext) {
