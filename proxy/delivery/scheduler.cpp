@@ -22,6 +22,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/beast/core/string.hpp>
 
+#include <functional>
+#include <queue>
 #include <random>
 #include <unordered_map>
 
@@ -60,6 +62,9 @@ next_state judge(const retry::next_step& next, const retry::attempt_summary& sum
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 
+/// Retry times a scheduler keeps to wake at (a few hundred KiB at most).
+constexpr std::size_t max_due_times = 16384;
+
 /// What the scheduler and its deliveries share, on worker 0's thread.
 struct delivery_state {
   scheduler_options options;
@@ -68,9 +73,11 @@ struct delivery_state {
   net::steady_timer* waiting_for_room = nullptr;
   /// The scheduler's timer while it waits for anything (its poll); null otherwise.
   net::steady_timer* waiting = nullptr;
-  /// The soonest retry this process scheduled and has not claimed yet: the scheduler claims
-  /// then, not at its next poll (which, on a fleet's shared store, is long).
-  std::optional<wall::time_point> next_due;
+  /** When the retries this process scheduled are due, soonest first: the scheduler claims at
+      each, not at its next poll (which, on a fleet's shared store, is a second). Only the soonest
+      was kept before, so every other retry waited for a poll: due -> attempt p99 1.8-2 s on
+      PostgreSQL. Bounded: past max_due_times a retry waits for the poll. */
+  std::priority_queue<wall::time_point, std::vector<wall::time_point>, std::greater<>> due_times;
   /// Registered policies by id, read from the store once: they never change under their id.
   std::unordered_map<std::string, std::shared_ptr<const config::policy>> policies;
   std::minstd_rand poll_draws;
@@ -241,8 +248,8 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
     co_return;
   }
   auto const ended = final_status != store::task_status::pending;
-  if (!ended && (!state.next_due || judged.at < *state.next_due)) {
-    state.next_due = judged.at;
+  if (!ended && state.due_times.size() < max_due_times) {
+    state.due_times.push(judged.at);
     if (state.waiting && state.waiting->expiry() > steady::now() + (judged.at - wall::now()))
       state.waiting->cancel();  // the scheduler recomputes its wait with this retry in it
   }
@@ -516,19 +523,26 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
     }
     std::size_t const room = opts.max_in_flight - std::min(opts.max_in_flight, state->in_flight);
     bool full = false;
+    auto taken_until = wall::now();  // retries due by then are claimed (or wait for room)
     if (room > 0) {
       bool const notified = state->notified;
-      bool const local = std::exchange(state->local_due, false);
-      if (notified && !local && steady::now() - state->last_claim < state->notified_gap) {
+      // Made due here (an accept, or a retry this process scheduled): claimed now. Only a wake
+      // that is another instance's NOTIFY alone waits for the gap.
+      bool const own = std::exchange(state->local_due, false) ||
+                       (!state->due_times.empty() && state->due_times.top() <= wall::now());
+      if (notified && !own && steady::now() - state->last_claim < state->notified_gap) {
         // Every commit of the fleet wakes every instance: at once, 50 instances made 2,400
         // claims a second to take 100 tasks. A claim taken since the NOTIFY would have found
         // the task, so a woken instance claims at most once a gap.
         timer.expires_at(state->last_claim + state->notified_gap);
+        state->waiting = &timer;  // a commit of this process's own cuts the gap short
         co_await timer.async_wait(use_tuple);
+        state->waiting = nullptr;
+        state->local_due = false;  // the claim below takes it
       }
       state->notified = false;
       state->last_claim = steady::now();
-      auto const now = wall::now();
+      auto const now = taken_until = wall::now();
       auto [e, tasks] = co_await store::async_claim(*ctx.store, opts.owner, now, now + opts.lease, room, use_tuple);
       // A store that says it is unavailable (PostgreSQL still connecting at start, or gone)
       // logged that itself, once (store_connected / store_unavailable): only a failure the
@@ -552,12 +566,12 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
         });
     }
     auto wait = next_poll(opts.poll, state->poll_draws);
-    if (state->next_due) {
-      auto const until_due = *state->next_due - wall::now();
-      if (until_due <= wall::duration::zero())
-        state->next_due.reset();  // due: the claim above took it, another instance did, or room will
-      else
-        wait = std::clamp(std::chrono::duration_cast<steady::duration>(until_due), steady::duration::zero(), wait);
+    // Those due by the claim above were taken by it (or by another instance); with no room, the
+    // claim that follows the room's return takes them.
+    while (!state->due_times.empty() && state->due_times.top() <= taken_until) state->due_times.pop();
+    if (!state->due_times.empty()) {
+      auto const until_due = state->due_times.top() - wall::now();
+      wait = std::clamp(std::chrono::duration_cast<steady::duration>(until_due), steady::duration::zero(), wait);
     }
     // Made due by this process while the claim above was under way: claim again now.
     if (state->local_due && state->in_flight < opts.max_in_flight) wait = steady::duration::zero();
