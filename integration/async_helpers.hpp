@@ -34,8 +34,8 @@ inline std::string series_line(const std::string& text, const std::string& name,
                                std::initializer_list<std::string> labels) {
   for (auto at = text.find("\n" + name + "{"); at != std::string::npos; at = text.find("\n" + name + "{", at + 1)) {
     auto const line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
-    if (std::all_of(labels.begin(), labels.end(), [&](const std::string& l) { return line.find(l) != std::string::npos; }))
-      return line;
+    auto const has = [&](const std::string& l) { return line.find(l) != std::string::npos; };
+    if (std::all_of(labels.begin(), labels.end(), has)) return line;
   }
   return {};
 }

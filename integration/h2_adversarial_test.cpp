@@ -186,7 +186,10 @@ TEST(Http2Adversarial, AnswersHeldForZeroWindowClientsAreBoundedPerConnection) {
     auto const j = parse_json(r.out);
     ASSERT_TRUE(j) << r.out << r.err;
   }
-  EXPECT_LT(peak, before + shadow_factor() * 64 * 1024) << "bounded per connection, not per stream";
+  // 47 MiB measured on the plain build, 55 under ASan (its redzones and metadata): bounded per
+  // connection, where it grew by 535 MiB.
+  EXPECT_LT(peak, before + shadow_factor() * redzone_factor() * 64 * 1024)
+      << "bounded per connection, not per stream";
   // The connections ended; a client that reads gets its big answer whole again.
   auto const again = grpc_call(rb.port(), "peer.test", "/peer.Svc/Big", {});
   EXPECT_EQ(again.code, 0) << again.raw;

@@ -255,7 +255,8 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
   }
   if (ended && state.options.metrics) {
     state.options.metrics->task_ended(route.name, config::to_string(policy.context), wall::now() - task.created_at);
-    if (is_alert) state.options.metrics->alert_notice(final_status == store::task_status::succeeded ? "delivered" : "failed");
+    if (is_alert)
+      state.options.metrics->alert_notice(final_status == store::task_status::succeeded ? "delivered" : "failed");
   }
   if (final_status == store::task_status::succeeded) {
     log.info("task_delivered", {{"task_id", task.id}, {"dependency", route.name}, {"attempts", attempt.number}});

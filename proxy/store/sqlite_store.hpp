@@ -42,7 +42,8 @@ class sqlite_store final : public task_store {
   void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
                              wall_clock::time_point next_attempt_at, callback<bool> done) override;
   void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
-  void submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until, callback<bool> done) override;
+  void submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until,
+                          callback<bool> done) override;
   void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
   void submit_attempts(std::string id, unsigned after, std::size_t limit,
                        callback<std::vector<attempt_log>> done) override;

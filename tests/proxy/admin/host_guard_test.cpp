@@ -67,7 +67,8 @@ TEST(AdminHostGuard, AWriteMustComeFromTheAdminPagesOwnOrigin) {
       head(bhttp::verb::post, {{"Host", "127.0.0.1:9901"}, {"Origin", "http://localhost:8000"}}), cfg))
       << "another local service's page";
   EXPECT_TRUE(foreign_request(head(bhttp::verb::delete_, {{"Host", "127.0.0.1:9901"}, {"Origin", "null"}}), cfg));
-  EXPECT_FALSE(foreign_request(head(bhttp::verb::get, {{"Host", "127.0.0.1:9901"}, {"Origin", "http://x.example"}}), cfg))
+  EXPECT_FALSE(
+      foreign_request(head(bhttp::verb::get, {{"Host", "127.0.0.1:9901"}, {"Origin", "http://x.example"}}), cfg))
       << "a read from another origin cannot be read by that page";
 }
 

@@ -18,7 +18,8 @@ TEST(Json, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
   EXPECT_EQ(out, "\"h\xef\xbf\xbd\xef\xbf\xbd\\\"c\"");
   // Overlong, a surrogate, past U+10FFFF, cut short, a lone continuation, never a lead byte:
   // each byte is one replacement.
-  for (std::string_view bad : {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80", "\xf8"}) {
+  for (std::string_view bad :
+       {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80", "\xf8"}) {
     out.clear();
     append_json_string(out, bad);
     std::string expected = "\"";
