@@ -1,6 +1,6 @@
 #include "proxy/observe/correlation.hpp"
 
-#include "proxy/observe/trace.hpp"
+#include "proxy/observe/traceparent.hpp"
 
 #include <algorithm>
 

@@ -7,6 +7,7 @@
     unless `tracing.endpoint` is set. */
 #include "proxy/net.hpp"
 #include "proxy/observe/metrics.hpp"
+#include "proxy/observe/traceparent.hpp"
 
 #include <boost/asio/io_context.hpp>
 
@@ -25,21 +26,6 @@
 
 namespace rebound::observe {
 
-using trace_id = std::array<std::uint8_t, 16>;
-using span_id = std::array<std::uint8_t, 8>;
-
-/// A W3C traceparent (`00-<trace-id>-<parent-id>-<flags>`), version 00's fields.
-struct trace_parent {
-  trace_id trace{};
-  span_id parent{};
-  bool sampled = false;
-};
-/** Parses a traceparent as W3C Trace Context level 1 says a receiver must: lower-case hex,
-    neither id all zeros, version ff refused, a later version's longer value read by its
-    version-00 prefix. Nullopt for anything else: the request then starts a trace. */
-std::optional<trace_parent> parse_traceparent(std::string_view value);
-std::string format_traceparent(const trace_id& trace, const span_id& span, bool sampled);
-std::string hex(const std::uint8_t* bytes, std::size_t n);
 
 struct span_attribute {
   std::string key;

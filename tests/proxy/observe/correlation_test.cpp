@@ -1,5 +1,5 @@
 #include "proxy/observe/correlation.hpp"
-#include "proxy/observe/trace.hpp"
+#include "proxy/observe/traceparent.hpp"
 
 #include <gtest/gtest.h>
 
