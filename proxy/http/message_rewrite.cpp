@@ -7,6 +7,8 @@
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 
+#include <iterator>
+
 namespace rebound::http {
 
 std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
@@ -24,8 +26,10 @@ std::string_view correlation_id_of(const bhttp::fields& f) {
 }
 
 std::string_view traceparent_of(const bhttp::fields& f) {
-  if (f.count("traceparent") != 1) return {};
-  auto const v = f.find("traceparent")->value();
+  // One lookup on every request's path: the range is empty, one field, or more (none counts).
+  auto const [first, last] = f.equal_range("traceparent");
+  if (first == last || std::next(first) != last) return {};
+  auto const v = first->value();
   return {v.data(), v.size()};
 }
 
