@@ -192,7 +192,10 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
         // A cancelled attempt (a hedge that lost, retry/hedge.hpp) is not sent again.
         if (wec == net::error::operation_aborted)
           co_return retry::attempt_failure{http::error_type::connect_reset, "the attempt was cancelled"};
-        if (reused && round == 0 && wec != beast::error::timeout) continue;
+        if (reused && round == 0 && wec != beast::error::timeout) {
+          p.check(to.pool_key);  // its siblings are likely closed too
+          continue;
+        }
         if (wec == beast::error::timeout)
           co_return retry::attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
         co_return retry::attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
@@ -203,8 +206,10 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     if (!failed) co_return std::move(out);
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
     auto const cancelled = (co_await net::this_coro::cancellation_state).cancelled() != net::cancellation_type::none;
-    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout && !cancelled)
-      continue;  // stale: go again
+    if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout && !cancelled) {
+      p.check(to.pool_key);  // stale: its siblings are likely closed too; go again
+      continue;
+    }
     co_return std::move(*failed);
   }
   co_return retry::attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};

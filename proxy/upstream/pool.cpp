@@ -4,23 +4,25 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 namespace rebound::upstream {
 namespace {
 
 /// A peek that does not block: EOF or stray bytes (on TLS: an alert, a close_notify) both
 /// mean the connection is no longer a clean place to start a request.
-bool still_open(connection& s) {
-  auto& sock = s.socket();
+bool still_open(std::optional<connection>& s) {
+  if (!s) return false;
+  auto& sock = s->socket();
   if (!sock.is_open()) return false;
   char c;
   auto const n = ::recv(sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void close(connection& s) {
+void close(std::optional<connection>& s) {
   boost::system::error_code ec;
-  s.socket().close(ec);
+  if (s) s->socket().close(ec);
 }
 
 }  // namespace
@@ -30,10 +32,25 @@ void pool::drop(entry e) {
   if (it != by_key_.end()) {
     auto& q = it->second;
     if (auto pos = std::find(q.begin(), q.end(), e); pos != q.end()) q.erase(pos);
-    if (q.empty()) by_key_.erase(it);
+    if (q.empty()) emptied(it);
   }
   close(e->stream);
-  lru_.erase(e);
+  retire(e);
+}
+
+void pool::emptied(std::unordered_map<std::string, std::deque<entry>>::iterator it) {
+  if (empty_queues_ < max_empty_queues)
+    ++empty_queues_;
+  else
+    by_key_.erase(it);
+}
+
+void pool::retire(entry e) {
+  e->stream.reset();
+  if (spare_.size() >= max_spare)
+    lru_.erase(e);
+  else
+    spare_.splice(spare_.end(), lru_, e);
 }
 
 std::optional<connection> pool::take(const std::string& key) {
@@ -45,25 +62,38 @@ std::optional<connection> pool::take(const std::string& key) {
   while (!q.empty() && !out) {
     auto const e = q.back();
     q.pop_back();
-    if (now - e->since < idle_timeout_ && still_open(e->stream))
-      out.emplace(std::move(e->stream));
+    auto const idle_for = now - e->since;
+    if (idle_for < idle_timeout_ && (idle_for < known_live_for || still_open(e->stream)))
+      out.emplace(std::move(*e->stream));
     else
       close(e->stream);
-    lru_.erase(e);
+    retire(e);
   }
-  if (q.empty()) by_key_.erase(it);
+  if (q.empty()) emptied(it);
   return out;
 }
 
 void pool::put(const std::string& key, connection stream) {
   if (max_idle_per_key_ == 0 || max_idle_total_ == 0) {
-    close(stream);
+    boost::system::error_code ec;
+    stream.socket().close(ec);
     return;
   }
   if (auto it = by_key_.find(key); it != by_key_.end() && it->second.size() >= max_idle_per_key_)
     drop(it->second.front());
-  auto const e = lru_.insert(lru_.end(), idle{key, std::move(stream), now_()});
-  by_key_[key].push_back(e);
+  entry e;
+  if (spare_.empty()) {
+    e = lru_.insert(lru_.end(), idle{key, std::move(stream), now_()});
+  } else {
+    e = std::prev(spare_.end());  // the most recently retired: its memory is the warmest
+    e->key.assign(key);  // keeps the string's room: most keys come back to the same node
+    e->stream.emplace(std::move(stream));
+    e->since = now_();
+    lru_.splice(lru_.end(), spare_, e);
+  }
+  auto [it, made] = by_key_.try_emplace(key);
+  if (!made && it->second.empty()) --empty_queues_;
+  it->second.push_back(e);
   while (lru_.size() > max_idle_total_) drop(lru_.begin());
 }
 
@@ -78,6 +108,15 @@ void pool::set_max_idle_total(std::size_t n) {
   while (lru_.size() > max_idle_total_) drop(lru_.begin());
 }
 
+void pool::check(const std::string& key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  // Copied first: drop() edits the queue being walked, and may erase it.
+  std::vector<entry> const entries(it->second.begin(), it->second.end());
+  for (auto e : entries)
+    if (!still_open(e->stream)) drop(e);
+}
+
 void pool::sweep() {
   auto const now = now_();
   for (auto e = lru_.begin(); e != lru_.end();) {
@@ -85,6 +124,8 @@ void pool::sweep() {
     if (now - e->since >= idle_timeout_ || !still_open(e->stream)) drop(e);
     e = next;
   }
+  std::erase_if(by_key_, [](const auto& kv) { return kv.second.empty(); });
+  empty_queues_ = 0;
 }
 
 }  // namespace rebound::upstream

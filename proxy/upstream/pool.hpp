@@ -35,13 +35,26 @@ class pool {
         idle_timeout_(idle_timeout),
         now_(std::move(now)) {}
 
-  /** The most recently used live connection for `key`, if any. Every connection is
-      checked first, however briefly it sat idle: one the peer has closed (or sent
+  /** A connection idle for less than this was in use moments ago: it is handed out without
+      the liveness check, saving a syscall on every request of a busy dependency. Should it
+      turn out closed, the request is one that may be sent again (only those take pooled
+      connections: attempt.hpp's `may_reuse`), and it goes again on a fresh connection
+      within the same attempt, as HAProxy and Envoy do. Servers close idle connections after
+      a second or more, so a window this short rarely hands out a closed one. */
+  static constexpr std::chrono::milliseconds known_live_for{250};
+
+  /** The most recently used connection for `key` that is not known to be closed. One idle
+      for `known_live_for` or longer is checked first: one the peer has closed (or sent
       unsolicited bytes on) is dropped here, not handed out. An upstream that restarts
       closes its connections at once, and one with a short keep-alive timeout (Node 5 s,
-      gunicorn 2 s, nginx configured at 1 s) within a second; either would otherwise cost
-      a request that cannot be sent twice its answer. The check is one non-blocking recv. */
+      gunicorn 2 s, nginx configured at 1 s) within a second. The check is one non-blocking
+      recv. */
   std::optional<connection> take(const std::string& key);
+
+  /** A connection taken for `key` turned out closed before it answered: its siblings idled
+      as long or longer, and an upstream restart closed them all. Each is checked now, so
+      the requests after this one do not find the same. */
+  void check(const std::string& key);
 
   void put(const std::string& key, connection stream);
 
@@ -62,20 +75,31 @@ class pool {
  private:
   struct idle {
     std::string key;
-    connection stream;
+    std::optional<connection> stream;  ///< empty in a spare node
     clock::time_point since;
   };
   using entry = std::list<idle>::iterator;
   void drop(entry e);
+  /// Moves `e` from lru_ to spare_ (or frees it past max_spare), keeping its node and key
+  /// string for the next put: a busy dependency then allocates nothing per request here.
+  void retire(entry e);
+  /// A key's queue became empty: kept (a busy key's next put then allocates nothing) while
+  /// fewer than max_empty_queues are, else erased; sweep() erases them all.
+  void emptied(std::unordered_map<std::string, std::deque<entry>>::iterator it);
 
   std::size_t max_idle_per_key_;
   std::size_t max_idle_total_;
   std::chrono::milliseconds idle_timeout_;
   std::function<clock::time_point()> now_;
   std::list<idle> lru_;  ///< oldest first, every key
+  /// Nodes of connections taken or closed, kept for the next put (at most max_spare).
+  std::list<idle> spare_;
+  static constexpr std::size_t max_spare = 128;
   /// Each key's entries, oldest first: the same order as in lru_, since both are appended
   /// to when a connection comes back and taken from where it went in.
   std::unordered_map<std::string, std::deque<entry>> by_key_;
+  std::size_t empty_queues_ = 0;  ///< queues in by_key_ holding nothing
+  static constexpr std::size_t max_empty_queues = 64;
 };
 
 }  // namespace rebound::upstream

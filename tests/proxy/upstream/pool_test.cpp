@@ -75,25 +75,85 @@ TEST(Pool, ConnectionClosedByThePeerWhileIdleIsNeverHandedOut) {
 TEST(Pool, ConnectionWithUnsolicitedBytesIsNotReused) {
   net::io_context ioc;
   connected_pair c(ioc);
-  pool p(8, 64, 30s);
+  manual_clock time;
+  pool p(8, 64, 30s, time.fn());
   rebound::upstream::connection conn(std::move(c.client));
-  net::write(c.server, net::buffer(std::string_view("HTTP/1.1 200 OK\r\n\r\n")));
+  net::write(c.server, net::buffer(std::string_view("HTTP/1.1 408 Request Timeout\r\n\r\n")));
   ASSERT_TRUE(readable(conn));
   p.put("k", std::move(conn));
+  time.t += pool::known_live_for;
   EXPECT_FALSE(p.take("k"));
 }
 
-TEST(Pool, EvenARecentlyUsedConnectionIsCheckedBeforeReuse) {
+TEST(Pool, AConnectionIdleForTheKnownLiveWindowIsCheckedBeforeReuse) {
   net::io_context ioc;
   connected_pair c(ioc);
   manual_clock time;
   pool p(8, 64, 30s, time.fn());
   rebound::upstream::connection conn(std::move(c.client));
-  c.server.close();  // an upstream restarting: every idle connection ends at once
+  c.server.close();  // an upstream closing an idle connection
   ASSERT_TRUE(readable(conn));
   p.put("k", std::move(conn));
-  time.t += 1ms;  // idle for a millisecond, and still checked
+  time.t += pool::known_live_for;
   EXPECT_FALSE(p.take("k"));
+}
+
+TEST(Pool, AConnectionUsedMomentsAgoIsHandedOutWithoutACheck) {
+  // The syscall a busy dependency saves per request: a connection back moments ago goes out
+  // unchecked, and only requests that may be sent again take pooled connections.
+  net::io_context ioc;
+  connected_pair c(ioc);
+  manual_clock time;
+  pool p(8, 64, 30s, time.fn());
+  rebound::upstream::connection conn(std::move(c.client));
+  c.server.close();
+  ASSERT_TRUE(readable(conn));
+  p.put("k", std::move(conn));
+  time.t += pool::known_live_for - 1ms;
+  EXPECT_TRUE(p.take("k"));
+}
+
+TEST(Pool, AClosedConnectionFoundMakesThePoolCheckItsSiblings) {
+  // An upstream restart closes every idle connection at once: once a request finds one
+  // closed, the others of its key are checked, so the next requests do not find them.
+  net::io_context ioc;
+  connected_pair a(ioc), b(ioc), alive(ioc);
+  manual_clock time;
+  pool p(8, 64, 30s, time.fn());
+  rebound::upstream::connection ca(std::move(a.client)), cb(std::move(b.client)), live(std::move(alive.client));
+  auto const live_end = live.socket().local_endpoint();
+  a.server.close();
+  b.server.close();
+  ASSERT_TRUE(readable(ca));
+  ASSERT_TRUE(readable(cb));
+  p.put("k", std::move(live));
+  p.put("k", std::move(ca));
+  p.put("k", std::move(cb));
+  p.put("other", rebound::upstream::connection(std::move(connected_pair(ioc).client)));
+  EXPECT_EQ(p.idle_count(), 4u);
+  p.check("k");
+  EXPECT_EQ(p.idle_count(), 2u);
+  auto s = p.take("k");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->socket().local_endpoint(), live_end);
+}
+
+TEST(Pool, ConnectionsComeAndGoManyTimesOverAFewNodes) {
+  // Nodes are reused (no allocation per request), and what a key held is still found.
+  net::io_context ioc;
+  manual_clock time;
+  pool p(8, 64, 30s, time.fn());
+  for (int i = 0; i < 300; ++i) {
+    connected_pair c(ioc);
+    auto const key = "http://host-" + std::to_string(i % 70) + ":80";
+    auto const local = c.client.socket().local_endpoint();
+    p.put(key, rebound::upstream::connection(std::move(c.client)));
+    auto s = p.take(key);
+    ASSERT_TRUE(s) << i;
+    EXPECT_EQ(s->socket().local_endpoint(), local);
+    EXPECT_FALSE(p.take(key));
+  }
+  EXPECT_EQ(p.idle_count(), 0u);
 }
 
 TEST(Pool, AConnectionIdleUpToTheIdleTimeoutIsKeptAndPastItDropped) {
