@@ -254,7 +254,9 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   }
   if (upgrade) guard.upgrade_ended(websocket_protocol, "declined", 0, 0);
   final_answer const answer{facts, {is_head, client_version, keep, result.attempts, result.gave_up}, key};
-  co_return co_await relay_final_response(ctx, client, ex, answer);
+  bool const kept = co_await relay_final_response(ctx, client, ex, answer);
+  ctx.pool->recycle(std::move(result.response));
+  co_return kept;
 }
 
 }  // namespace

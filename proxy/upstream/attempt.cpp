@@ -139,7 +139,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     }
   }
   bool const may_reuse = to.may_reuse && !send;
-  auto out = std::make_unique<exchange>();
+  auto out = p.spare_exchange();
   std::string head;  // serialized once, after the credential: a resend sends the same bytes
   for (int round = 0; round < 2; ++round) {
     out->stream.reset();

@@ -1,5 +1,7 @@
 #include "proxy/upstream/pool.hpp"
 
+#include "proxy/upstream/attempt.hpp"
+
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -26,6 +28,31 @@ void close(std::optional<connection>& s) {
 }
 
 }  // namespace
+
+pool::pool(std::size_t max_idle_per_key, std::size_t max_idle_total, std::chrono::milliseconds idle_timeout,
+           std::function<clock::time_point()> now)
+    : max_idle_per_key_(max_idle_per_key),
+      max_idle_total_(max_idle_total),
+      idle_timeout_(idle_timeout),
+      now_(std::move(now)) {}
+
+pool::~pool() = default;
+
+std::unique_ptr<exchange> pool::spare_exchange() {
+  if (spare_exchanges_.empty()) return std::make_unique<exchange>();
+  auto ex = std::move(spare_exchanges_.back());
+  spare_exchanges_.pop_back();
+  return ex;
+}
+
+void pool::recycle(std::unique_ptr<exchange> ex) {
+  if (!ex) return;
+  ex->stream.reset();  // closes a connection that did not go back to the pool
+  ex->response.reset();
+  ex->buffer.clear();
+  if (spare_exchanges_.size() < max_spare_exchanges && ex->buffer.capacity() <= first_read_size)
+    spare_exchanges_.push_back(std::move(ex));
+}
 
 void pool::drop(entry e) {
   auto it = by_key_.find(e->key);

@@ -17,11 +17,15 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace rebound::upstream {
+
+struct exchange;
 
 class pool {
  public:
@@ -29,11 +33,10 @@ class pool {
 
   /// `now` is the clock idle times are measured with (tests pass their own).
   pool(std::size_t max_idle_per_key, std::size_t max_idle_total, std::chrono::milliseconds idle_timeout,
-       std::function<clock::time_point()> now = &clock::now)
-      : max_idle_per_key_(max_idle_per_key),
-        max_idle_total_(max_idle_total),
-        idle_timeout_(idle_timeout),
-        now_(std::move(now)) {}
+       std::function<clock::time_point()> now = &clock::now);
+  ~pool();  // out of line, as is the constructor: exchange is complete only in pool.cpp
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
 
   /** A connection idle for less than this was in use moments ago: it is handed out without
       the liveness check, saving a syscall on every request of a busy dependency. Should it
@@ -72,6 +75,15 @@ class pool {
 
   std::size_t idle_count() const { return lru_.size(); }
 
+  /** An exchange to run an attempt in (upstream/attempt.hpp): one a finished request gave
+      back, its buffer's room kept, or a new one. Every attempt used to allocate its 16 KiB
+      read buffer and free it when the answer was relayed; a busy worker now reuses a few. */
+  std::unique_ptr<exchange> spare_exchange();
+  /** Takes back an exchange whose answer went out: kept, emptied, while fewer than
+      max_spare_exchanges are and its buffer is no larger than a first read's room (a large
+      head's buffer is not held for the next small one); otherwise freed. */
+  void recycle(std::unique_ptr<exchange> ex);
+
  private:
   struct idle {
     std::string key;
@@ -100,6 +112,8 @@ class pool {
   std::unordered_map<std::string, std::deque<entry>> by_key_;
   std::size_t empty_queues_ = 0;  ///< queues in by_key_ holding nothing
   static constexpr std::size_t max_empty_queues = 64;
+  std::vector<std::unique_ptr<exchange>> spare_exchanges_;
+  static constexpr std::size_t max_spare_exchanges = 16;
 };
 
 }  // namespace rebound::upstream

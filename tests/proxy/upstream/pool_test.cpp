@@ -239,3 +239,36 @@ TEST(Pool, ALowerTotalLimitClosesTheOldestAtOnce) {
 }
 
 }  // namespace pool_test
+
+#include "proxy/upstream/attempt.hpp"
+
+namespace pool_test {
+namespace {
+
+TEST(Pool, AnExchangeGivenBackIsReusedEmptyWithItsBufferRoom) {
+  pool p(8, 64, 30s);
+  auto ex = p.spare_exchange();
+  ex->buffer.reserve(rebound::upstream::first_read_size);
+  auto const room = ex->buffer.data().data();
+  ex->buffer.commit(net::buffer_copy(ex->buffer.prepare(5), net::buffer(std::string_view("bytes"))));
+  auto* const given = ex.get();
+  p.recycle(std::move(ex));
+  auto again = p.spare_exchange();
+  EXPECT_EQ(again.get(), given);
+  EXPECT_EQ(again->buffer.size(), 0u);
+  EXPECT_FALSE(again->stream);
+  EXPECT_FALSE(again->response);
+  EXPECT_EQ(again->buffer.data().data(), room) << "the buffer's room was not kept";
+  EXPECT_NE(p.spare_exchange().get(), given) << "one exchange handed out twice";
+}
+
+TEST(Pool, AnExchangeWhoseBufferGrewPastAFirstReadIsNotKept) {
+  pool p(8, 64, 30s);
+  auto ex = p.spare_exchange();
+  ex->buffer.reserve(rebound::upstream::first_read_size * 4);  // a large head was read into it
+  p.recycle(std::move(ex));
+  EXPECT_EQ(p.spare_exchange()->buffer.capacity(), 0u) << "a 64 KiB buffer was kept for the next answer";
+}
+
+}  // namespace
+}  // namespace pool_test
