@@ -3,6 +3,8 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
 namespace rebound::observe {
 namespace {
@@ -75,15 +77,31 @@ prometheus::Family<prometheus::Counter>& counter(const counter_name& c, promethe
   return prometheus::BuildCounter().Name(c.name).Help(c.help).Register(r);
 }
 
-template <class T>
-T& lazily(std::atomic<T*>& slot, prometheus::Family<T>& family, const prometheus::Labels& labels) {
+template <class T, class... Args>
+T& lazily(std::atomic<T*>& slot, prometheus::Family<T>& family, const prometheus::Labels& labels, const Args&... args) {
   if (auto* c = slot.load(std::memory_order_acquire)) return *c;
   // Family::Add returns the existing child for equal labels, so two workers racing here
   // store the same pointer.
-  auto& c = family.Add(labels);
+  auto& c = family.Add(labels, args...);
   slot.store(&c, std::memory_order_release);
   return c;
 }
+
+/// The shard the calling thread writes, given out round robin on the thread's first write:
+/// workers are made one after another at start-up, so each gets a shard of its own.
+std::size_t this_thread_shard(std::size_t count) {
+  static std::atomic<std::size_t> next{0};
+  thread_local std::size_t const mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine % count;
+}
+
+/// The bucket a value falls in, as prometheus-cpp's Observe finds it (the first bound >= it);
+/// the last slot is +Inf.
+std::size_t bucket_of(const Histogram::BucketBoundaries& bounds, double value) {
+  return static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+}
+
+constexpr auto relaxed = std::memory_order_relaxed;
 
 }  // namespace
 
@@ -94,7 +112,24 @@ dependency_metrics::dependency_metrics(metrics& owner, std::string name)
       backoff_(owner.backoff_.Add(owner.labels(name_), backoff_buckets())),
       upstream_duration_(owner.upstream_duration_.Add(owner.labels(name_), latency_buckets())),
       budget_utilization_(owner.budget_utilization_.Add(owner.labels(name_))),
-      breaker_state_(owner.breaker_state_.Add(owner.labels(name_))) {}
+      breaker_state_(owner.breaker_state_.Add(owner.labels(name_))) {
+  if (latency_buckets().size() + 1 != latency_slots || attempt_count_buckets().size() + 1 != attempt_count_slots)
+    throw std::logic_error("dependency_metrics: a shard's buckets do not match the histogram's");
+}
+
+dependency_metrics::~dependency_metrics() {
+  for (auto& s : shards_) delete s.load(std::memory_order_acquire);
+}
+
+dependency_metrics::shard& dependency_metrics::mine() {
+  auto& slot = shards_[this_thread_shard(shard_count)];
+  auto* s = slot.load(std::memory_order_acquire);
+  if (s) return *s;
+  auto* fresh = new shard{};
+  if (slot.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread of this shard made it first: `s` is theirs
+  return *s;
+}
 
 void dependency_metrics::attempt(unsigned attempt_number, std::chrono::microseconds took) {
   auto labels = [&] {
@@ -104,7 +139,13 @@ void dependency_metrics::attempt(unsigned attempt_number, std::chrono::microseco
   };
   // The cached child first: building the label map was three allocations and a locked
   // Family lookup on every attempt (bench/README.md, "allocations per request").
-  if (attempt_number >= 1 && attempt_number <= attempt_slots) {
+  auto& mine = this->mine();
+  auto const seconds = std::chrono::duration<double>(took).count();
+  mine.latency[bucket_of(latency_buckets(), seconds)].fetch_add(1, relaxed);
+  mine.latency_sum_us.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(took.count(), 0)), relaxed);
+  if (attempt_number == 1) {
+    mine.first_attempts.fetch_add(1, relaxed);
+  } else if (attempt_number >= 1 && attempt_number <= attempt_slots) {
     auto& slot = attempts_[attempt_number - 1];
     if (auto* c = slot.load(std::memory_order_acquire))
       c->Increment();
@@ -112,7 +153,6 @@ void dependency_metrics::attempt(unsigned attempt_number, std::chrono::microseco
       lazily(slot, owner_.attempts_, labels()).Increment();
   } else
     owner_.attempts_.Add(labels()).Increment();
-  upstream_duration_.Observe(std::chrono::duration<double>(took).count());
 }
 
 void dependency_metrics::backoff(std::chrono::milliseconds wait) {
@@ -122,6 +162,12 @@ void dependency_metrics::backoff(std::chrono::milliseconds wait) {
 void dependency_metrics::exhausted() { exhausted_.Increment(); }
 
 void dependency_metrics::request_ended(unsigned attempts, std::string_view outcome, std::string_view context) {
+  if (context == "sync" && outcome == "success") {
+    auto& mine = this->mine();
+    mine.sync_successes[bucket_of(attempt_count_buckets(), attempts)].fetch_add(1, relaxed);
+    mine.sync_success_attempts.fetch_add(attempts, relaxed);
+    return;
+  }
   constexpr std::array<std::string_view, 5> contexts{"sync", "async", "webhook", "batch", "grpc"};
   constexpr std::array<std::string_view, 3> outcomes{"success", "failure", "abandoned"};
   auto const c = std::find(contexts.begin(), contexts.end(), context) - contexts.begin();
@@ -194,6 +240,19 @@ void dependency_metrics::upgrade_ended(std::string_view protocol, std::string_vi
 
 void dependency_metrics::answered(unsigned code) {
   if (code < 100 || code > 599) return;
+  auto& mine = this->mine();
+  for (std::size_t i = 0; i < codes_per_shard; ++i) {
+    auto held = mine.codes[i].load(relaxed);
+    if (held == 0 && mine.codes[i].compare_exchange_strong(held, code, relaxed)) held = code;
+    if (held == code) {
+      mine.code_counts[i].fetch_add(1, relaxed);
+      return;
+    }
+  }
+  code_counter(code).Increment();  // a fifth code in this shard: rare enough for the registry
+}
+
+prometheus::Counter& dependency_metrics::code_counter(unsigned code) {
   constexpr std::uint64_t address_mask = (std::uint64_t{1} << 48) - 1;
   auto const child = [&]() -> prometheus::Counter& {
     auto l = owner_.labels(name_);
@@ -206,12 +265,69 @@ void dependency_metrics::answered(unsigned code) {
     if (word == 0) {
       auto& c = child();
       auto const mine = (std::uint64_t{code} << 48) | reinterpret_cast<std::uintptr_t>(&c);
-      if (slot.compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return c.Increment();
+      if (slot.compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return c;
       // Another worker filled the slot first: `word` now holds its entry.
     }
-    if ((word >> 48) == code) return reinterpret_cast<prometheus::Counter*>(word & address_mask)->Increment();
+    if ((word >> 48) == code) return *reinterpret_cast<prometheus::Counter*>(word & address_mask);
   }
-  child().Increment();
+  return child();
+}
+
+void dependency_metrics::fold() {
+  totals now;
+  std::size_t codes = 0;
+  for (auto const& slot : shards_) {
+    auto const* s = slot.load(std::memory_order_acquire);
+    if (!s) continue;
+    now.first_attempts += s->first_attempts.load(relaxed);
+    for (std::size_t i = 0; i < latency_slots; ++i) now.latency[i] += s->latency[i].load(relaxed);
+    now.latency_sum_us += s->latency_sum_us.load(relaxed);
+    for (std::size_t i = 0; i < attempt_count_slots; ++i) now.sync_successes[i] += s->sync_successes[i].load(relaxed);
+    now.sync_success_attempts += s->sync_success_attempts.load(relaxed);
+    for (std::size_t i = 0; i < codes_per_shard; ++i) {
+      auto const code = s->codes[i].load(relaxed);
+      if (code == 0) continue;
+      auto const n = s->code_counts[i].load(relaxed);
+      auto const known = std::find_if(now.codes.begin(), now.codes.begin() + codes, [&](auto& c) { return c.first == code; });
+      if (known != now.codes.begin() + codes)
+        known->second += n;
+      else
+        now.codes[codes++] = {code, n};
+    }
+  }
+  // Each total only grows: a shard's count is read after the code it counts was claimed,
+  // and a later fold sees at least what an earlier one did.
+  if (auto const d = now.first_attempts - folded_.first_attempts) {
+    auto l = owner_.labels(name_);
+    l.emplace("attempt_number", "1");
+    lazily(attempts_[0], owner_.attempts_, l).Increment(static_cast<double>(d));
+  }
+  auto const fold_histogram = [](prometheus::Histogram& h, auto const& now_slots, auto const& was_slots, double sum) {
+    std::vector<double> increments(now_slots.size());
+    bool any = false;
+    for (std::size_t i = 0; i < now_slots.size(); ++i) {
+      increments[i] = static_cast<double>(now_slots[i] - was_slots[i]);
+      any = any || increments[i] > 0;
+    }
+    if (any) h.ObserveMultiple(increments, sum);
+  };
+  fold_histogram(upstream_duration_, now.latency, folded_.latency,
+                 static_cast<double>(now.latency_sum_us - folded_.latency_sum_us) / 1e6);
+  if (now.sync_successes != folded_.sync_successes) {
+    auto l = owner_.labels(name_);
+    l.emplace("context", "sync");
+    l.emplace("outcome", "success");
+    auto& h = lazily(ended_[0], owner_.request_attempts_, l, attempt_count_buckets());
+    fold_histogram(h, now.sync_successes, folded_.sync_successes,
+                   static_cast<double>(now.sync_success_attempts - folded_.sync_success_attempts));
+  }
+  for (std::size_t i = 0; i < codes; ++i) {
+    auto const [code, n] = now.codes[i];
+    auto const was = std::find_if(folded_.codes.begin(), folded_.codes.end(), [&](auto& c) { return c.first == code; });
+    auto const before = was != folded_.codes.end() ? was->second : 0;
+    if (n > before) code_counter(code).Increment(static_cast<double>(n - before));
+  }
+  folded_ = now;
 }
 
 void dependency_metrics::set_budget_utilization(double ratio) { budget_utilization_.Set(ratio); }
@@ -333,6 +449,10 @@ dependency_metrics& metrics::dependency(const std::string& name) {
 }
 
 std::string metrics::scrape() const {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto const& [name, d] : dependencies_) d->fold();
+  }
   auto families = registry_->Collect();
   auto text = prometheus::TextSerializer().Serialize(families);
   // prometheus-cpp leaves out a family with no series yet (no attempt made, no message

@@ -59,9 +59,54 @@ class dependency_metrics {
   void set_breaker_state(int state);  ///< 0 closed, 1 half-open, 2 open
 
   dependency_metrics(metrics& owner, std::string name);
+  ~dependency_metrics();
+  dependency_metrics(const dependency_metrics&) = delete;
+  dependency_metrics& operator=(const dependency_metrics&) = delete;
+
+  /** Adds what the threads counted in their shards since the last call to the registry's
+      children. metrics::scrape calls it, one caller at a time, before it collects. */
+  void fold();
 
  private:
   static constexpr unsigned attempt_slots = 32;
+
+  /** What every proxied request writes, kept per thread instead of in the registry's
+      children: a prometheus-cpp counter is one atomic and a histogram a mutex, both shared by
+      every worker, so two workers counting requests bounced the same cache lines between
+      their cores on every request. Each thread writes its own shard (relaxed adds on a line
+      no other writer touches, unless more threads than shards share one); fold() adds the
+      shards up when /metrics is scraped. Only the success path's series live here: a first
+      attempt, its duration, a sync request that succeeded first time or later, and the
+      status codes most answers carry. Everything rarer goes to the registry directly. */
+  static constexpr std::size_t shard_count = 8;
+  static constexpr std::size_t latency_slots = 19;  ///< latency_buckets() and +Inf
+  static constexpr std::size_t attempt_count_slots = 13;  ///< attempt_count_buckets() and +Inf
+  static constexpr std::size_t codes_per_shard = 4;
+  struct alignas(64) shard {
+    std::atomic<std::uint64_t> first_attempts{0};  ///< retry_attempts_total{attempt_number="1"}
+    std::array<std::atomic<std::uint64_t>, latency_slots> latency{};  ///< per bucket, not cumulative
+    std::atomic<std::uint64_t> latency_sum_us{0};
+    std::array<std::atomic<std::uint64_t>, attempt_count_slots> sync_successes{};  ///< retry_request_attempts
+    std::atomic<std::uint64_t> sync_success_attempts{0};                           ///< its sum
+    std::array<std::atomic<std::uint32_t>, codes_per_shard> codes{};  ///< a status code, 0 while free
+    std::array<std::atomic<std::uint64_t>, codes_per_shard> code_counts{};
+  };
+  /// The shard of the calling thread, made on its first write.
+  shard& mine();
+  /// proxy_requests_total's child for `code`, through the lock-free table below.
+  prometheus::Counter& code_counter(unsigned code);
+
+  std::array<std::atomic<shard*>, shard_count> shards_{};
+  /// What fold() added so far, summed over the shards (only fold() touches it).
+  struct totals {
+    std::uint64_t first_attempts = 0;
+    std::array<std::uint64_t, latency_slots> latency{};
+    std::uint64_t latency_sum_us = 0;
+    std::array<std::uint64_t, attempt_count_slots> sync_successes{};
+    std::uint64_t sync_success_attempts = 0;
+    std::array<std::pair<unsigned, std::uint64_t>, shard_count * codes_per_shard> codes{};
+  };
+  totals folded_;
 
   metrics& owner_;
   std::string name_;
@@ -154,7 +199,7 @@ class metrics {
   prometheus::Family<prometheus::Counter>& alert_notices_;
   prometheus::Histogram& store_commit_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;  ///< dependencies_, and one fold at a time
   std::unordered_map<std::string, std::unique_ptr<dependency_metrics>> dependencies_;
 };
 

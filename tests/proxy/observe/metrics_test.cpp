@@ -120,3 +120,62 @@ TEST(Metrics, DeclinedRetriesAreCountedByReason) {
 }
 
 }  // namespace metrics_test
+
+namespace metrics_test {
+namespace {
+
+/// The value of the series `line` starts with, or -1 when the scrape has none.
+double value_of(const std::string& text, const std::string& series) {
+  auto const at = text.find(series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 1));
+}
+
+TEST(Metrics, CountsKeptPerThreadAddUpAtEveryScrapeAndNeverTwice) {
+  // The success path's series are written to per-thread shards and folded into the registry
+  // when scraped: what many threads count must all arrive, once, however often it is scraped.
+  metrics m("checkout");
+  auto& d = m.dependency("payments");
+  constexpr int threads = 12;  // more than the shards: some threads share one
+  constexpr int each = 2000;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) {
+        d.attempt(1, 300us);
+        d.request_ended(1, "success", "sync");
+        d.answered(200);
+        d.answered(static_cast<unsigned>(201 + (i + t) % 6));  // more codes than a shard's table holds
+        if (i % 500 == 0) m.scrape();                           // folds while others count
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (int scrape = 0; scrape < 2; ++scrape) {
+    auto const text = m.scrape();
+    auto const l = std::string("{dependency=\"payments\",service=\"checkout\"}");
+    EXPECT_EQ(value_of(text, "retry_attempts_total{attempt_number=\"1\",dependency=\"payments\",service=\"checkout\"}"),
+              threads * each)
+        << text;
+    EXPECT_EQ(value_of(text, "upstream_request_duration_seconds_count" + l), threads * each);
+    EXPECT_NEAR(value_of(text, "upstream_request_duration_seconds_sum" + l), threads * each * 0.0003, 1e-6);
+    EXPECT_EQ(value_of(text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\","
+                             "le=\"0.00025\"}"),
+              0);
+    EXPECT_EQ(value_of(text, "upstream_request_duration_seconds_bucket{dependency=\"payments\",service=\"checkout\","
+                             "le=\"0.0005\"}"),
+              threads * each);
+    EXPECT_EQ(value_of(text, "retry_request_attempts_count{context=\"sync\",dependency=\"payments\",outcome=\"success\","
+                             "service=\"checkout\"}"),
+              threads * each);
+    EXPECT_EQ(value_of(text, "proxy_requests_total{code=\"200\",dependency=\"payments\",service=\"checkout\"}"),
+              threads * each);
+    double others = 0;
+    for (unsigned code = 201; code <= 206; ++code)
+      others += value_of(text, "proxy_requests_total{code=\"" + std::to_string(code) +
+                                   "\",dependency=\"payments\",service=\"checkout\"}");
+    EXPECT_EQ(others, threads * each);
+  }
+}
+
+}  // namespace
+}  // namespace metrics_test
