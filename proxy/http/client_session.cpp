@@ -139,6 +139,34 @@ bool request_waiting(const beast::flat_buffer& buffer, tcp::socket& socket) {
   return !ec && n > 0;
 }
 
+// The two coroutines below hold what only an error or a CONNECT needs. In the session's
+// frame they would be held by every keep-alive connection for its whole life: GCC gives each
+// local of a coroutine its own place in the frame, whichever branch declares it.
+
+/// Answers a request head that could not be read: too late (408), too large, malformed;
+/// nothing when the client went away.
+net::awaitable<void> answer_unread_head(beast::tcp_stream& client, error_code ec, bool head_late,
+                                        std::chrono::milliseconds idle) {
+  if (head_late) {
+    // Named, not a temporary in the co_await expression: GCC 12 frees such temporaries twice.
+    error_reply const late{408, error_type::bad_request, "request head not complete within limits.head_timeout", {}, 0};
+    co_await send_error(client, late, false, idle);
+  } else if (auto reply = reply_for_read_error(ec)) {
+    co_await send_error(client, *reply, false, idle);
+  }
+}
+
+/// A CONNECT: the connection becomes a tunnel, for good.
+net::awaitable<void> serve_connect(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                   const request_parser& parser, const vetted& v) {
+  // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
+  std::string made_id;
+  auto correlation_id = correlation_id_of(parser.get());
+  if (correlation_id.empty()) correlation_id = made_id = observe::new_correlation_id(*ctx.rng);
+  tunnel_request const tunnel{v.target, v.dependency, correlation_id};
+  co_await run_tunnel(ctx, client, buffer, tunnel);
+}
+
 /// Counts a client connection for limits.max_connections while it lives.
 class connection_slot {
  public:
@@ -257,14 +285,7 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
     deadline.disarm();
     guard.set_idle(false);
     if (ec) {
-      if (head_late) {
-        // Named, not a temporary in the co_await expression: GCC 12 frees such temporaries twice.
-        error_reply const late{
-            408, error_type::bad_request, "request head not complete within limits.head_timeout", {}, 0};
-        co_await send_error(client, late, false, idle);
-      } else if (auto reply = reply_for_read_error(ec)) {
-        co_await send_error(client, *reply, false, idle);
-      }
+      co_await answer_unread_head(client, ec, head_late, idle);
       break;
     }
     vetted v;
@@ -278,12 +299,7 @@ net::awaitable<void> run_client_session(session_context ctx, session_doors doors
     auto const& t = v.target;
     attach_runtime(v.dependency, ctx, t);
     if (v.is_connect) {
-      // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
-      std::string made_id;
-      auto correlation_id = correlation_id_of(parser.get());
-      if (correlation_id.empty()) correlation_id = made_id = observe::new_correlation_id(*ctx.rng);
-      tunnel_request const tunnel{t, v.dependency, correlation_id};
-      co_await run_tunnel(ctx, client, buffer, tunnel);
+      co_await serve_connect(ctx, client, buffer, parser, v);
       co_return;
     }
     client_request const request{ctx, client, buffer, parser, t, v.dependency};
