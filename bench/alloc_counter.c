@@ -48,10 +48,14 @@ static void* report(void* path) {
   char line[32];
   for (;;) {
     int n = snprintf(line, sizeof line, "%lu\n", atomic_load_explicit(&allocations, memory_order_relaxed));
-    int fd = open((const char*)path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* Written aside and renamed over: a reader never finds the file empty mid-write. */
+    char aside[4096];
+    snprintf(aside, sizeof aside, "%s.tmp", (const char*)path);
+    int fd = open(aside, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
-      if (write(fd, line, (size_t)n) < 0) { /* the next round tries again */ }
+      int ok = write(fd, line, (size_t)n) == n;
       close(fd);
+      if (ok) rename(aside, (const char*)path);
     }
     struct timespec t = {0, 100 * 1000 * 1000};
     nanosleep(&t, NULL);

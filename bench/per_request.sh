@@ -57,8 +57,8 @@ n, a0, a1, ns = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.ar
 calls = {}
 for line in open(sys.argv[5]):
     p = line.split()
-    # The counter's reporter thread opens, writes, closes and sleeps; rebound's requests do not.
-    if len(p) >= 5 and p[0][0].isdigit() and p[-1] not in ("total", "openat", "write", "close", "clock_nanosleep"):
+    # The counter's reporter thread opens, writes, renames, closes and sleeps; requests do not.
+    if len(p) >= 5 and p[0][0].isdigit() and p[-1] not in ("total", "openat", "write", "close", "rename", "clock_nanosleep"):
         calls[p[-1]] = int(p[3])
 total = sum(calls.values())
 top = ", ".join("%s %.2f" % (k, v / ns) for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v / ns >= 0.01)
