@@ -9,7 +9,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${1:-build/rebound}")
 CONNS=${PERF_CONNS:-64}; T=${PERF_THREADS:-1}; DUR=${PERF_DURATION:-5}; FORM=${PERF_FORM:-host}
-for t in wrk nginx strace cc python3; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 1; }; done
+for t in wrk nginx strace cc python3 curl; do
+  command -v $t >/dev/null || { "$here/../scripts/install-deps" --bench; break; }
+done
 W=$(mktemp -d); chmod 755 "$W"; pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
