@@ -176,11 +176,42 @@ error_reply failure_reply(const session_context& ctx, const retry::request_facts
                      result.attempts,        0,      result.gave_up};
 }
 
+enum class body_kept { kept, overflow, ended };
+
+/** Reads the body of `r` into `body` to keep it for resends. `ended`: the request is over
+    (answered, or the client left); `overflow`: a chunked body outgrew max_retry_body and
+    what was read must still go out. Its own coroutine, so that a request without a body
+    carries none of its state in its frame. */
+net::awaitable<body_kept> keep_request_body(const client_request& r, const retry::request_facts& facts,
+                                            std::string& body) {
+  auto kept = co_await read_whole_body(r, body, r.route.policy->max_retry_body);
+  if (kept.problem) {
+    if (kept.problem->status != 0) {
+      r.route.guard->answered(kept.problem->status);
+      kept.problem->dependency = std::string(facts.dependency);
+      co_await send_error(r.client, *kept.problem, false, r.ctx.cfg().limits.idle_timeout);
+    }
+    co_return body_kept::ended;
+  }
+  co_return kept.overflow ? body_kept::overflow : body_kept::kept;
+}
+
+/// Answers a request the retry loop left without a response; its own coroutine for the same reason.
+net::awaitable<bool> answer_failure(const client_request& r, const retry::request_facts& facts,
+                                    const loop_result& result, bool keep, bool upgrade) {
+  auto& guard = *r.route.guard;
+  auto const reply = failure_reply(r.ctx, facts, result);
+  guard.answered(reply.status);
+  if (upgrade) guard.upgrade_ended(websocket_protocol, "failed", 0, 0);
+  co_await send_error(r.client, reply, keep, r.ctx.cfg().limits.idle_timeout);
+  co_return keep;
+}
+
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. A WebSocket handshake (`upgrade`) is one
     such request up to the upstream's 101, and a tunnel after it. */
-net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session, retry::request_facts facts,
-                                      bool upgrade) {
+net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session,
+                                      const retry::request_facts& facts, bool upgrade) {
   auto const& ctx = r.ctx;
   auto& client = r.client;
   auto& parser = r.parser;
@@ -196,16 +227,9 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
 
   std::string body;
   if (!parser.is_done()) {
-    auto kept = co_await read_whole_body(r, body, policy.max_retry_body);
-    if (kept.problem) {
-      if (kept.problem->status != 0) {
-        guard.answered(kept.problem->status);
-        kept.problem->dependency = std::string(facts.dependency);
-        co_await send_error(client, *kept.problem, false, idle);
-      }
-      co_return false;
-    }
-    if (kept.overflow) {
+    auto const kept = co_await keep_request_body(r, facts, body);
+    if (kept == body_kept::ended) co_return false;
+    if (kept == body_kept::overflow) {
       log_sent_once(ctx, facts, policy, "chunked body larger than max_retry_body: sent once");
       co_return co_await forward_once(r, facts, body);
     }
@@ -237,13 +261,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   if (result.client_gone) co_return false;
 
   bool const keep = client_wants_keep_alive && !ctx.sessions->draining();
-  if (result.failure) {
-    auto const reply = failure_reply(ctx, facts, result);
-    guard.answered(reply.status);
-    if (upgrade) guard.upgrade_ended(websocket_protocol, "failed", 0, 0);
-    co_await send_error(client, reply, keep, idle);
-    co_return keep;
-  }
+  if (result.failure) co_return co_await answer_failure(r, facts, result, keep, upgrade);
   auto& ex = *result.response;
   auto const status = ex.response->get().result_int();
   guard.answered(status);

@@ -51,6 +51,29 @@ wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec
   return timer_ec ? wait_end::cancelled : wait_end::elapsed;
 }
 
+/** The wait before a retry: until `wait` has passed, a drain cuts it short (hooks.drain), or
+    the client hangs up (hooks.client). A coroutine of its own, so that its timer and watch
+    are in the frame of a request only while it waits, not in every request's. */
+net::awaitable<wait_end> wait_backoff(duration wait, loop_hooks& hooks) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  timer.expires_after(wait);
+  std::shared_ptr<client_watch> watch;
+  if (hooks.client) {
+    watch = std::make_shared<client_watch>(client_watch{&timer});
+    client_watch::start(watch, *hooks.client);
+  }
+  error_code ec;
+  if (hooks.drain.is_connected()) {
+    std::tie(ec) = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
+    // Asio leaves the wait's cancellation handler in the slot, pointing at this timer: a
+    // drain emitting after the timer is gone would reach freed memory.
+    if (hooks.drain.is_connected()) hooks.drain.clear();
+  } else {
+    std::tie(ec) = co_await timer.async_wait(use_tuple);
+  }
+  co_return end_watch(watch.get(), hooks.client, ec);
+}
+
 /** Whether the caller gave up on the request: the coroutine running the loop was cancelled
     (an HTTP/2 client reset its stream or closed its connection, a gRPC client cancelled or
     passed its own deadline). Read without suspending: a cancelled coroutine that suspends
@@ -216,23 +239,7 @@ net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_ru
     // its body only to throw it away would spend the time the loop has left, and a request
     // waiting for its retry holds no I/O memory.
     attempt.drop();
-    net::steady_timer timer(co_await net::this_coro::executor);
-    timer.expires_after(next.wait);
-    std::shared_ptr<client_watch> watch;
-    if (hooks.client) {
-      watch = std::make_shared<client_watch>(client_watch{&timer});
-      client_watch::start(watch, *hooks.client);
-    }
-    error_code ec;
-    if (hooks.drain.is_connected()) {
-      std::tie(ec) = co_await timer.async_wait(net::bind_cancellation_slot(hooks.drain, use_tuple));
-      // Asio leaves the wait's cancellation handler in the slot, pointing at this timer: a
-      // drain emitting after the timer is gone would reach freed memory.
-      if (hooks.drain.is_connected()) hooks.drain.clear();
-    } else {
-      std::tie(ec) = co_await timer.async_wait(use_tuple);
-    }
-    auto const ended = end_watch(watch.get(), hooks.client, ec);
+    auto const ended = co_await wait_backoff(next.wait, hooks);
     if (ended == wait_end::client_gone) {
       step.caller_left("the client closed its connection");
       co_return spans.finish(step.take_result());
