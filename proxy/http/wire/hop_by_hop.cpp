@@ -3,6 +3,9 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
+#include <algorithm>
+#include <array>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -10,19 +13,71 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
+namespace {
+
+/// The fields that describe one connection whatever Connection names.
+bool always_hop_by_hop(bhttp::field name) {
+  switch (name) {
+    case bhttp::field::connection:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::upgrade:
+    case bhttp::field::proxy_authorization:
+    case bhttp::field::proxy_authenticate:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// The names Connection's tokens add to the list; most messages have none (keep-alive is on it already).
+class connection_names {
+ public:
+  void add(std::string_view name) {
+    if (count_ < few_.size())
+      few_[count_++] = name;
+    else
+      more_.push_back(name);
+  }
+  bool empty() const { return count_ == 0; }
+  bool has(std::string_view name) const {
+    auto const same = [name](std::string_view n) { return boost::beast::iequals(n, name); };
+    return std::any_of(few_.begin(), few_.begin() + static_cast<std::ptrdiff_t>(count_), same) ||
+           std::any_of(more_.begin(), more_.end(), same);
+  }
+
+ private:
+  std::array<std::string_view, 8> few_{};
+  std::size_t count_ = 0;
+  std::vector<std::string_view> more_;  ///< a ninth name on: rare enough to allocate
+};
+
+}  // namespace
+
 void strip_hop_by_hop(bhttp::fields& f) {
-  // Collect first: erasing while a token_list still views the Connection value is unsafe.
-  std::vector<std::string> named;
+  // One walk of the fields, erasing by position: a lookup by name per listed field cost a
+  // tree search with case-insensitive compares each, twice per proxied request. The names
+  // view Connection's values, so Connection itself goes last.
+  connection_names named;
+  bool has_connection = false;
   for (auto const& h : f) {
-    if (h.name() == bhttp::field::connection)
-      for (auto token : bhttp::token_list{h.value()}) named.emplace_back(token);
+    if (h.name() != bhttp::field::connection) continue;
+    has_connection = true;
+    for (auto token : bhttp::token_list{h.value()}) {
+      std::string_view const name(token.data(), token.size());
+      if (!always_hop_by_hop(bhttp::string_to_field(name))) named.add(name);
+    }
   }
-  for (auto const& n : named) f.erase(n);
-  for (auto name : {bhttp::field::connection, bhttp::field::proxy_connection, bhttp::field::keep_alive,
-                    bhttp::field::te, bhttp::field::trailer, bhttp::field::transfer_encoding, bhttp::field::upgrade,
-                    bhttp::field::proxy_authorization, bhttp::field::proxy_authenticate}) {
-    f.erase(name);
+  for (auto it = f.begin(); it != f.end();) {
+    auto const name = it->name();
+    bool const drop = name != bhttp::field::connection &&
+                      (always_hop_by_hop(name) || (!named.empty() && named.has(it->name_string())));
+    it = drop ? f.erase(it) : std::next(it);
   }
+  if (has_connection) f.erase(bhttp::field::connection);
 }
 
 void add_via(bhttp::fields& f, unsigned received_version, std::string_view token) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace bhttp = boost::beast::http;
 using namespace rebound::http;
 
@@ -20,6 +23,21 @@ TEST(HopByHop, RemovesTheFixedListAndWhatConnectionNames) {
   std::vector<std::string> left;
   for (auto const& h : f) left.emplace_back(h.name_string());
   EXPECT_EQ(left, (std::vector<std::string>{"X-End-To-End", "Authorization"}));
+}
+
+TEST(HopByHop, EveryFieldConnectionNamesGoesHoweverManyItNamesAndInAnyCase) {
+  bhttp::fields f;
+  std::string list = "close";
+  for (int i = 0; i < 12; ++i) list += ", x-hop-" + std::to_string(i);
+  f.insert(bhttp::field::connection, list);
+  for (int i = 11; i >= 0; --i) f.insert("X-HOP-" + std::to_string(i), "gone");
+  f.insert("x-hop-3", "gone too");
+  f.insert("Close", "named by the close option");
+  f.insert("X-Hop-12", "not named");
+  strip_hop_by_hop(f);
+  std::vector<std::string> left;
+  for (auto const& h : f) left.emplace_back(h.name_string());
+  EXPECT_EQ(left, (std::vector<std::string>{"X-Hop-12"}));
 }
 
 TEST(HopByHop, ViaIsAddedOrAppended) {
