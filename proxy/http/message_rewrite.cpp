@@ -12,8 +12,12 @@
 namespace rebound::http {
 
 std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
-  auto key = t.scheme + "://" + t.connect_host + ":" + std::to_string(t.port);
-  if (tls) key += "#" + tls->identity();
+  // Sized once: built with operator+ it took three allocations on every request.
+  auto const port = std::to_string(t.port);
+  std::string key;
+  key.reserve(t.scheme.size() + 3 + t.connect_host.size() + 1 + port.size() + (tls ? 1 + tls->identity().size() : 0));
+  key.append(t.scheme).append("://").append(t.connect_host).append(":").append(port);
+  if (tls) key.append("#").append(tls->identity());
   return key;
 }
 
@@ -40,7 +44,8 @@ void prepare_upstream_request(bhttp::request<bhttp::buffer_body>& req,
                               std::string_view via_token) {
   strip_hop_by_hop(req.base());
   add_via(req.base(), req.version(), via_token);
-  req.target(t.origin_form);
+  // Most requests already carry their origin form (Host-routed): Beast would copy it anew.
+  if (req.target() != t.origin_form) req.target(t.origin_form);
   req.set(bhttp::field::host, t.authority);
   req.version(11);
   if (p.chunked())
