@@ -21,29 +21,9 @@ CONNS=${PERF_CONNS:-1}; DUR=${PERF_DURATION:-10}; FORM=${PERF_FORM:-host}; PEER=
 for t in wrk nginx haproxy valgrind callgrind_control python3 curl; do
   command -v $t >/dev/null || { "$here/../scripts/install-deps" --bench; break; }
 done
-W=$(mktemp -d); chmod 755 "$W"; pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-NG=$(port); RB=$(port); RBA=$(port); HA=$(port)
-mkdir -p "$W/html" "$W/ng"; head -c 1024 /dev/zero | tr '\0' x >"$W/html/index.html"
-cat >"$W/nginx.conf" <<NG
-worker_processes 1; daemon off; pid $W/ng/pid; error_log $W/ng/err.log;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $W/ng; proxy_temp_path $W/ng;
-  fastcgi_temp_path $W/ng; uwsgi_temp_path $W/ng; scgi_temp_path $W/ng;
-  server { listen 127.0.0.1:$NG; root $W/html; location / { index index.html; } } }
-NG
-cat >"$W/rebound.yaml" <<RBY
-listen: 127.0.0.1:$RB
-admin: 127.0.0.1:$RBA
-service: bench
-workers: 1
-dependencies:
-  bench:
-    hosts: [bench.local]
-    origin: http://127.0.0.1:$NG
-RBY
+T=1  # one rebound worker, as HAProxy has one thread
+source "$here/one_hop.sh"
+HA=$(port)
 # bench/run.sh's HAProxy: the same forward-proxy job (origin-form rewrite, Via, reuse), one thread.
 cat >"$W/haproxy.cfg" <<HAC
 global
@@ -63,7 +43,6 @@ backend origin
   http-reuse always
   server nginx 127.0.0.1:$NG
 HAC
-nginx -c "$W/nginx.conf" -p "$W" >/dev/null 2>&1 & pids+=($!)
 if [[ $FORM == proxy ]]; then
   printf 'wrk.path = "http://bench.local/"\n' >"$W/proxy.lua"
   # Host as an HTTP_PROXY client sends it: the URL's authority (HAProxy answers 400 to a mismatch).

@@ -12,31 +12,8 @@ CONNS=${PERF_CONNS:-64}; T=${PERF_THREADS:-1}; DUR=${PERF_DURATION:-5}; FORM=${P
 for t in wrk nginx strace cc python3 curl; do
   command -v $t >/dev/null || { "$here/../scripts/install-deps" --bench; break; }
 done
-W=$(mktemp -d); chmod 755 "$W"; pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-NG=$(port); RB=$(port); RBA=$(port)
+source "$here/one_hop.sh"
 cc -O2 -shared -fPIC -o "$W/alloc_counter.so" "$here/alloc_counter.c" -lpthread
-mkdir -p "$W/html" "$W/ng"; head -c 1024 /dev/zero | tr '\0' x >"$W/html/index.html"
-cat >"$W/nginx.conf" <<NG
-worker_processes 1; daemon off; pid $W/ng/pid; error_log $W/ng/err.log;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $W/ng; proxy_temp_path $W/ng;
-  fastcgi_temp_path $W/ng; uwsgi_temp_path $W/ng; scgi_temp_path $W/ng;
-  server { listen 127.0.0.1:$NG; root $W/html; location / { index index.html; } } }
-NG
-cat >"$W/rebound.yaml" <<RBY
-listen: 127.0.0.1:$RB
-admin: 127.0.0.1:$RBA
-service: bench
-workers: $T
-dependencies:
-  bench:
-    hosts: [bench.local]
-    origin: http://127.0.0.1:$NG
-RBY
-nginx -c "$W/nginx.conf" -p "$W" >/dev/null 2>&1 & pids+=($!)
 ALLOC_COUNT_FILE=$W/allocs LD_PRELOAD=$W/alloc_counter.so "$BIN" --config "$W/rebound.yaml" >"$W/rebound.log" 2>&1 &
 pids+=($!); RBPID=$!
 for _ in $(seq 50); do curl -s -o /dev/null -H "Host: bench.local" "http://127.0.0.1:$RB/" && break; sleep 0.1; done
