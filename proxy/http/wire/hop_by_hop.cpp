@@ -101,20 +101,12 @@ void add_via(bhttp::fields& f, unsigned received_version, std::string_view token
 }
 
 bool forwardable_trailer(bhttp::field name, std::string_view name_string) {
+  if (always_hop_by_hop(name)) return false;
   switch (name) {
     // framing, routing, authentication, request modifiers and response control data
     case bhttp::field::content_length:
-    case bhttp::field::transfer_encoding:
-    case bhttp::field::trailer:
     case bhttp::field::host:
-    case bhttp::field::connection:
-    case bhttp::field::keep_alive:
-    case bhttp::field::proxy_connection:
-    case bhttp::field::te:
-    case bhttp::field::upgrade:
     case bhttp::field::authorization:
-    case bhttp::field::proxy_authorization:
-    case bhttp::field::proxy_authenticate:
     case bhttp::field::www_authenticate:
     case bhttp::field::cookie:
     case bhttp::field::set_cookie:

@@ -33,21 +33,22 @@ TEST(MessageRewrite, PoolKeyNamesSchemeHostAndPortOfTheTarget) {
 }
 
 TEST(MessageRewrite, AbsoluteFormBecomesOriginFormAndAnOriginFormTargetStaysAsItIs) {
-  auto const absolute = parse_request_target("GET", "http://api.example:81/a?b=1", "", 0, 11);
-  ASSERT_TRUE(absolute.value);
-  bhttp::request_parser<bhttp::buffer_body> p;
-  parse(p, "GET http://api.example:81/a?b=1 HTTP/1.1\r\nHost: api.example:81\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n");
-  prepare_upstream_request(p.get(), p, *absolute.value, "tok");
-  EXPECT_EQ(p.get().target(), "/a?b=1");
-  EXPECT_EQ(p.get()[bhttp::field::host], "api.example:81");
-  EXPECT_EQ(p.get()[bhttp::field::via], "1.1 rebound (tok)");
-  EXPECT_EQ(p.get().count("X-Hop"), 0u);
-
-  auto const origin = parse_request_target("GET", "/a?b=1", "api.example", 1, 11);
-  ASSERT_TRUE(origin.value);
-  bhttp::request_parser<bhttp::buffer_body> q;
-  parse(q, "GET /a?b=1 HTTP/1.1\r\nHost: api.example\r\n\r\n");
-  prepare_upstream_request(q.get(), q, *origin.value, "");
-  EXPECT_EQ(q.get().target(), "/a?b=1");
-  EXPECT_EQ(q.get()[bhttp::field::host], "api.example");
+  struct case_ {
+    std::string_view target, host, wire, via_token, want_host, want_via;
+  };
+  for (auto const& c : {case_{"http://api.example:81/a?b=1", "", "GET http://api.example:81/a?b=1 HTTP/1.1\r\nHost: "
+                              "api.example:81\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n",
+                              "tok", "api.example:81", "1.1 rebound (tok)"},
+                        case_{"/a?b=1", "api.example", "GET /a?b=1 HTTP/1.1\r\nHost: api.example\r\n\r\n", "",
+                              "api.example", "1.1 rebound"}}) {
+    auto const t = parse_request_target("GET", c.target, c.host, c.host.empty() ? 0 : 1, 11);
+    ASSERT_TRUE(t.value) << c.target;
+    bhttp::request_parser<bhttp::buffer_body> p;
+    parse(p, c.wire);
+    prepare_upstream_request(p.get(), p, *t.value, c.via_token);
+    EXPECT_EQ(p.get().target(), "/a?b=1") << c.target;
+    EXPECT_EQ(p.get()[bhttp::field::host], c.want_host);
+    EXPECT_EQ(p.get()[bhttp::field::via], c.want_via);
+    EXPECT_EQ(p.get().count("X-Hop"), 0u);
+  }
 }
