@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                            req.count(bhttp::field::host), req.version());
   if (!target.value) return 0;
   (void)via_names_instance(req.base(), "0123abcd");
-  bhttp::request<bhttp::buffer_body> upstream;
+  request_message<bhttp::buffer_body> upstream;
   prepare_upstream_request(upstream, p, *target.value, "0123abcd");
   if (websocket) carry_websocket_upgrade(upstream.base());
   (void)pool_key(*target.value, nullptr);

@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ec) return 0;
   buffered.erase(0, used);
 
-  bhttp::response<bhttp::buffer_body> res;
+  response_message<bhttp::buffer_body> res;
   (void)prepare_client_response(res, p, {is_head, client_version, true, 1});
 
   std::array<char, 4096> body{};

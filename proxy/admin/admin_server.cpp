@@ -46,7 +46,7 @@ std::string dependencies_json(const std::vector<retry::dependency_guard::snapsho
   return out += '\n';
 }
 
-bhttp::response<bhttp::string_body> answer(const bhttp::request<bhttp::string_body>& req, const admin_state& state) {
+bhttp::response<bhttp::string_body> answer(const http::request_message<bhttp::string_body>& req, const admin_state& state) {
   auto make = [&](bhttp::status s, std::string_view type, std::string body) {
     bhttp::response<bhttp::string_body> res{s, req.version()};
     res.set(bhttp::field::content_type, type);

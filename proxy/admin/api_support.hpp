@@ -2,6 +2,7 @@
 /** What the handlers of the async delivery API share (task_api.cpp, dlq_api.cpp,
     policy_api.cpp): answers in SPEC 6's shape, query strings, pages, times, a task's public
     fields. Internal to proxy/admin. */
+#include "proxy/http/wire/head_fields.hpp"
 #include "proxy/admin/task_api.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"
@@ -23,14 +24,14 @@ constexpr std::size_t max_page = 500;
 /// Answers to one request: its version and keep-alive carried over.
 class answers {
  public:
-  explicit answers(const bhttp::request<bhttp::string_body>& req) : req_(req) {}
+  explicit answers(const http::request_message<bhttp::string_body>& req) : req_(req) {}
   response json(bhttp::status s, std::string body) const;
   /// SPEC 6's shape: {"error": {"type", "message"}}.
   response error(bhttp::status s, std::string_view type, std::string_view message) const;
   response unavailable(const store::store_error& e) const;
 
  private:
-  const bhttp::request<bhttp::string_body>& req_;
+  const http::request_message<bhttp::string_body>& req_;
 };
 
 /// The value of `name` in the query string, undecoded (ids and dependency names need no escaping).

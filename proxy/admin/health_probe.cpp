@@ -31,7 +31,7 @@ asio::awaitable<void> ask(tcp::endpoint at, std::string target, std::chrono::mil
     out.detail = ec == beast::error::timeout ? "timed out" : ec.message();
     co_return;
   }
-  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
+  http::request_message<bhttp::empty_body> req{bhttp::verb::get, target, 11};
   // RFC 9112 3.2: an IPv6 literal in brackets (the admin port's Host rule refuses it bare).
   auto const address = at.address().to_string();
   req.set(bhttp::field::host, at.address().is_v6() ? "[" + address + "]" : address);

@@ -67,7 +67,7 @@ bool admin_host_allowed(std::string_view host, const config::config& cfg) {
   });
 }
 
-std::optional<std::string> foreign_request(const bhttp::request_header<bhttp::fields>& req,
+std::optional<std::string> foreign_request(const http::request_head& req,
                                            const config::config& cfg) {
   auto const hosts = req.count(bhttp::field::host);
   if (hosts > 1) return "more than one Host field";

@@ -6,6 +6,8 @@
     attacker cannot point at it (an IP literal, localhost, the configured admin host, or one of
     `admin.allowed_hosts`), and a write that carries an `Origin` must come from that same origin
     (the admin page itself). Jupyter, Vite's `allowedHosts` and webpack-dev-server do the same. */
+#include "proxy/http/wire/head_fields.hpp"
+
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -32,6 +34,6 @@ bool admin_host_allowed(std::string_view host, const config::config& cfg);
     own (`scheme://` + its Host). A request without `Host` (HTTP/1.0 tools) is not from a
     browser and passes. */
 std::optional<std::string> foreign_request(
-    const boost::beast::http::request_header<boost::beast::http::fields>& req, const config::config& cfg);
+    const rebound::http::request_head& req, const config::config& cfg);
 
 }  // namespace rebound::admin

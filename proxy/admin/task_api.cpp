@@ -172,7 +172,7 @@ std::optional<std::string> read_token(const std::string& path) {
 }
 
 /// In time independent of where the two differ: the token is a secret.
-bool bearer_matches(const bhttp::request<bhttp::string_body>& req, const std::string& token) {
+bool bearer_matches(const http::request_message<bhttp::string_body>& req, const std::string& token) {
   auto const it = req.find(bhttp::field::authorization);
   if (it == req.end()) return false;
   std::string_view v = it->value();
@@ -186,14 +186,14 @@ bool bearer_matches(const bhttp::request<bhttp::string_body>& req, const std::st
 
 }  // namespace
 
-bool is_task_api(const bhttp::request<bhttp::string_body>& req) {
+bool is_task_api(const http::request_message<bhttp::string_body>& req) {
   std::string_view const t = req.target();
   auto const path = t.substr(0, t.find('?'));
   return path == "/retry-tasks" || path.starts_with(tasks_prefix) || path == "/retry-policies" ||
          path.starts_with(policies_prefix) || path == dlq_path || path.starts_with("/dlq/");
 }
 
-std::optional<response> refuse_unauthorized(const bhttp::request<bhttp::string_body>& req, const config::config& cfg) {
+std::optional<response> refuse_unauthorized(const http::request_message<bhttp::string_body>& req, const config::config& cfg) {
   auto const method = req.method();
   bool const read = method == bhttp::verb::get || method == bhttp::verb::head;
   auto const& token_file = cfg.admin_token_file;
@@ -209,7 +209,7 @@ std::optional<response> refuse_unauthorized(const bhttp::request<bhttp::string_b
   return res;
 }
 
-net::awaitable<response> task_api_answer(const bhttp::request<bhttp::string_body>& req, const task_api_context& ctx) {
+net::awaitable<response> task_api_answer(const http::request_message<bhttp::string_body>& req, const task_api_context& ctx) {
   answers const a(req);
   auto& store = ctx.store;
   std::string_view const target = req.target();

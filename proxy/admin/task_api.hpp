@@ -4,6 +4,7 @@
     and deletion. Answers are JSON; errors have SPEC 6's
     shape. Headers and bodies of tasks are never shown: they may carry the app's credentials
     and personal data (R-9). */
+#include "proxy/http/wire/head_fields.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/beast/http/message.hpp>
@@ -35,20 +36,20 @@ struct task_api_context {
 };
 
 /// Whether the request is for this API: /retry-tasks..., /retry-policies... or /dlq...
-bool is_task_api(const bhttp::request<bhttp::string_body>& req);
+bool is_task_api(const http::request_message<bhttp::string_body>& req);
 
 /** The answer to a write without the admin token (401), or to any write while
     admin.token_file cannot be read (503); nullopt for a read or an authorized write. Reads the
     head only: the admin port asks before it reads a body, so an unauthorized client cannot make
     rebound hold one. Host and Origin are host_guard.hpp's, checked before. */
-std::optional<bhttp::response<bhttp::string_body>> refuse_unauthorized(const bhttp::request<bhttp::string_body>& req,
+std::optional<bhttp::response<bhttp::string_body>> refuse_unauthorized(const http::request_message<bhttp::string_body>& req,
                                                                        const config::config& cfg);
 
 /** Answers it. A write (submit, register, cancel, replay, delete) needs `Authorization:
     Bearer` with the content of admin.token_file when one is configured (read at each
     write, so a rotated token takes effect at once); a read needs nothing, like the rest of
     the admin API. */
-net::awaitable<bhttp::response<bhttp::string_body>> task_api_answer(const bhttp::request<bhttp::string_body>& req,
+net::awaitable<bhttp::response<bhttp::string_body>> task_api_answer(const http::request_message<bhttp::string_body>& req,
                                                                     const task_api_context& ctx);
 
 }  // namespace rebound::admin

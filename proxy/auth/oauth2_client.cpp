@@ -209,7 +209,7 @@ net::awaitable<token_answer> oauth2_client::fetch(steady_clock::time_point deadl
     co_return out;
   }
   auto& conn = *c.conn;
-  bhttp::request<bhttp::string_body> req{bhttp::verb::post, url.target, 11};
+  http::request_message<bhttp::string_body> req{bhttp::verb::post, url.target, 11};
   auto const default_port = url.origin.scheme == "https" ? 443 : 80;
   auto const host = url.origin.host.find(':') != std::string::npos ? "[" + url.origin.host + "]" : url.origin.host;
   req.set(bhttp::field::host, url.origin.port == default_port ? host : host + ":" + std::to_string(url.origin.port));

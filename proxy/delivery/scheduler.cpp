@@ -345,7 +345,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
     co_return;
   }
 
-  bhttp::request<bhttp::buffer_body> req;
+  http::request_message<bhttp::buffer_body> req;
   req.method_string(task.method);
   req.target(target.origin_form);
   req.version(11);

@@ -8,6 +8,8 @@
       process once (a name that resolves to rebound, another proxy in between). Each process
       marks the requests it forwards with a random token of its own, so a chain of distinct
       rebound instances is not mistaken for a loop. */
+#include "proxy/http/wire/head_fields.hpp"
+
 #include "config/config.hpp"
 #include "proxy/http/wire/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
@@ -31,7 +33,7 @@ std::string via_mark(std::string_view token);
 bool via_value_names_instance(std::string_view via, std::string_view token);
 
 /// Whether any Via field holds rebound's entry with `token`.
-bool via_names_instance(const boost::beast::http::fields& f, std::string_view token);
+bool via_names_instance(const rebound::http::head_fields& f, std::string_view token);
 
 /** Whether `connect_host`:`port` is rebound's proxy listener `listen`. A listener on the
     unspecified address (0.0.0.0, ::) counts as every loopback and unspecified address. */

@@ -38,7 +38,7 @@ struct gate_call {
   beast::tcp_stream& client;
   const http::dependency_route& route;
   const config::inbound_route& ir;
-  bhttp::request<bhttp::buffer_body>& req;
+  http::request_message<bhttp::buffer_body>& req;
   unsigned version;
   bool keep;  ///< the client asked to keep the connection
   bool is_head;
@@ -56,7 +56,7 @@ struct held_key {
 
 /** The key as sent, by R-6's one rule (idempotency/key.hpp): a Structured Field string or a
     bare value, never two fields. Empty when absent; nullopt when malformed. */
-std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req) {
+std::optional<std::string> key_of(const http::request_message<bhttp::buffer_body>& req) {
   auto const n = req.count("Idempotency-Key");
   if (n == 0) return std::string();
   auto const key = idempotency::key_in_field(req["Idempotency-Key"]);
@@ -69,7 +69,7 @@ std::optional<std::string> key_of(const bhttp::request<bhttp::buffer_body>& req)
     field comes more than once: repeated fields are one list (RFC 9110 5.3), and behind a
     gateway that appends the identity instead of replacing it the first may be the caller's
     forgery. */
-std::optional<std::string> principal_of(const bhttp::request<bhttp::buffer_body>& req, const std::string& field) {
+std::optional<std::string> principal_of(const http::request_message<bhttp::buffer_body>& req, const std::string& field) {
   if (req.count(field) > 1) return std::nullopt;
   auto const who = req[field];
   return who.empty() ? std::string("anonymous") : sha256_hex(who).substr(0, 32);

@@ -112,7 +112,7 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
 }
 
 net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credential_source& source,
-                                                                       bhttp::request<bhttp::buffer_body>& req,
+                                                                       http::request_message<bhttp::buffer_body>& req,
                                                                        clock::time_point deadline) {
   auto cred = co_await source.authorization(deadline);
   if (!cred.authorization)

@@ -58,7 +58,7 @@ class interim_listener {
  public:
   virtual ~interim_listener() = default;
   /// Passes `head` on; an error: the listener cannot take it, and hears of no more.
-  virtual net::awaitable<error_code> interim(const bhttp::response_header<>& head) = 0;
+  virtual net::awaitable<error_code> interim(const http::response_head& head) = 0;
 };
 
 /// Where the upstream is and which pool slot its connections use.
@@ -98,7 +98,7 @@ using request_sender = std::function<net::awaitable<std::optional<retry::attempt
 /// A request as it goes upstream: its head, and its body when that is at hand (none, or kept
 /// for a resend; empty when a request_sender streams it).
 struct outgoing_request {
-  bhttp::request<bhttp::buffer_body>& req;
+  http::request_message<bhttp::buffer_body>& req;
   std::string_view body;
   bool is_head = false;  ///< a HEAD: the answer's head may promise a body that never comes
 };
@@ -137,7 +137,7 @@ net::awaitable<bool> read_response_body(pool_slot back, exchange& ex, std::strin
     credential, the auth_refresh_failed failure (and `req` is not to be sent). Every path
     that sends a request to a dependency with `auth` goes through here. */
 net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credential_source& source,
-                                                                       bhttp::request<bhttp::buffer_body>& req,
+                                                                       http::request_message<bhttp::buffer_body>& req,
                                                                        clock::time_point deadline);
 
 /// The failure type of a response head that could not be read.

@@ -19,6 +19,8 @@
     mid-field, so how large a head may grow depended on how the reads happened to fall (an
     80 KB head passed a 64 KiB limit once reads were 16 KiB). The fields are counted here,
     so the limit holds for the whole head whatever the read sizes. */
+#include "proxy/http/wire/head_fields.hpp"
+
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -42,18 +44,18 @@ struct field_limits {
 enum class field_refusal { none, header_field, trailer_section };
 
 template <bool isRequest, class Body>
-class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
+class bounded_parser : public boost::beast::http::parser<isRequest, Body, head_allocator<char>> {
  public:
   explicit bounded_parser(field_limits limits = {}) : limits_(limits) {}
 
   /// The head's limit, for the whole head (Beast's own check is kept as well).
   void header_limit(std::uint32_t v) {
     head_limit_ = v;
-    boost::beast::http::parser<isRequest, Body>::header_limit(v);
+    boost::beast::http::parser<isRequest, Body, head_allocator<char>>::header_limit(v);
   }
 
   /// The trailer fields of a chunked message, once it is done.
-  const boost::beast::http::fields& trailers() const { return trailers_; }
+  const head_fields& trailers() const { return trailers_; }
   field_refusal refusal() const { return refusal_; }
 
  private:
@@ -81,7 +83,7 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body> {
   field_limits limits_;
   std::size_t head_limit_ = 8192;  ///< Beast's default
   std::size_t head_bytes_ = 0;
-  boost::beast::http::fields trailers_;
+  head_fields trailers_;
   std::size_t trailer_bytes_ = 0;
   std::size_t trailer_fields_ = 0;
   field_refusal refusal_ = field_refusal::none;

@@ -6,6 +6,8 @@
     bad and differing Content-Lengths, and a repeated chunked coding. It does not reject a
     Transfer-Encoding that does not end in chunked, or one that precedes a Content-Length
     without naming chunked; this check does. */
+#include "proxy/http/wire/head_fields.hpp"
+
 #include <boost/beast/http/fields.hpp>
 
 #include <optional>
@@ -18,6 +20,6 @@ struct framing_problem {
   std::string message;
 };
 
-std::optional<framing_problem> check_request_framing(const boost::beast::http::fields& f, unsigned version);
+std::optional<framing_problem> check_request_framing(const rebound::http::head_fields& f, unsigned version);
 
 }  // namespace rebound::http

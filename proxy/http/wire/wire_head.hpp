@@ -8,6 +8,8 @@
     largest user-space cost of a forwarded request. One string per head, written together
     with the first body bytes in a single gather write, costs one copy of a few hundred bytes
     instead. The parsed message stays Beast's; only the writing is done here. */
+#include "proxy/http/wire/head_fields.hpp"
+
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
@@ -19,11 +21,11 @@
 namespace rebound::http {
 
 /// Appends the request line, the fields and the blank line of `h` to `out`.
-void append_head(std::string& out, const boost::beast::http::request_header<>& h);
+void append_head(std::string& out, const rebound::http::request_head& h);
 
 /// Appends the status line (the reason phrase as received, else the standard one), the
 /// fields and the blank line of `h` to `out`.
-void append_head(std::string& out, const boost::beast::http::response_header<>& h);
+void append_head(std::string& out, const rebound::http::response_head& h);
 
 /// The size line that opens a chunk of `n` bytes ("1a2b\r\n"), written into `buf`.
 std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n);
@@ -35,6 +37,6 @@ inline constexpr std::string_view last_chunk = "0\r\n\r\n";
     Fields that frame, route, authenticate or control the message are dropped: RFC 9110
     section 6.5.1 forbids them in trailers, and a next hop that merged them would trust
     them as headers. */
-std::string last_chunk_with(const boost::beast::http::fields& trailers);
+std::string last_chunk_with(const rebound::http::head_fields& trailers);
 
 }  // namespace rebound::http

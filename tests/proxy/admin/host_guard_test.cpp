@@ -11,8 +11,8 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-bhttp::request_header<bhttp::fields> head(bhttp::verb method, std::vector<std::pair<std::string, std::string>> fields) {
-  bhttp::request_header<bhttp::fields> h;
+bhttp::request_header<rebound::http::head_fields> head(bhttp::verb method, std::vector<std::pair<std::string, std::string>> fields) {
+  bhttp::request_header<rebound::http::head_fields> h;
   h.method(method);
   h.target("/retry-tasks");
   h.version(11);

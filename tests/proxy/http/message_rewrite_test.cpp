@@ -11,7 +11,7 @@ using namespace rebound::http;
 namespace {
 
 /// A request head as Beast parses it off the wire.
-void parse(bhttp::request_parser<bhttp::buffer_body>& p, std::string_view wire) {
+void parse(rebound::http::request_parser& p, std::string_view wire) {
   boost::beast::error_code ec;
   p.eager(false);
   p.put(boost::asio::buffer(wire.data(), wire.size()), ec);
@@ -43,7 +43,7 @@ TEST(MessageRewrite, AbsoluteFormBecomesOriginFormAndAnOriginFormTargetStaysAsIt
                               "api.example", "1.1 rebound"}}) {
     auto const t = parse_request_target("GET", c.target, c.host, c.host.empty() ? 0 : 1, 11);
     ASSERT_TRUE(t.value) << c.target;
-    bhttp::request_parser<bhttp::buffer_body> p;
+    rebound::http::request_parser p;
     parse(p, c.wire);
     prepare_upstream_request(p.get(), p, *t.value, c.via_token);
     EXPECT_EQ(p.get().target(), "/a?b=1") << c.target;

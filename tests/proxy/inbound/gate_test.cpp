@@ -42,11 +42,11 @@ struct counting_app {
   net::awaitable<void> answer(tcp::socket s) {
     beast::flat_buffer buffer;
     for (;;) {
-      bhttp::request<bhttp::string_body> req;
+      rebound::http::request_message<bhttp::string_body> req;
       auto [ec, n] = co_await bhttp::async_read(s, buffer, req, use_tuple);
       if (ec) co_return;
       ++calls;
-      bhttp::response<bhttp::string_body> res{bhttp::status::created, 11};
+      rebound::http::response_message<bhttp::string_body> res{bhttp::status::created, 11};
       res.body() = "refund-" + std::to_string(calls);
       res.prepare_payload();
       auto [wec, wn] = co_await bhttp::async_write(s, res, use_tuple);

@@ -78,8 +78,8 @@ struct scripted_server {
   }
 };
 
-bhttp::request<bhttp::buffer_body> post_request(std::size_t body_size) {
-  bhttp::request<bhttp::buffer_body> req{bhttp::verb::post, "/orders", 11};
+rebound::http::request_message<bhttp::buffer_body> post_request(std::size_t body_size) {
+  rebound::http::request_message<bhttp::buffer_body> req{bhttp::verb::post, "/orders", 11};
   req.set(bhttp::field::host, "orders.internal");
   req.content_length(body_size);
   return req;
@@ -87,7 +87,7 @@ bhttp::request<bhttp::buffer_body> post_request(std::size_t body_size) {
 
 /// Runs one attempt to completion on `ioc`.
 upstream::attempt_result run(net::io_context& ioc, upstream::pool& p, const std::string& host, std::uint16_t port,
-                             bhttp::request<bhttp::buffer_body>& req, std::string_view body, bool may_reuse,
+                             rebound::http::request_message<bhttp::buffer_body>& req, std::string_view body, bool may_reuse,
                              std::chrono::milliseconds within = 5s, bool upgrade = false) {
   static const std::string key = "http://orders.internal:80";
   std::optional<upstream::attempt_result> out;

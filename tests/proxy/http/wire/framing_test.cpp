@@ -7,8 +7,8 @@ using namespace rebound::http;
 
 namespace framing_test {
 namespace {
-bhttp::fields with(std::initializer_list<std::pair<const char*, const char*>> fs) {
-  bhttp::fields f;
+rebound::http::head_fields with(std::initializer_list<std::pair<const char*, const char*>> fs) {
+  rebound::http::head_fields f;
   for (auto [k, v] : fs) f.insert(k, v);
   return f;
 }

@@ -9,7 +9,7 @@ namespace bhttp = boost::beast::http;
 using namespace rebound::http;
 
 TEST(HopByHop, RemovesTheFixedListAndWhatConnectionNames) {
-  bhttp::fields f;
+  rebound::http::head_fields f;
   f.insert(bhttp::field::connection, "keep-alive, X-Secret-Hop");
   f.insert(bhttp::field::connection, "Other");
   f.insert("X-Secret-Hop", "1");
@@ -26,7 +26,7 @@ TEST(HopByHop, RemovesTheFixedListAndWhatConnectionNames) {
 }
 
 TEST(HopByHop, EveryFieldConnectionNamesGoesHoweverManyItNamesAndInAnyCase) {
-  bhttp::fields f;
+  rebound::http::head_fields f;
   std::string list = "close";
   for (int i = 0; i < 12; ++i) list += ", x-hop-" + std::to_string(i);
   f.insert(bhttp::field::connection, list);
@@ -41,10 +41,10 @@ TEST(HopByHop, EveryFieldConnectionNamesGoesHoweverManyItNamesAndInAnyCase) {
 }
 
 TEST(HopByHop, ViaIsAddedOrAppended) {
-  bhttp::fields a;
+  rebound::http::head_fields a;
   add_via(a);
   EXPECT_EQ(a[bhttp::field::via], "1.1 rebound");
-  bhttp::fields b;
+  rebound::http::head_fields b;
   b.insert(bhttp::field::via, "1.0 fred");
   b.insert("X", "y");
   b.insert(bhttp::field::via, "1.1 p.example");
@@ -54,7 +54,7 @@ TEST(HopByHop, ViaIsAddedOrAppended) {
 }
 
 TEST(HopByHop, ViaNamesTheVersionTheMessageWasReceivedIn) {
-  bhttp::fields f;
+  rebound::http::head_fields f;
   add_via(f, 10);
   EXPECT_EQ(f[bhttp::field::via], "1.0 rebound");
 }

@@ -9,8 +9,8 @@ namespace bhttp = boost::beast::http;
 using namespace rebound::http;
 
 /// A handshake as RFC 6455 section 1.3's example writes it.
-bhttp::request<bhttp::empty_body> handshake() {
-  bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/chat", 11};
+rebound::http::request_message<bhttp::empty_body> handshake() {
+  rebound::http::request_message<bhttp::empty_body> req{bhttp::verb::get, "/chat", 11};
   req.set(bhttp::field::host, "server.example.com");
   req.set(bhttp::field::upgrade, "websocket");
   req.set(bhttp::field::connection, "Upgrade");
@@ -41,12 +41,12 @@ TEST(Upgrade, RFC9110_IgnoredUpgradesAreNone) {
   auto h2c = handshake();
   h2c.set(bhttp::field::upgrade, "h2c");
   EXPECT_EQ(read_upgrade(h2c.base()).what, upgrade_ask::kind::none) << "h2c is not relayed";
-  bhttp::request<bhttp::empty_body> plain{bhttp::verb::get, "/", 11};
+  rebound::http::request_message<bhttp::empty_body> plain{bhttp::verb::get, "/", 11};
   EXPECT_EQ(read_upgrade(plain.base()).what, upgrade_ask::kind::none);
 }
 
 TEST(Upgrade, RFC6455_MalformedHandshakesAreRefusedWithAReason) {
-  auto expect_malformed = [](const bhttp::request<bhttp::empty_body>& req, std::string_view mentions) {
+  auto expect_malformed = [](const rebound::http::request_message<bhttp::empty_body>& req, std::string_view mentions) {
     auto const ask = read_upgrade(req.base());
     EXPECT_EQ(ask.what, upgrade_ask::kind::malformed) << mentions;
     EXPECT_NE(ask.why.find(mentions), std::string::npos) << ask.why;
@@ -86,14 +86,14 @@ TEST(Upgrade, AnEmptyContentLengthIsNoBody) {
 }
 
 TEST(Upgrade, CarriedFieldsAreTheSwitchItself) {
-  bhttp::fields f;
+  rebound::http::head_fields f;
   carry_websocket_upgrade(f);
   EXPECT_EQ(f[bhttp::field::connection], "Upgrade");
   EXPECT_EQ(f[bhttp::field::upgrade], "websocket");
 }
 
 TEST(Upgrade, ASwitchMustBeToWebSocketWithConnectionUpgrade) {
-  bhttp::response_header<> res;
+  rebound::http::response_head res;
   res.result(101);
   EXPECT_NE(switch_mismatch(res).find("without an Upgrade"), std::string::npos);
   res.set(bhttp::field::upgrade, "h2c");

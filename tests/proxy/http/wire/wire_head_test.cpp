@@ -18,7 +18,7 @@ namespace {
 
 /// What Beast's own serializer writes for the same head: the bytes rebound used to send.
 template <bool isRequest>
-std::string beast_head(const bhttp::message<isRequest, bhttp::empty_body>& m) {
+std::string beast_head(const bhttp::message<isRequest, bhttp::empty_body, rebound::http::head_fields>& m) {
   std::ostringstream os;
   os << m.base();
   return os.str();
@@ -27,7 +27,7 @@ std::string beast_head(const bhttp::message<isRequest, bhttp::empty_body>& m) {
 }  // namespace
 
 TEST(WireHead, ARequestHeadIsWhatBeastWouldWriteFieldsInOrder) {
-  bhttp::request<bhttp::empty_body> req{bhttp::verb::post, "/orders?id=7", 11};
+  rebound::http::request_message<bhttp::empty_body> req{bhttp::verb::post, "/orders?id=7", 11};
   req.set(bhttp::field::host, "payments.internal:8080");
   req.insert("X-Custom", "one");
   req.insert("x-custom", "two");  // repeated, another case: both kept, as received
@@ -41,7 +41,7 @@ TEST(WireHead, ARequestHeadIsWhatBeastWouldWriteFieldsInOrder) {
 }
 
 TEST(WireHead, AnExtensionMethodKeepsItsName) {
-  bhttp::request<bhttp::empty_body> req;
+  rebound::http::request_message<bhttp::empty_body> req;
   req.method_string("PURGE");
   req.target("/cache");
   req.version(10);
@@ -51,7 +51,7 @@ TEST(WireHead, AnExtensionMethodKeepsItsName) {
 }
 
 TEST(WireHead, AResponseKeepsTheUpstreamsReasonPhrase) {
-  bhttp::response<bhttp::empty_body> res{bhttp::status::service_unavailable, 11};
+  rebound::http::response_message<bhttp::empty_body> res{bhttp::status::service_unavailable, 11};
   res.reason("Try Later");
   res.set(bhttp::field::retry_after, "3");
   res.set("Rebound-Attempts", "2");
@@ -62,12 +62,12 @@ TEST(WireHead, AResponseKeepsTheUpstreamsReasonPhrase) {
 }
 
 TEST(WireHead, AResponseWithoutAReasonGetsTheStandardOneAndAnUnknownCodeStaysItsNumber) {
-  bhttp::response<bhttp::empty_body> ok{bhttp::status::ok, 11};
+  rebound::http::response_message<bhttp::empty_body> ok{bhttp::status::ok, 11};
   std::string out;
   append_head(out, ok.base());
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\n\r\n");
 
-  bhttp::response<bhttp::empty_body> odd;
+  rebound::http::response_message<bhttp::empty_body> odd;
   odd.result(599);
   odd.version(11);
   out.clear();
@@ -85,12 +85,12 @@ TEST(WireHead, ChunkSizeLinesAreLowercaseHexWithCrlf) {
 }
 
 TEST(WireHead, TheLastChunkCarriesOnlyTrailersThatMayTravel) {
-  bhttp::fields trailers;
+  rebound::http::head_fields trailers;
   trailers.insert("Server-Timing", "db;dur=53");
   trailers.insert(bhttp::field::content_length, "10");  // framing: never a trailer
   trailers.insert(bhttp::field::authorization, "Bearer x");
   EXPECT_EQ(last_chunk_with(trailers), "0\r\nServer-Timing: db;dur=53\r\n\r\n");
-  EXPECT_EQ(last_chunk_with(bhttp::fields{}), std::string(last_chunk));
+  EXPECT_EQ(last_chunk_with(rebound::http::head_fields{}), std::string(last_chunk));
 }
 
 }  // namespace wire_head_test
