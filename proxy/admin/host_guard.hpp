@@ -34,6 +34,6 @@ bool admin_host_allowed(std::string_view host, const config::config& cfg);
     own (`scheme://` + its Host). A request without `Host` (HTTP/1.0 tools) is not from a
     browser and passes. */
 std::optional<std::string> foreign_request(
-    const rebound::http::request_head& req, const config::config& cfg);
+    const http::request_head& req, const config::config& cfg);
 
 }  // namespace rebound::admin

@@ -32,7 +32,7 @@
 
 namespace rebound::http {
 
-std::optional<error_reply> unmet_expectation(const http::request_message<bhttp::buffer_body>& req) {
+std::optional<error_reply> unmet_expectation(const request_message<bhttp::buffer_body>& req) {
   auto const it = req.find(bhttp::field::expect);
   if (it == req.end() || req.version() < 11 || beast::iequals(it->value(), "100-continue")) return std::nullopt;
   return error_reply{417, error_type::bad_request, "only Expect: 100-continue is supported", {}, 0};
@@ -302,7 +302,7 @@ struct forward_plan {
 
 /// the request's correlation id (see observe/correlation.hpp), made and sent upstream
 /// as X-Request-ID when the client gave none that can be used.
-void correlate(forward_plan& plan, http::request_message<bhttp::buffer_body>& req, std::mt19937_64& rng) {
+void correlate(forward_plan& plan, request_message<bhttp::buffer_body>& req, std::mt19937_64& rng) {
   plan.facts.correlation_id = correlation_id_of(req);
   if (auto const field = traceparent_of(req); !field.empty()) {
     plan.caller_traceparent = field;
@@ -323,7 +323,7 @@ void correlate(forward_plan& plan, http::request_message<bhttp::buffer_body>& re
     caller that set a deadline must not silently get none), 504 when no time is left. Several
     fields are all read and the earliest wins; the attempts send one field of their own. */
 std::optional<error_reply> take_caller_deadline(retry::request_facts& facts,
-                                                const http::request_message<bhttp::buffer_body>& req,
+                                                const request_message<bhttp::buffer_body>& req,
                                                 std::string_view dependency,
                                                 std::chrono::steady_clock::time_point now) {
   std::optional<std::chrono::milliseconds> least;
@@ -461,7 +461,7 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 }  // namespace
 
-upstream::credential_source* credentials_for(const http::request_message<bhttp::buffer_body>& req,
+upstream::credential_source* credentials_for(const request_message<bhttp::buffer_body>& req,
                                              const dependency_route& route) {
   return upstream::credential_to_apply(route.auth, req.find(bhttp::field::authorization) != req.end());
 }

@@ -63,12 +63,12 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
 /// rebound's credential source for the dependency, or nullptr: none configured, or the
 /// request carries its own Authorization, which is kept (SPEC 5).
-upstream::credential_source* credentials_for(const http::request_message<bhttp::buffer_body>& req,
+upstream::credential_source* credentials_for(const request_message<bhttp::buffer_body>& req,
                                              const dependency_route& route);
 
 /// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
 /// on every path (forwarded or handed over).
-std::optional<error_reply> unmet_expectation(const http::request_message<bhttp::buffer_body>& req);
+std::optional<error_reply> unmet_expectation(const request_message<bhttp::buffer_body>& req);
 
 /// rebound's own 100 Continue, for a client that waits for one before it sends its body;
 /// false when the client cannot take it.

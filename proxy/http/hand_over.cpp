@@ -18,7 +18,7 @@ namespace rebound::http {
 namespace {
 
 /// RFC 7240: `Prefer` holds comma-separated preferences; respond-async is one token of them.
-bool prefers_async(const http::request_message<bhttp::buffer_body>& req) {
+bool prefers_async(const request_message<bhttp::buffer_body>& req) {
   auto const [first, last] = req.equal_range(bhttp::field::prefer);
   for (auto f = first; f != last; ++f) {
     std::string_view v = f->value();
@@ -38,7 +38,7 @@ bool prefers_async(const http::request_message<bhttp::buffer_body>& req) {
 /** The head as the delivery will send it: the request as forwarded (hop-by-hop fields gone,
     Via added), minus the framing, which the delivery sets for the stored body, and minus
     Prefer, which asked rebound, not the upstream. */
-std::vector<std::pair<std::string, std::string>> stored_head(const http::request_message<bhttp::buffer_body>& req) {
+std::vector<std::pair<std::string, std::string>> stored_head(const request_message<bhttp::buffer_body>& req) {
   std::vector<std::pair<std::string, std::string>> head;
   for (auto const& f : req) {
     auto const name = f.name();

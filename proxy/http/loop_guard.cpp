@@ -25,7 +25,7 @@ bool via_value_names_instance(std::string_view via, std::string_view token) {
   return !token.empty() && via.find(via_mark(token)) != std::string_view::npos;
 }
 
-bool via_names_instance(const rebound::http::head_fields& f, std::string_view token) {
+bool via_names_instance(const head_fields& f, std::string_view token) {
   for (auto const& h : f)
     if (h.name() == boost::beast::http::field::via &&
         via_value_names_instance(std::string_view(h.value().data(), h.value().size()), token))

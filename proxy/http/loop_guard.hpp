@@ -33,7 +33,7 @@ std::string via_mark(std::string_view token);
 bool via_value_names_instance(std::string_view via, std::string_view token);
 
 /// Whether any Via field holds rebound's entry with `token`.
-bool via_names_instance(const rebound::http::head_fields& f, std::string_view token);
+bool via_names_instance(const head_fields& f, std::string_view token);
 
 /** Whether `connect_host`:`port` is rebound's proxy listener `listen`. A listener on the
     unspecified address (0.0.0.0, ::) counts as every loopback and unspecified address. */

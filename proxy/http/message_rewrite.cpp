@@ -21,7 +21,7 @@ std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
   return key;
 }
 
-std::string_view correlation_id_of(const http::head_fields& f) {
+std::string_view correlation_id_of(const head_fields& f) {
   auto value = [&f](std::string_view name) {
     auto const it = f.find(name);
     return it == f.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
@@ -29,7 +29,7 @@ std::string_view correlation_id_of(const http::head_fields& f) {
   return observe::correlation_id_of({value("X-Request-ID"), value("X-Correlation-ID"), traceparent_of(f)});
 }
 
-std::string_view traceparent_of(const http::head_fields& f) {
+std::string_view traceparent_of(const head_fields& f) {
   // One lookup on every request's path: the range is empty, one field, or more (none counts).
   auto const [first, last] = f.equal_range("traceparent");
   if (first == last || std::next(first) != last) return {};
@@ -39,8 +39,8 @@ std::string_view traceparent_of(const http::head_fields& f) {
 
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
 
-void prepare_upstream_request(http::request_message<bhttp::buffer_body>& req,
-                              const http::request_parser& p, const request_target& t,
+void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
+                              const request_parser& p, const request_target& t,
                               std::string_view via_token) {
   strip_hop_by_hop(req.base());
   add_via(req.base(), req.version(), via_token);
@@ -54,8 +54,8 @@ void prepare_upstream_request(http::request_message<bhttp::buffer_body>& req,
     req.content_length(*cl);  // collapses a valid "42, 42"
 }
 
-bool prepare_client_response(http::response_message<bhttp::buffer_body>& res,
-                             const http::response_parser& p, const client_side& client) {
+bool prepare_client_response(response_message<bhttp::buffer_body>& res,
+                             const response_parser& p, const client_side& client) {
   bool const is_head = client.is_head;
   unsigned const client_version = client.version;
   bool client_keep_alive = client.keep_alive;
@@ -80,7 +80,7 @@ bool prepare_client_response(http::response_message<bhttp::buffer_body>& res,
   return client_keep_alive;
 }
 
-void prepare_switch_response(http::response_message<bhttp::buffer_body>& res, unsigned attempts) {
+void prepare_switch_response(response_message<bhttp::buffer_body>& res, unsigned attempts) {
   strip_hop_by_hop(res.base());
   carry_websocket_upgrade(res.base());
   add_via(res.base(), res.version());

@@ -27,15 +27,15 @@ std::string pool_key(const request_target& t, const upstream::tls_client* tls);
 std::string_view loggable_path(std::string_view origin_form);
 
 /// the correlation id the request carries (observe/correlation.hpp's rule), or empty.
-std::string_view correlation_id_of(const http::head_fields& f);
+std::string_view correlation_id_of(const head_fields& f);
 
 /// The caller's traceparent, or empty when there is none or more than one: W3C Trace Context
 /// (test_traceparent_duplicated) has two such fields start a new trace, as an invalid one does.
-std::string_view traceparent_of(const http::head_fields& f);
+std::string_view traceparent_of(const head_fields& f);
 
 /// The request head as the upstream hop must see it.
-void prepare_upstream_request(http::request_message<bhttp::buffer_body>& req,
-                              const http::request_parser& p, const request_target& t,
+void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
+                              const request_parser& p, const request_target& t,
                               std::string_view via_token = {});
 
 /// The client's side of a response: what its request was, and what this layer did for it.
@@ -52,13 +52,13 @@ struct client_side {
     returns whether the client connection can stay open after this response. A
     `Rebound-Retried` from a layer below is passed on: the caller above learns that some layer
     spent its retries. */
-bool prepare_client_response(http::response_message<bhttp::buffer_body>& res,
-                             const http::response_parser& p, const client_side& client);
+bool prepare_client_response(response_message<bhttp::buffer_body>& res,
+                             const response_parser& p, const client_side& client);
 
 /** The head of an upstream's 101 to WebSocket as the client hop must see it: hop-by-hop
     fields stripped but for the switch itself (`Connection: Upgrade`, `Upgrade: websocket`),
     the Sec-WebSocket-* fields kept, Via and `Rebound-Attempts` added. No framing field: the
     bytes after it are the new protocol's. */
-void prepare_switch_response(http::response_message<bhttp::buffer_body>& res, unsigned attempts);
+void prepare_switch_response(response_message<bhttp::buffer_body>& res, unsigned attempts);
 
 }  // namespace rebound::http

@@ -150,9 +150,9 @@ void relay_buffers::give_back(std::unique_ptr<char[]> b, std::size_t size) {
   if (spare.size() < max_spare) spare.push_back(std::move(b));
 }
 
-net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const http::response_head& head,
+net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const response_head& head,
                                          std::chrono::milliseconds idle) {
-  http::response_message<bhttp::empty_body> interim;
+  response_message<bhttp::empty_body> interim;
   interim.version(11);
   interim.result(head.result_int());  // by number: Beast 1.81's status enum has no 103
   // Nor a reason for it ("<unknown-status>"): the upstream's own goes on, else RFC 8297's.

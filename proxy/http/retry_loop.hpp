@@ -21,7 +21,7 @@ namespace rebound::http {
 struct http1_request {
   upstream::pool& pool;
   upstream::destination to;
-  http::request_message<upstream::bhttp::buffer_body>& req;
+  request_message<upstream::bhttp::buffer_body>& req;
   std::string_view body;
   bool is_head = false;
 };

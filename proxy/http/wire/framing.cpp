@@ -9,7 +9,7 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-std::optional<framing_problem> check_request_framing(const http::head_fields& f, unsigned version) {
+std::optional<framing_problem> check_request_framing(const head_fields& f, unsigned version) {
   std::vector<std::string> codings;
   bool has_te = false;
   for (auto const& h : f) {

@@ -20,6 +20,6 @@ struct framing_problem {
   std::string message;
 };
 
-std::optional<framing_problem> check_request_framing(const rebound::http::head_fields& f, unsigned version);
+std::optional<framing_problem> check_request_framing(const head_fields& f, unsigned version);
 
 }  // namespace rebound::http

@@ -57,7 +57,7 @@ class connection_names {
 
 }  // namespace
 
-void strip_hop_by_hop(http::head_fields& f) {
+void strip_hop_by_hop(head_fields& f) {
   // One walk of the fields, erasing by position: a lookup by name per listed field cost a
   // tree search with case-insensitive compares each, twice per proxied request. The names
   // view Connection's values, so Connection itself goes last.
@@ -80,7 +80,7 @@ void strip_hop_by_hop(http::head_fields& f) {
   if (has_connection) f.erase(bhttp::field::connection);
 }
 
-void add_via(http::head_fields& f, unsigned received_version, std::string_view token) {
+void add_via(head_fields& f, unsigned received_version, std::string_view token) {
   // RFC 9110 section 7.6.3: the protocol version this hop received the message in.
   std::string entry = received_version >= 11 ? "1.1 rebound" : "1.0 rebound";
   if (!token.empty()) {

@@ -21,7 +21,7 @@ std::string_view trim(std::string_view s) {
 }
 
 /// Whether a Connection field names `option` (its values are tokens, RFC 9110 section 7.6.1).
-bool connection_names(const http::head_fields& f, std::string_view option) {
+bool connection_names(const head_fields& f, std::string_view option) {
   auto const [first, last] = f.equal_range(bhttp::field::connection);
   for (auto it = first; it != last; ++it)
     for (auto token : bhttp::token_list{it->value()})
@@ -31,7 +31,7 @@ bool connection_names(const http::head_fields& f, std::string_view option) {
 
 /// The protocol names of every Upgrade field, in order; its elements are `name[/version]`,
 /// which Beast's token_list would stop at. Empty elements (`a, , b`) are skipped (RFC 9110 5.6.1).
-std::vector<std::string_view> upgrade_protocols(const http::head_fields& f) {
+std::vector<std::string_view> upgrade_protocols(const head_fields& f) {
   std::vector<std::string_view> names;
   auto const [first, last] = f.equal_range(bhttp::field::upgrade);
   for (auto it = first; it != last; ++it) {
@@ -47,7 +47,7 @@ std::vector<std::string_view> upgrade_protocols(const http::head_fields& f) {
 }
 
 /// Whether an Upgrade field offers `protocol` among others (a request's offer).
-bool upgrade_offers(const http::head_fields& f, std::string_view protocol) {
+bool upgrade_offers(const head_fields& f, std::string_view protocol) {
   auto const names = upgrade_protocols(f);
   return std::any_of(names.begin(), names.end(), [&](auto n) { return boost::beast::iequals(n, protocol); });
 }
@@ -71,7 +71,7 @@ upgrade_ask malformed(std::string why) { return {upgrade_ask::kind::malformed, s
 
 }  // namespace
 
-upgrade_ask read_upgrade(const http::request_head& req) {
+upgrade_ask read_upgrade(const request_head& req) {
   if (req.count(bhttp::field::upgrade) == 0 || req.version() < 11) return {};
   if (!connection_names(req, "upgrade") || !upgrade_offers(req, websocket_protocol)) return {};
   if (req.method() != bhttp::verb::get) return malformed("a WebSocket handshake is a GET (RFC 6455 section 4.1)");
@@ -90,12 +90,12 @@ upgrade_ask read_upgrade(const http::request_head& req) {
   return {upgrade_ask::kind::websocket, {}};
 }
 
-void carry_websocket_upgrade(http::head_fields& f) {
+void carry_websocket_upgrade(head_fields& f) {
   f.set(bhttp::field::connection, "Upgrade");
   f.set(bhttp::field::upgrade, websocket_protocol);
 }
 
-std::string switch_mismatch(const http::response_head& res) {
+std::string switch_mismatch(const response_head& res) {
   // A 101 names the protocols it switched to, in layer order (RFC 9110 7.8): `h2c, websocket` is
   // WebSocket over HTTP/2, not the switch asked for, so the answer must name websocket alone.
   auto const names = upgrade_protocols(res);

@@ -33,15 +33,15 @@ struct upgrade_ask {
     `websocket` (h2c among them: the proxy port speaks HTTP/2 by prior knowledge). A
     WebSocket offer must be a GET without a body, with one Sec-WebSocket-Key that is 16
     bytes in base64 and one numeric Sec-WebSocket-Version. */
-upgrade_ask read_upgrade(const rebound::http::request_head& req);
+upgrade_ask read_upgrade(const request_head& req);
 
 /** After strip_hop_by_hop: the fields that make a message an upgrade on the next hop,
     `Connection: Upgrade` and `Upgrade: websocket`. The Sec-WebSocket-* fields are
     end-to-end and stay as they came. */
-void carry_websocket_upgrade(rebound::http::head_fields& f);
+void carry_websocket_upgrade(head_fields& f);
 
 /// Whether an upstream's 101 switched to WebSocket as asked; empty when it did, else why not
 /// (a 101 without `Upgrade: websocket` and `Connection: upgrade` is not that switch).
-std::string switch_mismatch(const rebound::http::response_head& res);
+std::string switch_mismatch(const response_head& res);
 
 }  // namespace rebound::http

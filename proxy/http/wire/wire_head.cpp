@@ -16,7 +16,7 @@ void append_version(std::string& out, unsigned version) {
   out += static_cast<char>('0' + version % 10);
 }
 
-void append_field(std::string& out, const http::head_fields::value_type& field) {
+void append_field(std::string& out, const head_fields::value_type& field) {
   auto const name = field.name_string();
   auto const value = field.value();
   out.append(name.data(), name.size());
@@ -25,7 +25,7 @@ void append_field(std::string& out, const http::head_fields::value_type& field) 
   out += "\r\n";
 }
 
-void append_fields(std::string& out, const http::head_fields& f) {
+void append_fields(std::string& out, const head_fields& f) {
   for (auto const& field : f) append_field(out, field);
   out += "\r\n";
 }
@@ -35,7 +35,7 @@ constexpr std::size_t typical_head = 512;
 
 }  // namespace
 
-void append_head(std::string& out, const http::request_head& h) {
+void append_head(std::string& out, const request_head& h) {
   auto const method = h.method_string();
   auto const target = h.target();
   out.reserve(out.size() + typical_head + target.size());
@@ -48,7 +48,7 @@ void append_head(std::string& out, const http::request_head& h) {
   append_fields(out, h);
 }
 
-void append_head(std::string& out, const http::response_head& h) {
+void append_head(std::string& out, const response_head& h) {
   out.reserve(out.size() + typical_head);
   append_version(out, h.version());
   out += ' ';
@@ -71,7 +71,7 @@ std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n) {
   return {buf.data(), static_cast<std::size_t>(end + 2 - buf.data())};
 }
 
-std::string last_chunk_with(const http::head_fields& trailers) {
+std::string last_chunk_with(const head_fields& trailers) {
   std::string out = "0\r\n";
   for (auto const& f : trailers)
     if (forwardable_trailer(f.name(), f.name_string())) append_field(out, f);

@@ -21,11 +21,11 @@
 namespace rebound::http {
 
 /// Appends the request line, the fields and the blank line of `h` to `out`.
-void append_head(std::string& out, const rebound::http::request_head& h);
+void append_head(std::string& out, const request_head& h);
 
 /// Appends the status line (the reason phrase as received, else the standard one), the
 /// fields and the blank line of `h` to `out`.
-void append_head(std::string& out, const rebound::http::response_head& h);
+void append_head(std::string& out, const response_head& h);
 
 /// The size line that opens a chunk of `n` bytes ("1a2b\r\n"), written into `buf`.
 std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n);
@@ -37,6 +37,6 @@ inline constexpr std::string_view last_chunk = "0\r\n\r\n";
     Fields that frame, route, authenticate or control the message are dropped: RFC 9110
     section 6.5.1 forbids them in trailers, and a next hop that merged them would trust
     them as headers. */
-std::string last_chunk_with(const rebound::http::head_fields& trailers);
+std::string last_chunk_with(const head_fields& trailers);
 
 }  // namespace rebound::http
