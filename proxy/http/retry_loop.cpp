@@ -84,7 +84,11 @@ net::awaitable<loop_result> run_hedged(const retry::step_context& ctx, const htt
 
 net::awaitable<loop_result> run_retry_loop(const retry::step_context& ctx, const http1_request& request,
                                            retry::loop_hooks hooks, const retry::hedge_plan* hedge) {
-  if (hedge && hedge->max > 0) co_return co_await run_hedged(ctx, request, hooks, *hedge);
+  if (hedge && hedge->max > 0) {
+    // Made first, then awaited: GCC 12 destroys a by-value argument inside a co_await twice.
+    auto hedged = run_hedged(ctx, request, hooks, *hedge);
+    co_return co_await std::move(hedged);
+  }
   // The attempt lives in this frame, not on the heap: one allocation fewer per request.
   // On HTTP/1.1 a caller's deadline comes only from X-Request-Timeout: it goes on the same way.
   http1_attempt attempt(request.pool, request.to,

@@ -7,7 +7,7 @@
 namespace rebound::http {
 namespace {
 
-/// Size head_classes of 32 bytes up to 512: a field with a name and a value of a few dozen bytes
+/// Size classes of 32 bytes up to 512: a field with a name and a value of a few dozen bytes
 /// each takes 64-128; longer ones (cookies, tokens) go to operator new.
 constexpr std::size_t head_class_bytes = 32;
 constexpr std::size_t head_classes = 16;
