@@ -75,9 +75,11 @@ void body_pipe::compact() {
     if (on_consumed) on_consumed(n);
   }
   if (keeping_ || offset_ == 0) return;
-  // Freed in large steps: erasing a few bytes from the front at every read would copy the
-  // rest each time.
-  if (offset_ == buf_.size() || offset_ >= 64 * 1024) {
+  // Freed in large steps, and only once what was read is at least what is left: erasing
+  // from the front at every read would copy the rest each time, quadratic in what is buffered
+  // (a client that appends a whole 20 MiB body before sending spent seconds in memmove).
+  auto const left = buf_.size() - offset_;
+  if (left == 0 || (offset_ >= 64 * 1024 && offset_ >= left)) {
     buf_.erase(0, offset_);
     base_ += offset_;
     offset_ = 0;

@@ -102,7 +102,10 @@ TEST(Http2Streaming, MessagesCrossInLockstepBothWays) {
 
 namespace {
 
-net::awaitable<void> bulk(test_server& s, std::size_t total, std::size_t* echoed, bool* ended) {
+/// Sends `total` bytes and reads the echo until `wanted` bytes came back (or it ended); then
+/// stops reading, as a consumer that goes away does, and shuts the connection down.
+net::awaitable<void> bulk(test_server& s, std::size_t total, std::size_t wanted, std::size_t* echoed,
+                          bool* ended) {
   auto c = co_await connect_to(s.port());
   if (!c) co_return;
   auto req = std::make_shared<h2::body_pipe>();
@@ -115,10 +118,11 @@ net::awaitable<void> bulk(test_server& s, std::size_t total, std::size_t* echoed
   req->end({});
   auto head = co_await c->open_stream(grpc_request("/svc/Bulk").head, req, resp, clock::now() + 5s);
   if (!head) co_return;
-  auto got = co_await read_at_least(*resp, wake, total + 1);
+  auto got = co_await read_at_least(*resp, wake, wanted);
   *echoed = got.size();
   *ended = resp->drained();
   resp->on_data = nullptr;
+  resp->abandon();  // without it the stream would wait for credit that never comes
   c->shut_down();
 }
 
@@ -133,9 +137,25 @@ TEST(Http2Streaming, FlowControlCreditFollowsWhatWasRead) {
   std::size_t echoed = 0;
   bool ended = false;
   std::size_t const total = 20u << 20;
-  run(ioc, bulk(s, total, &echoed, &ended), &s, 30s);
+  run(ioc, bulk(s, total, total + 1, &echoed, &ended), &s, 30s);
   EXPECT_EQ(echoed, total);
   EXPECT_TRUE(ended);
 }
 
+// A client that stops reading halfway abandons the answer: credit for the rest flows at once,
+// the echo runs to its end, and both connections close rather than wait for a reader.
+TEST(Http2Streaming, AnswerAbandonedMidStreamLetsBothConnectionsClose) {
+  net::io_context ioc;
+  test_server s(ioc, streaming_server());
+  s.start();
+  std::size_t echoed = 0;
+  bool ended = false;
+  std::size_t const total = 20u << 20;
+  run(ioc, bulk(s, total, 3u << 20, &echoed, &ended), &s, 30s);
+  EXPECT_GE(echoed, 3u << 20);
+  EXPECT_LT(echoed, total);
+  EXPECT_FALSE(ended);
+}
+
 }  // namespace streaming_test
+
