@@ -510,16 +510,18 @@ net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options 
     if (opts.metrics && steady::now() >= next_count) {
       next_count = steady::now() + opts.count_every;
       auto [ce, counts] = co_await store::async_counts(*ctx.store, use_tuple);
-      if (!ce)
+      // A count answered means the database was reached, so its id is known.
+      auto const store_id = ctx.store->identity().value_or("");
+      if (!ce && !store_id.empty())
         for (std::size_t i = 0; i < counts.size(); ++i)
-          opts.metrics->set_tasks(store::to_string(static_cast<store::task_status>(i)), counts[i]);
+          opts.metrics->set_tasks(store_id, store::to_string(static_cast<store::task_status>(i)), counts[i]);
       auto const now = wall::now();
       auto const day_ago = now - std::chrono::hours(24);
       auto [be, backlog] = co_await store::async_backlog(*ctx.store, day_ago, use_tuple);
-      if (!be)
-        opts.metrics->set_backlog(backlog.started_before, backlog.oldest
-                                                              ? std::max(now - *backlog.oldest, wall::duration::zero())
-                                                              : wall::duration::zero());
+      if (!be && !store_id.empty())
+        opts.metrics->set_backlog(store_id, backlog.started_before,
+                                  backlog.oldest ? std::max(now - *backlog.oldest, wall::duration::zero())
+                                                 : wall::duration::zero());
       opts.metrics->set_store_up(!ce && !be && !ctx.store->unavailable());
     }
     std::size_t const room = opts.max_in_flight - std::min(opts.max_in_flight, state->in_flight);

@@ -406,7 +406,16 @@ metrics::metrics(std::string service)
                         .Name("store_commit_duration_seconds")
                         .Help("Commits of the task store, each with its fsync and the calls grouped into it")
                         .Register(*registry_)
-                        .Add({{"service", service_}}, commit_buckets())) {}
+                        .Add({{"service", service_}}, commit_buckets())) {
+  // The name every Prometheus client library gives it: rules tell a new process (whose
+  // counters start again) from a scrape gap by it (deploy/prometheus/rebound-rules.yml).
+  prometheus::BuildGauge()
+      .Name("process_start_time_seconds")
+      .Help("Start time of the process since the Unix epoch, in seconds")
+      .Register(*registry_)
+      .Add({{"service", service_}})
+      .Set(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
 
 void metrics::task_ended(const std::string& dependency, std::string_view context, std::chrono::duration<double> age) {
   auto l = labels(dependency);
@@ -414,13 +423,15 @@ void metrics::task_ended(const std::string& dependency, std::string_view context
   task_age_.Add(l, task_age_buckets()).Observe(age.count());
 }
 
-void metrics::set_tasks(std::string_view status, std::uint64_t n) {
-  tasks_.Add({{"service", service_}, {"status", std::string(status)}}).Set(static_cast<double>(n));
+void metrics::set_tasks(std::string_view store, std::string_view status, std::uint64_t n) {
+  tasks_.Add({{"service", service_}, {"store", std::string(store)}, {"status", std::string(status)}})
+      .Set(static_cast<double>(n));
 }
 
-void metrics::set_backlog(std::uint64_t over_24h, std::chrono::duration<double> oldest) {
-  backlog_over_24h_.Add({{"service", service_}}).Set(static_cast<double>(over_24h));
-  oldest_pending_.Add({{"service", service_}}).Set(oldest.count());
+void metrics::set_backlog(std::string_view store, std::uint64_t over_24h, std::chrono::duration<double> oldest) {
+  prometheus::Labels const l{{"service", service_}, {"store", std::string(store)}};
+  backlog_over_24h_.Add(l).Set(static_cast<double>(over_24h));
+  oldest_pending_.Add(l).Set(oldest.count());
 }
 
 void metrics::set_store_up(bool up) { store_up_.Add({{"service", service_}}).Set(up ? 1 : 0); }

@@ -143,12 +143,15 @@ class metrics {
   // Async delivery (seed 001, R-8). Rare next to requests: each takes Family::Add's lock.
   /// A handed-over task ended (delivered, dead-lettered): retry_task_age_seconds{dependency,context}.
   void task_ended(const std::string& dependency, std::string_view context, std::chrono::duration<double> age);
-  /// retry_tasks{status}: tasks in the store by status, as last counted.
-  void set_tasks(std::string_view status, std::uint64_t n);
+  /** What a store holds is the store's, not this process's: these series carry `store`
+      (task_store::identity), so replicas with a file each are added up and instances sharing
+      one database are counted once (max per store, then sum). */
+  /// retry_tasks{store,status}: tasks in the store by status, as last counted.
+  void set_tasks(std::string_view store, std::string_view status, std::uint64_t n);
   /** Tasks not yet ended (pending or in flight), as last counted: how many were accepted
       more than 24 hours ago (retry_tasks_pending_over_24h, seed 003's "events in retry > 24
       hours") and the age of the oldest (retry_task_oldest_pending_age_seconds, 0 with none). */
-  void set_backlog(std::uint64_t over_24h, std::chrono::duration<double> oldest);
+  void set_backlog(std::string_view store, std::uint64_t over_24h, std::chrono::duration<double> oldest);
   /// store_up: 1 while the store answers the scheduler's calls, 0 while it does not.
   void set_store_up(bool up);
   /// Spans a collector accepted (trace_spans_exported_total) and spans lost, by reason:

@@ -75,6 +75,11 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
 )sql",
+    // 2: the id this database is known by in the metrics (task_store::identity), made once.
+    R"sql(
+CREATE TABLE rebound_store (id text NOT NULL);
+INSERT INTO rebound_store VALUES (substr(md5(random()::text || clock_timestamp()::text), 1, 12));
+)sql",
 };
 constexpr int migration_count = static_cast<int>(std::size(migrations));
 static_assert(migration_count == postgres_store::schema_version);
@@ -217,8 +222,20 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
     }
   auto const set_version = "UPDATE rebound_schema SET version = " + std::to_string(version);
   if (!c.command(set_version.c_str()) || !c.command("COMMIT")) return fail_connect(c);
+  auto id = c.run("SELECT id FROM rebound_store", {});
+  if (c.failed || id.rows() != 1) return fail_connect(c);
+  {
+    std::lock_guard lock(mutex_);
+    identity_ = "postgresql/" + id.text(0, 0);
+  }
   c.failed = false;
   return true;
+}
+
+std::optional<std::string> postgres_store::identity() const {
+  std::lock_guard lock(mutex_);
+  if (identity_.empty()) return std::nullopt;
+  return identity_;
 }
 
 bool postgres_store::find_pooler(pg_connection& c) {

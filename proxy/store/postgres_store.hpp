@@ -35,7 +35,7 @@ class pg_connection;
 class postgres_store final : public task_store {
  public:
   /// The schema this build writes (its own line of versions: the model is the embedded store's v4).
-  static constexpr int schema_version = 1;
+  static constexpr int schema_version = 2;
 
   /// What sits between the store and the database (config's store.pooler).
   enum class pooler_mode { detect, none, transaction };
@@ -102,6 +102,7 @@ class postgres_store final : public task_store {
   std::optional<std::string> unavailable() const override;
   std::optional<std::string> full() const override { return guard_.full(); }
   std::optional<std::string> detail() const override;
+  std::optional<std::string> identity() const override;
   /// Whether another instance's commit now wakes this one (its LISTEN is up).
   bool listening() const { return listening_.load(); }
   /// Whether a transaction-mode pooler is in between (configured, or found).
@@ -154,6 +155,7 @@ class postgres_store final : public task_store {
   std::atomic<bool> closing_{false};  ///< stopping_, for a wait on the database to read unlocked
   unsigned connected_ = 0;  ///< connections up, under mutex_
   std::string down_reason_ = "connecting to the database";
+  std::string identity_;  ///< under mutex_; read from the database at each migrating connect
   /// The listener's LISTEN is up: a NOTIFY from another instance now reaches this one.
   std::atomic<bool> listening_{false};
   std::atomic<bool> pooled_{false};

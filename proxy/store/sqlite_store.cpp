@@ -83,13 +83,19 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_expiry ON idempotency_keys (state, expires_at);
 )sql",
+    // 5: the id this database is known by in the metrics (task_store::identity), made once.
+    R"sql(
+CREATE TABLE rebound_store (id TEXT NOT NULL);
+INSERT INTO rebound_store VALUES (lower(hex(randomblob(6))));
+)sql",
 };
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
 using detail::database;
 using detail::exec;
 
-void open_or_throw(const std::string& path, sqlite3*& db) {
+/// Opens and migrates the file; the id it is known by (migration 5).
+std::string open_or_throw(const std::string& path, sqlite3*& db) {
   // Created 0600 before SQLite opens it: task bodies and headers are the app's calls,
   // credentials included (R-9), and must not be readable by anyone else.
   int const fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -139,6 +145,14 @@ void open_or_throw(const std::string& path, sqlite3*& db) {
     exec(db, "ROLLBACK");
     throw std::runtime_error("store.path " + path + ": in use by another process, or not writable: " + error);
   }
+  std::string id;
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT id FROM rebound_store", -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    if (auto const* text = sqlite3_column_text(s, 0)) id = reinterpret_cast<const char*>(text);
+  sqlite3_finalize(s);
+  if (id.empty()) throw std::runtime_error("store.path " + path + ": the store's id (table rebound_store) is missing");
+  return id;
 }
 
 }  // namespace
@@ -147,7 +161,7 @@ sqlite_store::sqlite_store(const std::string& path,
                            std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit,
                            std::uint64_t max_size)
     : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)), guard_(max_size) {
-  open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
+  identity_ = "sqlite/" + open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
   if (max_size > 0) {
     // The write-ahead log is part of what the store holds (used_bytes counts it): checkpointed
     // once it reaches a quarter of store.max_size (SQLite's default is 1,000 pages, 4 MiB, which

@@ -22,7 +22,7 @@ class database;
 class sqlite_store final : public task_store {
  public:
   /// The schema this build writes; an older file is migrated at open, a newer one refused.
-  static constexpr int schema_version = 4;
+  static constexpr int schema_version = 5;
 
   /** Opens `path` (created 0600 when new), sets WAL and full synchronous commits, and
       migrates it. Throws std::runtime_error when it cannot: a start-up error.
@@ -66,6 +66,7 @@ class sqlite_store final : public task_store {
   void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
 
   std::optional<std::string> full() const override { return guard_.full(); }
+  std::optional<std::string> identity() const override { return identity_; }
 
   /// Transactions committed: fewer than the calls when groups formed.
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
@@ -86,6 +87,7 @@ class sqlite_store final : public task_store {
   std::optional<store_error> write_failed(detail::database& db, std::string message);
 
   std::unique_ptr<detail::database> db_;
+  std::string identity_;  ///< set before the thread starts, then only read
   std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit_;
   support::size_guard guard_;
   std::mutex mutex_;

@@ -203,6 +203,12 @@ class task_store : public task_queue, public policy_registry, public key_store {
   /// How the store runs when that is not the usual way (a shared store behind a pooler):
   /// /readyz adds it to its 200. Safe from any thread.
   virtual std::optional<std::string> detail() const { return std::nullopt; }
+  /** Which store this is, for the `store` label of the metrics that count it: the backend and
+      the random id its database was given when it was created ("sqlite/3f9c0a1d2b7e"), never
+      a path or a password. Replicas with a file each count apart; instances sharing one
+      database count it once. Nothing until it is known (a database not reached yet). Safe
+      from any thread. */
+  virtual std::optional<std::string> identity() const { return std::nullopt; }
   /** `wake` is called, on a store thread, when tasks became due: `local` once a commit of
       this process's made them due (an accept, a replay), `fleet` when another instance of a
       fleet did (its NOTIFY). The scheduler claims at once instead of at its next poll, which

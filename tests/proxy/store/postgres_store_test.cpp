@@ -157,6 +157,12 @@ TEST(PostgresStore, TenInstancesStartingTogetherMigrateOnce) {
   EXPECT_EQ(pg.query("SELECT count(*) FROM rebound_schema"), "1");
   ASSERT_TRUE(accept(*fleet[3], make_task("after")));
   EXPECT_TRUE(get(*fleet[7], "after"));
+  // Issue 48: one database, one `store` label, so a fleet's backlog is counted once.
+  auto const id = fleet[0]->identity();
+  ASSERT_TRUE(id);
+  EXPECT_TRUE(id->starts_with("postgresql/")) << *id;
+  for (auto& s : fleet) EXPECT_EQ(s->identity(), id);
+  EXPECT_NE(open(shared_db{})->identity(), id) << "another database is another store";
 }
 
 TEST(PostgresStore, ADatabaseWithANewerSchemaIsNeverWritten) {

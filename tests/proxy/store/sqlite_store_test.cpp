@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <regex>
 #include <set>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -108,6 +109,22 @@ PRAGMA user_version = 1;
   EXPECT_EQ(t->attempts, 2u);
   EXPECT_EQ(t->window_start, t->created_at) << "a version-1 task's window starts at its accept";
   EXPECT_EQ(t->attempts_before, 0u);
+}
+
+// Issue 48: replicas with a file each must count apart in the metrics, and a restart must not
+// start a new series: the id is made with the file and kept in it, never its path.
+TEST(Store, TheIdentityIsMadeWithTheFileKeptAcrossReopeningAndOwnToEachFile) {
+  temp_db db;
+  temp_db other;
+  std::string first;
+  {
+    sqlite_store s(db.path());
+    ASSERT_TRUE(s.identity());
+    first = *s.identity();
+  }
+  EXPECT_TRUE(std::regex_match(first, std::regex("sqlite/[0-9a-f]{12}"))) << first;
+  EXPECT_EQ(sqlite_store(db.path()).identity(), first);
+  EXPECT_NE(sqlite_store(other.path()).identity(), first);
 }
 
 TEST(Store, ClaimsAndAttemptRecordsThatArriveTogetherShareACommit) {
