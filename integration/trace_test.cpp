@@ -3,6 +3,7 @@
 // from the caller's traceparent, a span per attempt whose id went upstream, attributes typed as
 // OTLP says. A collector that is down or never answers makes no request wait.
 #include "async_helpers.hpp"
+#include "grpc_peers.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -109,11 +110,15 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
   // The request's span continues the caller's trace, under the caller's span.
   EXPECT_EQ(request.at("parentSpanId").as_string(), caller_span);
   EXPECT_EQ(request.at("spanId").as_string().size(), 16u);
-  EXPECT_EQ(string_attribute(request, "dependency"), "payments");
+  EXPECT_EQ(string_attribute(request, "rebound.dependency"), "payments");
   EXPECT_EQ(string_attribute(request, "idempotency_key"), "k-77");
   EXPECT_EQ(string_attribute(request, "url.path"), "/pay") << "never the query (R-9)";
-  EXPECT_EQ(int_attribute(request, "attempts"), "2");
+  EXPECT_EQ(string_attribute(request, "url.scheme"), "http");
+  EXPECT_EQ(string_attribute(request, "http.request.method"), "POST");
+  EXPECT_EQ(int_attribute(request, "rebound.attempts"), "2");
   EXPECT_EQ(int_attribute(request, "http.response.status_code"), "200");
+  EXPECT_NE(string_attribute(request, "rebound.correlation_id"), "<none>");
+  EXPECT_EQ(attribute(request, "url.full"), nullptr) << "a SERVER span has no url.full";
 
   // Each attempt is the request's child, tagged as seed 004 asks, its id sent upstream.
   auto const sent = up.requests();
@@ -124,9 +129,17 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
     EXPECT_EQ(a.at("parentSpanId").as_string(), request.at("spanId").as_string());
     EXPECT_EQ(int_attribute(a, "attempt"), std::to_string(i + 1));
     EXPECT_EQ(string_attribute(a, "idempotency_key"), "k-77");
-    EXPECT_EQ(string_attribute(a, "dependency"), "payments");
+    EXPECT_EQ(string_attribute(a, "rebound.dependency"), "payments");
     EXPECT_EQ(int_attribute(a, "http.response.status_code"), i == 0 ? "503" : "200");
-    EXPECT_NE(int_attribute(a, "retry.wait_ms"), "<none>");
+    EXPECT_NE(int_attribute(a, "rebound.retry.wait_ms"), "<none>");
+    // OpenTelemetry's HTTP client attributes (semantic conventions 1.26).
+    EXPECT_EQ(string_attribute(a, "http.request.method"), "POST");
+    EXPECT_EQ(string_attribute(a, "url.full"), "http://" + up.authority() + "/pay") << "never the query (R-9)";
+    EXPECT_EQ(string_attribute(a, "server.address"), "127.0.0.1");
+    EXPECT_EQ(int_attribute(a, "server.port"), std::to_string(up.port()));
+    EXPECT_EQ(int_attribute(a, "http.request.resend_count"), i == 0 ? "<none>" : "1");
+    for (auto const* old : {"dependency", "error_type", "correlation_id", "retry.wait_ms"})
+      EXPECT_EQ(attribute(a, old), nullptr) << old << ": rebound's own names live under rebound.";
     EXPECT_EQ(sent[i].header("traceparent").value_or(""),
               "00-" + std::string(caller_trace) + "-" + std::string(a.at("spanId").as_string()) + "-01")
         << "the upstream sees the attempt's own span as its parent";
@@ -134,7 +147,8 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
     EXPECT_LE(nanos(request, "startTimeUnixNano"), nanos(a, "startTimeUnixNano"));
     EXPECT_LE(nanos(a, "endTimeUnixNano"), nanos(request, "endTimeUnixNano"));
   }
-  EXPECT_EQ(string_attribute(attempts[0], "error_type"), "http_503");
+  EXPECT_EQ(string_attribute(attempts[0], "error.type"), "http_503");
+  EXPECT_EQ(attribute(attempts[1], "error.type"), nullptr);
   EXPECT_EQ(attempts[0].at("status").at("code").as_int64(), 2) << "a failed attempt is an error span";
   EXPECT_TRUE(attempts[1].at("status").as_object().empty());
   EXPECT_LE(nanos(attempts[0], "endTimeUnixNano"), nanos(attempts[1], "startTimeUnixNano"));
@@ -163,14 +177,46 @@ TEST(Tracing, Seed004_AHandedOverCallsDeliveriesShareTheCallersTrace) {
   for (auto const& s : spans) {
     EXPECT_EQ(s.at("parentSpanId").as_string(), caller_span) << "each delivery hangs under the caller's span";
     EXPECT_EQ(s.at("kind").as_int64(), 3);
-    EXPECT_EQ(string_attribute(s, "dependency"), "payments");
-    EXPECT_NE(string_attribute(s, "task_id"), "<none>");
+    EXPECT_EQ(string_attribute(s, "rebound.dependency"), "payments");
+    EXPECT_NE(string_attribute(s, "rebound.task_id"), "<none>");
+    EXPECT_EQ(string_attribute(s, "url.full"), "http://" + up.authority() + "/hook");
     EXPECT_NE(string_attribute(s, "idempotency_key"), "<none>") << "R-6: every task carries its key";
     auto const n = std::stoul(int_attribute(s, "attempt"));
     ASSERT_TRUE(n == 1 || n == 2);
     EXPECT_EQ(int_attribute(s, "http.response.status_code"), n == 1 ? "503" : "200");
     EXPECT_EQ(sent[n - 1].header("traceparent").value_or(""),
               "00-" + std::string(caller_trace) + "-" + std::string(s.at("spanId").as_string()) + "-01");
+  }
+}
+
+// Issue 48: a gRPC call's spans carry OpenTelemetry's RPC attributes beside the HTTP ones.
+TEST(Tracing, AGrpcCallsSpansCarryTheRpcAttributes) {
+  GrpcServer server;
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  ReboundOptions o;
+  o.extra = "service: shop\ntracing:\n  endpoint: http://127.0.0.1:" + std::to_string(collector.port()) +
+            "/v1/traces\ndependencies:\n  peer:\n    hosts: [peer.test]\n    origin: http://127.0.0.1:" +
+            std::to_string(server.port()) + "\n    context: grpc\n    backoff: {base: 10ms, cap: 50ms}\n";
+  ReboundProcess rb(o);
+  auto const r = grpc_call(rb.port(), "peer.test", "/test.Peer/Fail",
+                           {"--meta", "x-call-id=t1", "--meta", "x-fail-times=1", "--meta", "x-fail-code=14", "--meta",
+                            "traceparent=" + caller_traceparent()});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  auto const spans = wait_for_spans(collector, caller_trace, 3);
+  ASSERT_EQ(spans.size(), 3u) << rb.stdout_text();
+  for (auto const& s : spans) {
+    EXPECT_EQ(string_attribute(s, "rpc.system"), "grpc");
+    EXPECT_EQ(string_attribute(s, "rpc.service"), "test.Peer");
+    EXPECT_EQ(string_attribute(s, "rpc.method"), "Fail");
+    EXPECT_EQ(string_attribute(s, "rebound.dependency"), "peer");
+    if (s.at("kind").as_int64() != 3) continue;
+    auto const n = int_attribute(s, "attempt");
+    EXPECT_EQ(int_attribute(s, "rpc.grpc.status_code"), n == "1" ? "14" : "0");
+    EXPECT_EQ(string_attribute(s, "server.address"), "127.0.0.1");
+    EXPECT_EQ(int_attribute(s, "server.port"), std::to_string(server.port()));
+    EXPECT_EQ(string_attribute(s, "url.full"), "http://127.0.0.1:" + std::to_string(server.port()) + "/test.Peer/Fail")
+        << "the origin connected to, as server.address says";
   }
 }
 

@@ -361,7 +361,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   facts.may_retry = true;  // every task carries an idempotency key
   facts.dependency = route.name;
   facts.method = task.method;
-  facts.path = http::loggable_path(target.origin_form);
+  http::describe_target(facts, target, route.tls != nullptr);
   // A copy: a traced attempt replaces the traceparent field a correlation id may be read from.
   std::string const correlation(http::correlation_id_of(req));
   facts.correlation_id = correlation.empty() ? std::string_view(task.id) : std::string_view(correlation);
@@ -410,7 +410,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
     // The backoff before it was waited in the store, maybe by another instance: not known here.
     auto s = retry::traced_attempt(facts, trace.trace, attempt_span, trace.parent, started_wall, task.attempts + 1,
                                    summary, std::nullopt);
-    s.attributes.push_back({"task_id", task.id});
+    s.attributes.push_back({"rebound.task_id", task.id});
     ctx.tracer->record(std::move(s));
   }
   auto const judged = judge(next, summary, policy);

@@ -379,7 +379,7 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
   auto& facts = plan.facts;
   facts.dependency = dependency;
   facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
-  facts.path = loggable_path(target.origin_form);
+  describe_target(facts, target, r.route.tls != nullptr);
   correlate(plan, req, rng);
   if (auto refusal = take_caller_deadline(facts, req, dependency, now)) {
     plan.how = forward_plan::route::refuse;

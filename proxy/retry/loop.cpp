@@ -81,6 +81,23 @@ net::awaitable<wait_end> wait_backoff(duration wait, loop_hooks& hooks) {
     what the dependency did: counting it would let any caller open the breaker for all. */
 bool caller_gave_up(const net::cancellation_state& cs) { return cs.cancelled() != net::cancellation_type::none; }
 
+/// The URL an attempt went to (OpenTelemetry's url.full): the host and port connected to, so
+/// that it agrees with server.address and server.port; the path without its query (R-9).
+std::string full_url(const request_facts& facts) {
+  std::string url(facts.scheme);
+  url += "://";
+  bool const v6 = facts.server_address.find(':') != std::string_view::npos;
+  if (v6) url += '[';
+  url += facts.server_address;
+  if (v6) url += ']';
+  if (facts.server_port != (facts.scheme == "https" ? 443 : 80)) {
+    url += ':';
+    url += std::to_string(facts.server_port);
+  }
+  url += facts.path;
+  return url;
+}
+
 }  // namespace
 
 observe::span traced_span(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
@@ -94,11 +111,30 @@ observe::span traced_span(const request_facts& facts, const observe::trace_id& t
   s.k = k;
   s.start = start;
   s.end = std::chrono::system_clock::now();
-  s.attributes.push_back({"dependency", std::string(facts.dependency)});
+  // OpenTelemetry's HTTP (or RPC) attributes; seed 004's idempotency_key and attempt keep
+  // their names; everything else of rebound's own is under rebound.
+  s.attributes.push_back({"rebound.dependency", std::string(facts.dependency)});
   s.attributes.push_back({"http.request.method", std::string(facts.method)});
   s.attributes.push_back({"url.path", std::string(facts.path)});
+  if (!facts.server_address.empty()) {
+    s.attributes.push_back({"server.address", std::string(facts.server_address)});
+    s.attributes.push_back({"server.port", std::int64_t{facts.server_port}});
+  }
+  if (k == observe::span::kind::client && !facts.server_address.empty())
+    s.attributes.push_back({"url.full", full_url(facts)});
+  if (k == observe::span::kind::server) s.attributes.push_back({"url.scheme", std::string("http")});
+  if (facts.grpc) {
+    // A gRPC path is /package.Service/Method.
+    auto const slash = facts.path.rfind('/');
+    s.attributes.push_back({"rpc.system", std::string("grpc")});
+    if (slash != std::string_view::npos && slash > 0) {
+      s.attributes.push_back({"rpc.service", std::string(facts.path.substr(1, slash - 1))});
+      s.attributes.push_back({"rpc.method", std::string(facts.path.substr(slash + 1))});
+    }
+  }
   if (!facts.idempotency_key.empty()) s.attributes.push_back({"idempotency_key", std::string(facts.idempotency_key)});
-  if (!facts.correlation_id.empty()) s.attributes.push_back({"correlation_id", std::string(facts.correlation_id)});
+  if (!facts.correlation_id.empty())
+    s.attributes.push_back({"rebound.correlation_id", std::string(facts.correlation_id)});
   return s;
 }
 
@@ -108,9 +144,10 @@ observe::span traced_attempt(const request_facts& facts, const observe::trace_id
   auto s = traced_span(facts, trace, id, parent, start, observe::span::kind::client);
   s.name += " #" + std::to_string(attempt);
   s.attributes.push_back({"attempt", std::int64_t{attempt}});
-  if (waited) s.attributes.push_back({"retry.wait_ms", static_cast<std::int64_t>(waited->count())});
+  if (attempt > 1) s.attributes.push_back({"http.request.resend_count", std::int64_t{attempt - 1}});
+  if (waited) s.attributes.push_back({"rebound.retry.wait_ms", static_cast<std::int64_t>(waited->count())});
   if (summary.failure) {
-    s.attributes.push_back({"error_type", std::string(to_string(summary.failure->type))});
+    s.attributes.push_back({"error.type", std::string(to_string(summary.failure->type))});
     s.error = true;
     s.message = summary.failure->message;
     return s;
@@ -120,7 +157,7 @@ observe::span traced_attempt(const request_facts& facts, const observe::trace_id
   if (summary.outcome.grpc_status)
     s.attributes.push_back({"rpc.grpc.status_code", std::int64_t{*summary.outcome.grpc_status}});
   if (classify(summary.outcome, retry_on::r4_default()) != verdict::success) {
-    s.attributes.push_back({"error_type", outcome_name(summary.outcome)});
+    s.attributes.push_back({"error.type", outcome_name(summary.outcome)});
     s.error = true;
   }
   return s;
@@ -150,11 +187,11 @@ class request_spans {
     if (!trace_.sampled || recorded_) return;
     recorded_ = true;
     auto s = traced_span(ctx_.facts, trace_.trace, trace_.request, trace_.parent, start_, observe::span::kind::server);
-    s.attributes.push_back({"attempts", std::int64_t{r.attempts}});
+    s.attributes.push_back({"rebound.attempts", std::int64_t{r.attempts}});
     if (r.client_gone) {
-      s.attributes.push_back({"error_type", std::string("client_gone")});
+      s.attributes.push_back({"error.type", std::string("client_gone")});
     } else if (r.failure) {
-      s.attributes.push_back({"error_type", std::string(to_string(r.failure->type))});
+      s.attributes.push_back({"error.type", std::string(to_string(r.failure->type))});
       s.error = true;
       s.message = r.failure->message;
     } else if (last_status_) {

@@ -39,8 +39,9 @@ class attempt_runner {
 
 /** A traced request's spans (observe/trace.hpp), shared by the loop and by delivery, which
     makes one attempt a claim: `traced_span` with what every span of a request carries
-    (dependency, method, path, idempotency_key, correlation_id), `traced_attempt` an attempt's,
-    tagged with its number, the wait before it (when known), and its status or error type (seed 004). */
+    (OpenTelemetry's HTTP and RPC attributes, seed 004's idempotency_key, rebound.dependency and
+    rebound.correlation_id), `traced_attempt` an attempt's, tagged with its number, the wait
+    before it (when known), and its status or error.type (seed 004). */
 observe::span traced_span(const request_facts& facts, const observe::trace_id& trace, const observe::span_id& id,
                           const std::optional<observe::span_id>& parent, std::chrono::system_clock::time_point start,
                           observe::span::kind k);

@@ -41,6 +41,11 @@ struct request_facts {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   /// The caller's W3C traceparent, empty without one: a traced request continues its trace.
   std::string_view traceparent;
+  /// Where the attempts go, for traces (OpenTelemetry's url.full, server.address,
+  /// server.port): set by http::describe_target; empty where no span reads it.
+  std::string_view scheme;          ///< "http" or "https": what rebound speaks to the upstream
+  std::string_view server_address;  ///< the host it connects to (an `origin:`'s), IPv6 without brackets
+  std::uint16_t server_port = 0;
 };
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.

@@ -136,3 +136,63 @@ TEST(RunAttempts, WithoutCancellationAFailureIsCountedAndRetried) {
 }
 
 }  // namespace loop_test
+
+namespace loop_test {
+namespace {
+
+std::string attribute_text(const observe::span& s, std::string_view key) {
+  for (auto const& a : s.attributes)
+    if (a.key == key) {
+      if (auto const* text = std::get_if<std::string>(&a.value)) return *text;
+      if (auto const* n = std::get_if<std::int64_t>(&a.value)) return std::to_string(*n);
+    }
+  return "<none>";
+}
+
+observe::span attempt_span(const request_facts& f, unsigned attempt, const attempt_summary& summary = {}) {
+  return traced_attempt(f, {}, {}, std::nullopt, std::chrono::system_clock::now(), attempt, summary, std::nullopt);
+}
+
+}  // namespace
+
+// Issue 48: OpenTelemetry's HTTP client attributes; url.full names the origin connected to, in
+// URL form, and never the query (R-9: facts.path has none).
+TEST(TracedAttempt, CarriesOpenTelemetrysClientAttributesAndUrlFullInUrlForm) {
+  request_facts f;
+  f.dependency = "payments";
+  f.method = "GET";
+  f.path = "/pay";
+  f.scheme = "https";
+  f.server_address = "2001:db8::1";
+  f.server_port = 443;
+  auto s = attempt_span(f, 1);
+  EXPECT_EQ(attribute_text(s, "url.full"), "https://[2001:db8::1]/pay");
+  EXPECT_EQ(attribute_text(s, "server.address"), "2001:db8::1");
+  EXPECT_EQ(attribute_text(s, "server.port"), "443");
+  EXPECT_EQ(attribute_text(s, "rebound.dependency"), "payments");
+  EXPECT_EQ(attribute_text(s, "http.request.resend_count"), "<none>") << "a first attempt is no resend";
+  f.scheme = "http";
+  f.server_address = "api.internal";
+  f.server_port = 8080;
+  attempt_summary failed;
+  failed.failure = attempt_failure{error_type::connect_refused, "refused"};
+  s = attempt_span(f, 3, failed);
+  EXPECT_EQ(attribute_text(s, "url.full"), "http://api.internal:8080/pay");
+  EXPECT_EQ(attribute_text(s, "http.request.resend_count"), "2");
+  EXPECT_EQ(attribute_text(s, "error.type"), "connect_refused");
+  EXPECT_TRUE(s.error);
+}
+
+TEST(TracedAttempt, AGrpcCallNamesItsServiceAndMethod) {
+  request_facts f;
+  f.grpc = true;
+  f.method = "POST";
+  f.path = "/shop.v1.Orders/Place";
+  auto const s = attempt_span(f, 1);
+  EXPECT_EQ(attribute_text(s, "rpc.system"), "grpc");
+  EXPECT_EQ(attribute_text(s, "rpc.service"), "shop.v1.Orders");
+  EXPECT_EQ(attribute_text(s, "rpc.method"), "Place");
+  EXPECT_EQ(attribute_text(s, "url.full"), "<none>") << "no upstream described, no URL invented";
+}
+
+}  // namespace loop_test
