@@ -155,6 +155,23 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
   EXPECT_NE(sent[0].header("traceparent"), sent[1].header("traceparent"));
 }
 
+/// A task's spans, sorted into its own (kind SERVER) and its attempts' (kind CLIENT).
+struct task_spans {
+  boost::json::object task;
+  std::vector<boost::json::object> attempts;
+};
+
+task_spans sorted(const std::vector<boost::json::object>& spans) {
+  task_spans out;
+  for (auto const& s : spans) {
+    if (s.at("kind").as_int64() == 2)
+      out.task = s;
+    else
+      out.attempts.push_back(s);
+  }
+  return out;
+}
+
 TEST(Tracing, Seed004_AHandedOverCallsDeliveriesShareTheCallersTrace) {
   ScriptedUpstream up;
   up.on_sequence("/hook", {respond(503), respond(200)});
@@ -170,23 +187,63 @@ TEST(Tracing, Seed004_AHandedOverCallsDeliveriesShareTheCallersTrace) {
                        "Content-Type: application/json\r\ntraceparent: " + caller_traceparent() + "\r\n", "{}"));
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 202u) << r->body;
-  auto const spans = wait_for_spans(collector, caller_trace, 2);
-  ASSERT_EQ(spans.size(), 2u) << rb.stdout_text();
+  auto const spans = sorted(wait_for_spans(collector, caller_trace, 3));
+  ASSERT_EQ(spans.attempts.size(), 2u) << rb.stdout_text();
+  ASSERT_FALSE(spans.task.empty()) << "the task's own span, recorded when it ended";
+  EXPECT_EQ(spans.task.at("parentSpanId").as_string(), caller_span) << "the task hangs under the caller's span";
+  EXPECT_EQ(int_attribute(spans.task, "rebound.attempts"), "2");
+  EXPECT_EQ(int_attribute(spans.task, "http.response.status_code"), "200");
   auto const sent = up.requests();
   ASSERT_EQ(sent.size(), 2u);
-  for (auto const& s : spans) {
-    EXPECT_EQ(s.at("parentSpanId").as_string(), caller_span) << "each delivery hangs under the caller's span";
-    EXPECT_EQ(s.at("kind").as_int64(), 3);
+  for (auto const& s : spans.attempts) {
+    EXPECT_EQ(s.at("parentSpanId").as_string(), spans.task.at("spanId").as_string())
+        << "each delivery hangs under the task's span";
     EXPECT_EQ(string_attribute(s, "rebound.dependency"), "payments");
-    EXPECT_NE(string_attribute(s, "rebound.task_id"), "<none>");
-    EXPECT_EQ(string_attribute(s, "url.full"), "http://" + up.authority() + "/hook");
+    EXPECT_EQ(string_attribute(s, "rebound.task_id"), string_attribute(spans.task, "rebound.task_id"));
     EXPECT_NE(string_attribute(s, "idempotency_key"), "<none>") << "R-6: every task carries its key";
+    EXPECT_EQ(string_attribute(s, "url.full"), "http://" + up.authority() + "/hook");
     auto const n = std::stoul(int_attribute(s, "attempt"));
     ASSERT_TRUE(n == 1 || n == 2);
     EXPECT_EQ(int_attribute(s, "http.response.status_code"), n == 1 ? "503" : "200");
     EXPECT_EQ(sent[n - 1].header("traceparent").value_or(""),
               "00-" + std::string(caller_trace) + "-" + std::string(s.at("spanId").as_string()) + "-01");
+    EXPECT_LE(nanos(spans.task, "startTimeUnixNano"), nanos(s, "startTimeUnixNano"));
+    EXPECT_LE(nanos(s, "endTimeUnixNano"), nanos(spans.task, "endTimeUnixNano"));
   }
+}
+
+// Issue 48: without a caller's trace, a task's attempts were each a root of the trace its id
+// names, and back ends reported a missing root. The task's span is the one root now.
+TEST(Tracing, AHandedOverCallWithoutATraceHasOneRootTheTasksSpan) {
+  ScriptedUpstream up;
+  up.on_sequence("/hook", {respond(503), respond(503), respond(400)});
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  store_dir const store;
+  auto o = traced(up, collector.port(), store.yaml());
+  o.extra += "    context: webhook\n    backoff: {base: 10ms, cap: 20ms}\n";
+  ReboundProcess rb(o);
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(status_of(task_until(rb, id, "DEAD_LETTERED")), "DEAD_LETTERED");
+  std::vector<boost::json::object> spans;
+  for (int i = 0; i < 100 && spans.size() < 4; ++i) {
+    spans = spans_of(collector);
+    if (spans.size() < 4) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(spans.size(), 4u) << rb.stdout_text();
+  auto const task = sorted(spans);
+  ASSERT_EQ(task.attempts.size(), 3u);
+  std::size_t roots = 0;
+  for (auto const& s : spans) {
+    EXPECT_EQ(s.at("traceId").as_string(), task.task.at("traceId").as_string()) << "one trace per task";
+    if (!s.contains("parentSpanId") || s.at("parentSpanId").as_string().empty()) ++roots;
+  }
+  EXPECT_EQ(roots, 1u);
+  for (auto const& a : task.attempts) EXPECT_EQ(a.at("parentSpanId").as_string(), task.task.at("spanId").as_string());
+  EXPECT_EQ(string_attribute(task.task, "rebound.task_id"), id);
+  EXPECT_EQ(string_attribute(task.task, "error.type"), "http_400");
+  EXPECT_EQ(task.task.at("status").at("code").as_int64(), 2) << "a dead letter is an error span";
 }
 
 // Issue 48: a gRPC call's spans carry OpenTelemetry's RPC attributes beside the HTTP ones.

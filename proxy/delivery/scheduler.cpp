@@ -62,6 +62,23 @@ next_state judge(const retry::next_step& next, const retry::attempt_summary& sum
   return {store::task_status::dead_lettered, wall_now, std::move(reason)};
 }
 
+/** The span of a task that ended (observe/trace.hpp, begin_task): from the start of its
+    delivery window (the accept, or a replay) to now, parent of its attempts' spans. */
+observe::span task_span(const observe::request_trace& trace, const retry::request_facts& facts,
+                        const store::retry_task& task, const next_state& judged, const retry::attempt_summary& last) {
+  auto s = retry::traced_span(facts, trace.trace, trace.request, trace.parent, task.window_start,
+                              observe::span::kind::server);
+  s.attributes.push_back({"rebound.task_id", task.id});
+  s.attributes.push_back({"rebound.attempts", std::int64_t{task.attempts + 1}});
+  if (last.outcome.status) s.attributes.push_back({"http.response.status_code", std::int64_t{*last.outcome.status}});
+  if (judged.status != store::task_status::succeeded) {
+    s.attributes.push_back({"error.type", judged.reason.empty() ? std::string("exhausted") : judged.reason});
+    s.error = true;
+    s.message = std::string("the task ended ") + std::string(store::to_string(judged.status));
+  }
+  return s;
+}
+
 /// Retry times a scheduler keeps to wake at (a few hundred KiB at most).
 constexpr std::size_t max_due_times = 16384;
 
@@ -380,7 +397,10 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   // upstream, under the caller's span when the handed-over call came with a traceparent.
   observe::request_trace trace;
   observe::span_id attempt_span{};
-  if (ctx.tracer) trace = ctx.tracer->begin_task(http::traceparent_of(req), task.id, *ctx.rng);
+  if (ctx.tracer)
+    trace = ctx.tracer->begin_task(
+        http::traceparent_of(req), task.id,
+        std::chrono::duration_cast<std::chrono::milliseconds>(task.window_start.time_since_epoch()).count(), *ctx.rng);
   if (trace.sampled) {
     attempt_span = observe::tracer::new_span_id(*ctx.rng);
     req.set("traceparent", observe::format_traceparent(trace.trace, attempt_span, true));
@@ -408,7 +428,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto const next = step.after(summary, started, {steady::now(), wall::now()}, false);
   if (trace.sampled) {
     // The backoff before it was waited in the store, maybe by another instance: not known here.
-    auto s = retry::traced_attempt(facts, trace.trace, attempt_span, trace.parent, started_wall, task.attempts + 1,
+    auto s = retry::traced_attempt(facts, trace.trace, attempt_span, trace.request, started_wall, task.attempts + 1,
                                    summary, std::nullopt);
     s.attributes.push_back({"rebound.task_id", task.id});
     ctx.tracer->record(std::move(s));
@@ -423,6 +443,8 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
       took};
   delivery_call const call{ctx, *state, task, route, policy};
   co_await record(call, attempt_record, judged, message);
+  if (trace.sampled && judged.status != store::task_status::pending)
+    ctx.tracer->record(task_span(trace, facts, task, judged, summary));
 }
 
 /** Moves the task's lease on while its delivery runs (a third of the lease at a time): a slow

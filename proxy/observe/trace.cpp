@@ -113,21 +113,28 @@ request_trace tracer::begin(std::string_view traceparent, std::mt19937_64& rng) 
   return t;
 }
 
-request_trace tracer::begin_task(std::string_view traceparent, std::string_view task_id, std::mt19937_64& rng) const {
-  if (!traceparent.empty() && parse_traceparent(traceparent)) return begin(traceparent, rng);
-  // FNV-1a, twice seeded: the same task id names the same trace in every process.
+request_trace tracer::begin_task(std::string_view traceparent, std::string_view task_id, std::int64_t window,
+                                 std::mt19937_64& rng) const {
+  // FNV-1a, seeded: the same task id names the same trace and span in every process.
   auto fnv = [task_id](std::uint64_t h) {
     for (unsigned char c : task_id) h = (h ^ c) * 0x100000001b3ull;
     return h;
   };
-  std::uint64_t const a = fnv(0xcbf29ce484222325ull), b = fnv(0x84222325cbf29ce4ull);
   request_trace t;
-  for (std::size_t i = 0; i < 8; ++i) {
-    t.trace[i] = static_cast<std::uint8_t>(a >> (8 * i));
-    t.trace[8 + i] = static_cast<std::uint8_t>(b >> (8 * i));
+  if (!traceparent.empty() && parse_traceparent(traceparent)) {
+    t = begin(traceparent, rng);
+  } else {
+    std::uint64_t const a = fnv(0xcbf29ce484222325ull), b = fnv(0x84222325cbf29ce4ull);
+    for (std::size_t i = 0; i < 8; ++i) {
+      t.trace[i] = static_cast<std::uint8_t>(a >> (8 * i));
+      t.trace[8 + i] = static_cast<std::uint8_t>(b >> (8 * i));
+    }
+    if (a == 0 && b == 0) t.trace[0] = 1;  // an all-zero id is invalid
+    t.sampled = static_cast<double>(a >> 11) * 0x1.0p-53 < settings_.sample_ratio;
   }
-  if (a == 0 && b == 0) t.trace[0] = 1;  // an all-zero id is invalid
-  t.sampled = static_cast<double>(a >> 11) * 0x1.0p-53 < settings_.sample_ratio;
+  std::uint64_t span = fnv(0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(window));
+  if (span == 0) span = 1;  // an all-zero id is invalid
+  for (std::size_t i = 0; i < 8; ++i) t.request[i] = static_cast<std::uint8_t>(span >> (8 * i));
   return t;
 }
 

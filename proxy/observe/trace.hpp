@@ -81,8 +81,13 @@ class tracer {
   request_trace begin(std::string_view traceparent, std::mt19937_64& rng) const;
   /** The trace of a handed-over task's delivery: the caller's, as `begin` takes it, from the
       traceparent stored with the task; without one, a trace named by `task_id` and sampled by
-      it, so each attempt, on whichever instance claims it, joins the same trace. */
-  request_trace begin_task(std::string_view traceparent, std::string_view task_id, std::mt19937_64& rng) const;
+      it, so each attempt, on whichever instance claims it, joins the same trace. `request` is
+      the task's own span, named by `task_id` and `window` (its delivery window's start: a
+      replay is a window of its own), the same on every instance: its attempts are its
+      children, and whichever instance ends the task records it, from the accept to the end,
+      under the caller's span or as the trace's one root. */
+  request_trace begin_task(std::string_view traceparent, std::string_view task_id, std::int64_t window,
+                           std::mt19937_64& rng) const;
   static span_id new_span_id(std::mt19937_64& rng);
 
   /// Queues a finished span for export; never waits: when the queue is full it is dropped

@@ -68,6 +68,32 @@ TEST(Tracer, ACallersTraceIsContinuedAsItsFlagSaysAndANewOneSampledAtTheRatio) {
   EXPECT_NE(started.trace, trace_id{});
 }
 
+// Issue 48: every instance names a task's trace and its own span alike, so its attempts,
+// wherever they run, hang under one span; a replay (another window) is a span of its own.
+TEST(Tracer, ATasksTraceAndSpanAreNamedByItsIdAndWindowOnEveryInstance) {
+  trace_settings s;
+  s.host = "127.0.0.1";
+  s.port = "9";
+  s.path = "/v1/traces";
+  tracer a(s, "svc", nullptr), b(s, "svc", nullptr);
+  std::mt19937_64 rng_a(1), rng_b(2);
+  auto const one = a.begin_task("", "task-1", 1000, rng_a);
+  auto const same = b.begin_task("", "task-1", 1000, rng_b);
+  EXPECT_EQ(one.trace, same.trace);
+  EXPECT_EQ(one.request, same.request);
+  EXPECT_NE(one.request, span_id{});
+  EXPECT_FALSE(one.parent) << "without a caller, the task's span is the root";
+  auto const replayed = a.begin_task("", "task-1", 2000, rng_a);
+  EXPECT_EQ(replayed.trace, one.trace);
+  EXPECT_NE(replayed.request, one.request);
+  EXPECT_NE(a.begin_task("", "task-2", 1000, rng_a).trace, one.trace);
+  auto const called = a.begin_task(w3c_example, "task-1", 1000, rng_a);
+  EXPECT_EQ(hex(called.trace.data(), 16), "4bf92f3577b34da6a3ce929d0e0e4736");
+  ASSERT_TRUE(called.parent);
+  EXPECT_EQ(hex(called.parent->data(), 8), "00f067aa0ba902b7") << "under the caller's span";
+  EXPECT_EQ(called.request, b.begin_task(w3c_example, "task-1", 1000, rng_b).request);
+}
+
 TEST(Otlp, TheJsonEncodingMapsEveryFieldAsOtlpSays) {
   span s;
   s.trace = parse_traceparent(w3c_example)->trace;
