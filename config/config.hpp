@@ -325,11 +325,21 @@ struct config {
   std::string alert_webhook;
   /// `async:` — the entry of async delivery.
   /** `tracing:` (issue 34): spans of each request and attempt, exported as OTLP/HTTP JSON to
-      `endpoint` (an http:// collector, e.g. an OpenTelemetry Collector on 4318). Off without one. */
+      `endpoint` (an OpenTelemetry Collector on 4318, or a hosted back end over https://). Off
+      without one. What the YAML leaves out may come from OpenTelemetry's environment
+      variables (config/otel_env.hpp). */
   struct tracing_settings {
     std::optional<service_url> endpoint;
     double sample_ratio = 1.0;  ///< of the traces rebound starts; a caller's sampled flag decides for its own
+    bool follow_caller = true;  ///< false: the ratio decides every trace, a caller's too (OTEL_TRACES_SAMPLER)
     unsigned max_queue = 2048;  ///< spans waiting for export; more are dropped and counted
+    duration timeout = std::chrono::seconds(5);  ///< one export, connect to answer
+    std::string ca_file;  ///< PEM CAs an https:// endpoint is verified against; empty: the system store
+    /// Sent with every export (an API key); from OTEL_EXPORTER_OTLP_(TRACES_)HEADERS only,
+    /// never the YAML, and never shown by GET /config.
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::vector<std::pair<std::string, std::string>> resource;  ///< OTEL_RESOURCE_ATTRIBUTES
+    std::string service_name;  ///< service.name of the spans; empty: `service`
     bool operator==(const tracing_settings&) const = default;
   } tracing;
 

@@ -255,6 +255,11 @@ std::string effective_config_json(const config& cfg) {
       t.string("endpoint", format_service_url(*cfg.tracing.endpoint));
       t.number("sample_ratio", cfg.tracing.sample_ratio);
       t.integer("max_queue", cfg.tracing.max_queue);
+      t.string("timeout", format_duration(cfg.tracing.timeout));
+      // The YAML's keys only, so that this loads back; what came from OpenTelemetry's
+      // variables alone (headers, whose values are credentials, the resource, the sampler's
+      // kind) stays in the environment it came from.
+      if (!cfg.tracing.ca_file.empty()) t.string("ca_file", cfg.tracing.ca_file);
     }
     {
       object_writer a(w.nested("async"));

@@ -1,5 +1,7 @@
 #include "config/load.hpp"
 
+#include "config/otel_env.hpp"
+
 #include "config/check.hpp"
 #include "config/typed_values.hpp"
 #include "config/schema_reader.hpp"
@@ -91,16 +93,15 @@ void reader::read_top(const YAML::Node& root, config& c) {
     });
   }
   if (auto n = root["tracing"]; n && expect_map(n, "tracing")) {
-    check_keys(n, "tracing", {"endpoint", "sample_ratio", "max_queue"});
+    check_keys(n, "tracing", {"endpoint", "sample_ratio", "max_queue", "timeout", "ca_file"});
     typed(n, "endpoint", "tracing", c.tracing.endpoint, [](std::string_view s) {
       auto u = parse_service_url(s);
-      if (u.value && u.value->origin.scheme != "http")
-        return parsed<std::optional<service_url>>::fail(
-            "must be an http:// URL (the OTLP/HTTP collector, e.g. "
-            "http://127.0.0.1:4318/v1/traces)");
       if (!u.value) return parsed<std::optional<service_url>>::fail(u.error);
       return parsed<std::optional<service_url>>::ok(*u.value);
     });
+    typed(n, "timeout", "tracing", c.tracing.timeout, parse_duration);
+    if (n["timeout"] && c.tracing.timeout.count() == 0) error(n["timeout"], "tracing.timeout", "must be more than 0");
+    typed(n, "ca_file", "tracing", c.tracing.ca_file, [](std::string_view s) { return parsed<std::string>::ok(std::string(s)); });
     typed(n, "sample_ratio", "tracing", c.tracing.sample_ratio, parse_ratio);
     typed(n, "max_queue", "tracing", c.tracing.max_queue, parse_count);
     if (n["max_queue"] && c.tracing.max_queue == 0) error(n["max_queue"], "tracing.max_queue", "must be at least 1");
@@ -249,9 +250,17 @@ void reader::read_limits(const YAML::Node& n, const std::string& path, request_l
 
 namespace {
 
-config load(const YAML::Node& root, reader& r, std::vector<diagnostic>* warnings) {
+config load(const YAML::Node& root, reader& r, std::vector<diagnostic>* warnings, const environment* env) {
   config c = default_config();
   r.read_top(root, c);
+  if (env) {
+    auto const tracing = root.IsMap() ? root["tracing"] : YAML::Node();
+    auto const has = [&tracing](const char* key) { return tracing && tracing.IsMap() && tracing[key]; };
+    yaml_given const given{root.IsMap() && root["service"], static_cast<bool>(has("endpoint")),
+                           static_cast<bool>(has("sample_ratio")), static_cast<bool>(has("timeout")),
+                           static_cast<bool>(has("ca_file"))};
+    apply_otel_environment(c, given, *env ? *env : environment(process_environment), r.diagnostics(), r.warnings());
+  }
   if (!r.diagnostics().empty()) {
     auto all = std::move(r.diagnostics());
     all.insert(all.end(), r.warnings().begin(), r.warnings().end());
@@ -280,10 +289,11 @@ YAML::Node parse_yaml(std::string_view text, const std::string& name) {
 config_error::config_error(std::vector<diagnostic> diagnostics, bool malformed)
     : std::runtime_error(join_messages(diagnostics)), diagnostics_(std::move(diagnostics)), malformed_(malformed) {}
 
-config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings) {
+config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings,
+                        const environment& env) {
   auto const root = parse_yaml(yaml, name);
   reader r(name);
-  return load(root, r, warnings);
+  return load(root, r, warnings, &env);
 }
 
 policy load_policy_text(std::string_view text, const std::string& name) {
@@ -293,15 +303,15 @@ policy load_policy_text(std::string_view text, const std::string& name) {
   YAML::Node root(YAML::NodeType::Map);
   root["defaults"] = spec;
   reader r(name);
-  return load(root, r, nullptr).defaults;
+  return load(root, r, nullptr, nullptr).defaults;
 }
 
-config load_config_file(const std::string& path, std::vector<diagnostic>* warnings) {
+config load_config_file(const std::string& path, std::vector<diagnostic>* warnings, const environment& env) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw config_error({diagnostic{path, 0, 0, "", "cannot read the file", ""}}, true);
   std::ostringstream text;
   text << in.rdbuf();
-  return load_config_text(text.str(), path, warnings);
+  return load_config_text(text.str(), path, warnings, env);
 }
 
 config default_config() { return config{}; }

@@ -6,6 +6,8 @@
     file position and the dotted key path, as SPEC section 1 prints them. */
 #include "config/config.hpp"
 
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -39,9 +41,14 @@ class config_error : public std::runtime_error {
   bool malformed_;
 };
 
+/// An environment variable's value, nothing when it is not set (config/otel_env.hpp).
+using environment = std::function<std::optional<std::string>(std::string_view name)>;
+
 /// Reads and validates FILE. Throws config_error (unreadable, malformed, or invalid). A
-/// valid file's warning-level findings go to `warnings` when given.
-config load_config_file(const std::string& path, std::vector<diagnostic>* warnings = nullptr);
+/// valid file's warning-level findings go to `warnings` when given. What the file leaves out
+/// of `tracing:` may come from OpenTelemetry's variables in `env` (this process's when empty).
+config load_config_file(const std::string& path, std::vector<diagnostic>* warnings = nullptr,
+                        const environment& env = {});
 
 /** A policy registered through the admin API: `text` (JSON or YAML) holds the keys of a
     policy in the file (SPEC 2) and is read and checked by the same code and the same rules,
@@ -49,6 +56,7 @@ config load_config_file(const std::string& path, std::vector<diagnostic>* warnin
 policy load_policy_text(std::string_view text, const std::string& name);
 
 /// Same, from text; `name` stands for the file name in diagnostics.
-config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings = nullptr);
+config load_config_text(std::string_view yaml, const std::string& name, std::vector<diagnostic>* warnings = nullptr,
+                        const environment& env = {});
 
 }  // namespace rebound::config

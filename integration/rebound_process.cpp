@@ -284,7 +284,7 @@ bool ReboundProcess::launch() {
   yaml_ = y.str();
   std::string path = dir_ + "/rebound.yaml";
   write_file(path, yaml_);
-  std::vector<std::string> env;
+  std::vector<std::string> env = options_.env;
   if (options_.measures_memory) {
     char const* asan = std::getenv("ASAN_OPTIONS");
     env.push_back(std::string("ASAN_OPTIONS=") + (asan && *asan ? std::string(asan) + ":" : "") +

@@ -106,6 +106,7 @@ struct ReboundOptions {
   // quarantine (256 MiB by default) to catch use-after-free, so RSS grows with what was ever
   // allocated, not with what is held; such a test runs rebound with the quarantine off.
   bool measures_memory = false;
+  std::vector<std::string> env;  // NAME=value, added to (or replacing in) the test's own environment
 };
 
 class ReboundProcess {

@@ -4,10 +4,12 @@
 // OTLP says. A collector that is down or never answers makes no request wait.
 #include "async_helpers.hpp"
 #include "grpc_peers.hpp"
+#include "test_pki.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
+#include <map>
 #include <thread>
 
 namespace itest::trace_test {
@@ -275,6 +277,73 @@ TEST(Tracing, AGrpcCallsSpansCarryTheRpcAttributes) {
     EXPECT_EQ(string_attribute(s, "url.full"), "http://127.0.0.1:" + std::to_string(server.port()) + "/test.Peer/Fail")
         << "the origin connected to, as server.address says";
   }
+}
+
+// Issue 48: configured as every OpenTelemetry component is, by its variables alone, rebound
+// exports over TLS (verified against OTEL_EXPORTER_OTLP_CERTIFICATE) with the headers a hosted
+// back end asks for, named and described as OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES say.
+TEST(Tracing, OpenTelemetrysVariablesReachAnHttpsCollectorWithTheirHeaders) {
+  ScriptedUpstream up;
+  up.on("/get", respond(200));
+  TestPki pki;
+  auto const cert = pki.issue("collector", {"127.0.0.1"});
+  ScriptedUpstream collector;
+  collector.use_tls(cert.cert_file, cert.key_file);
+  collector.on("/v1/traces", respond(200));
+  ReboundOptions o;
+  o.extra = "dependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n";
+  o.env = {"OTEL_EXPORTER_OTLP_ENDPOINT=https://127.0.0.1:" + std::to_string(collector.port()),
+           "OTEL_EXPORTER_OTLP_HEADERS=x-api-key=k%3D1,x-team=shop",
+           "OTEL_EXPORTER_OTLP_CERTIFICATE=" + pki.ca_file(),
+           "OTEL_SERVICE_NAME=checkout",
+           "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test"};
+  ReboundProcess rb(o);
+  HttpClient client(rb.port());
+  ASSERT_EQ(client.get("http://" + up.authority() + "/get", {{"traceparent", caller_traceparent()}}).status, 200u);
+  ASSERT_EQ(wait_for_spans(collector, caller_trace, 2).size(), 2u) << rb.stdout_text();
+  EXPECT_GE(collector.tls_handshakes(), 1u);
+  auto const sent = collector.requests();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent[0].target, "/v1/traces");
+  EXPECT_EQ(sent[0].header("x-api-key").value_or(""), "k=1") << "percent-decoded, as the variable's format says";
+  EXPECT_EQ(sent[0].header("x-team").value_or(""), "shop");
+  boost::system::error_code ec;
+  auto const doc = boost::json::parse(sent[0].body, ec);
+  ASSERT_FALSE(ec);
+  std::map<std::string, std::string> resource;
+  for (auto const& a : doc.at("resourceSpans").at(0).at("resource").at("attributes").as_array())
+    resource[std::string(a.at("key").as_string())] = std::string(a.at("value").at("stringValue").as_string());
+  EXPECT_EQ(resource["service.name"], "checkout");
+  EXPECT_EQ(resource["deployment.environment"], "test");
+  EXPECT_EQ(rb.stdout_text().find("k=1"), std::string::npos) << "R-9: the key is in no log";
+  EXPECT_EQ(HttpClient(rb.admin_port()).get("/config").body.find("k%3D1"), std::string::npos);
+}
+
+// The certificate is verified: a collector whose certificate no trusted CA signed gets nothing,
+// and the loss is counted.
+TEST(Tracing, AnHttpsCollectorWithAnUntrustedCertificateGetsNoSpans) {
+  ScriptedUpstream up;
+  up.on("/get", respond(200));
+  TestPki pki;
+  TestPki other;
+  auto const cert = pki.issue("collector", {"127.0.0.1"});
+  ScriptedUpstream collector;
+  collector.use_tls(cert.cert_file, cert.key_file);
+  collector.on("/v1/traces", respond(200));
+  ReboundOptions o;
+  o.extra = "tracing:\n  endpoint: https://127.0.0.1:" + std::to_string(collector.port()) + "/v1/traces\n  ca_file: " +
+            other.ca_file() + "\ndependencies:\n  payments:\n    hosts: [\"" + up.authority() + "\"]\n";
+  ReboundProcess rb(o);
+  HttpClient client(rb.port());
+  ASSERT_EQ(client.get("http://" + up.authority() + "/get").status, 200u);
+  HttpClient admin(rb.admin_port());
+  bool counted = false;
+  for (int i = 0; i < 100 && !counted; ++i) {
+    counted = admin.get("/metrics").body.find("trace_spans_dropped_total{reason=\"export_failed\"") != std::string::npos;
+    if (!counted) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(counted);
+  EXPECT_TRUE(collector.requests().empty());
 }
 
 TEST(Tracing, AnUnsampledCallersTraceIsForwardedUntouchedAndRecordsNothing) {

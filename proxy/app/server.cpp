@@ -1,5 +1,7 @@
 #include "proxy/app/server.hpp"
 
+#include "proxy/app/trace_export.hpp"
+
 #include "proxy/observe/trace.hpp"
 
 #include "proxy/app/worker.hpp"
@@ -304,16 +306,10 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
   // Declared before the workers: their requests record spans until their io_contexts die.
   std::unique_ptr<observe::tracer> tracer;
-  if (auto const& t = cfg->tracing; t.endpoint) {
-    observe::trace_settings ts;
-    ts.host = t.endpoint->origin.host;
-    ts.port = std::to_string(t.endpoint->origin.port);
-    ts.path = t.endpoint->target;
-    ts.sample_ratio = t.sample_ratio;
-    ts.max_queue = t.max_queue;
-    ts.batch = std::min<std::size_t>(ts.batch, t.max_queue);
-    tracer = std::make_unique<observe::tracer>(ts, cfg->service, &metrics);
-  }
+  if (cfg->tracing.endpoint)
+    tracer = std::make_unique<observe::tracer>(
+        app::trace_settings_for(*cfg), cfg->tracing.service_name.empty() ? cfg->service : cfg->tracing.service_name,
+        &metrics);
   if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
     throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
   // A secret others can read is no secret: said at start, where an operator looks.

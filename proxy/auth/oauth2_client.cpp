@@ -3,7 +3,7 @@
 #include "proxy/auth/jwt.hpp"
 #include "proxy/auth/secret_file.hpp"
 #include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/upstream/connect.hpp"
+#include "proxy/upstream/service_call.hpp"
 #include "proxy/upstream/tls_client.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -202,41 +202,19 @@ net::awaitable<token_answer> oauth2_client::fetch(steady_clock::time_point deadl
     out.error = secret_error;
     co_return out;
   }
-  auto const& url = settings_.token_url;
-  auto c = co_await upstream::open_connection(url.origin.host, url.origin.port, tls_.get(), deadline);
-  if (!c.conn) {
-    out.error = "the token endpoint could not be reached: " + c.message;
-    co_return out;
-  }
-  auto& conn = *c.conn;
-  http::request_message<bhttp::string_body> req{bhttp::verb::post, url.target, 11};
-  auto const default_port = url.origin.scheme == "https" ? 443 : 80;
-  auto const host = url.origin.host.find(':') != std::string::npos ? "[" + url.origin.host + "]" : url.origin.host;
-  req.set(bhttp::field::host, url.origin.port == default_port ? host : host + ":" + std::to_string(url.origin.port));
+  http::request_message<bhttp::string_body> req{bhttp::verb::post, "/", 11};
   req.set(bhttp::field::content_type, "application/x-www-form-urlencoded");
   req.set(bhttp::field::accept, "application/json");
-  req.set(bhttp::field::connection, "close");
   req.set(bhttp::field::authorization,
           "Basic " + base64_encode(form_encode(settings_.client_id) + ":" + form_encode(secret)));
   req.body() = "grant_type=client_credentials";
   if (!settings_.scope.empty()) req.body() += "&scope=" + form_encode(settings_.scope);
-  req.prepare_payload();
-  conn.expires_at(deadline);
-  auto [wec, wn] = co_await bhttp::async_write(conn, req, use_tuple);
-  if (wec) {
-    out.error = "sending the token request failed: " + wec.message();
+  auto answer = co_await upstream::call_service(settings_.token_url, tls_.get(), req, max_token_answer, deadline);
+  if (!answer.error.empty()) {
+    out.error = "the token endpoint: " + answer.error;
     co_return out;
   }
-  beast::flat_buffer buffer(128 * 1024);  // bounds chunk-size lines and trailers
-  http::bounded_parser<false, bhttp::string_body> parser;
-  parser.body_limit(max_token_answer);
-  auto [rec, rn] = co_await bhttp::async_read(conn, buffer, parser, use_tuple);
-  if (rec && !(upstream::ends_stream(rec) && parser.is_done())) {
-    out.error = rec == beast::error::timeout ? std::string("the token endpoint did not answer in time")
-                                             : "reading the token endpoint's answer failed: " + rec.message();
-    co_return out;
-  }
-  out = read_token_answer(parser.get().result_int(), parser.get().body(), wall_clock::now());
+  out = read_token_answer(answer.status, answer.body, wall_clock::now());
   co_return out;
 }
 

@@ -279,6 +279,13 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
 
 }  // namespace
 
+void describe_target(retry::request_facts& facts, const request_target& t, bool tls) {
+  facts.path = loggable_path(t.origin_form);
+  facts.scheme = tls ? "https" : "http";
+  facts.server_address = t.connect_host;
+  facts.server_port = t.port;
+}
+
 namespace {
 
 /// How a request is to be forwarded, decided before anything is sent.

@@ -23,6 +23,11 @@ namespace rebound::http {
 namespace bhttp = boost::beast::http;
 class session_guard;
 
+/** What a request's facts say of its target, the same for every way in: the loggable path
+    (R-9) and the upstream its attempts go to (`tls`: rebound speaks TLS to it), which traces
+    name. Views into `t`, which must outlive the facts. */
+void describe_target(retry::request_facts& facts, const request_target& t, bool tls);
+
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */

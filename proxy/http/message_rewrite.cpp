@@ -6,7 +6,6 @@
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
-#include "proxy/retry/step.hpp"
 
 #include <iterator>
 
@@ -39,13 +38,6 @@ std::string_view traceparent_of(const head_fields& f) {
 }
 
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
-
-void describe_target(retry::request_facts& facts, const request_target& t, bool tls) {
-  facts.path = loggable_path(t.origin_form);
-  facts.scheme = tls ? "https" : "http";
-  facts.server_address = t.connect_host;
-  facts.server_port = t.port;
-}
 
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const request_target& t,

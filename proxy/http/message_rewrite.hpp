@@ -13,9 +13,7 @@
 namespace rebound::upstream {
 class tls_client;
 }
-namespace rebound::retry {
-struct request_facts;
-}
+
 
 namespace rebound::http {
 
@@ -28,11 +26,6 @@ std::string pool_key(const request_target& t, const upstream::tls_client* tls);
 
 /// The path without its query, the only part of a target that may be logged.
 std::string_view loggable_path(std::string_view origin_form);
-
-/** What a request's facts say of its target, the same for every way in: the loggable path
-    (R-9) and the upstream its attempts go to (`tls`: rebound speaks TLS to it), which traces
-    name. Views into `t`, which must outlive the facts. */
-void describe_target(retry::request_facts& facts, const request_target& t, bool tls);
 
 /// the correlation id the request carries (observe/correlation.hpp's rule), or empty.
 std::string_view correlation_id_of(const head_fields& f);

@@ -5,19 +5,11 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include <algorithm>
 
 namespace rebound::observe {
 namespace {
-
-namespace bhttp = boost::beast::http;
 
 template <std::size_t N>
 void random_id(std::array<std::uint8_t, N>& id, std::mt19937_64& rng) {
@@ -53,12 +45,15 @@ void write_attribute(json_writer& w, const span_attribute& a) {
 
 }  // namespace
 
-std::string otlp_json(const std::vector<span>& spans, std::string_view service) {
+std::string otlp_json(const std::vector<span>& spans, std::string_view service,
+                      const std::vector<span_attribute>& resource) {
   std::string out;
   json_writer w(out);
   w.open_object().key("resourceSpans").open_array().open_object();
   w.key("resource").open_object().key("attributes").open_array();
   write_attribute(w, {"service.name", std::string(service)});
+  for (auto const& a : resource)
+    if (a.key != "service.name") write_attribute(w, a);
   w.close_array().close_object();
   w.key("scopeSpans").open_array().open_object();
   w.key("scope").open_object().field("name", "rebound").field("version", REBOUND_VERSION).close_object();
@@ -104,7 +99,11 @@ request_trace tracer::begin(std::string_view traceparent, std::mt19937_64& rng) 
   if (auto p = traceparent.empty() ? std::nullopt : parse_traceparent(traceparent)) {
     t.trace = p->trace;
     t.parent = p->parent;
-    t.sampled = p->sampled;  // the caller decided; a trace is recorded whole or not at all
+    // The caller decided (a trace is recorded whole or not at all), unless the sampler is
+    // told to decide every trace itself.
+    t.sampled = settings_.follow_caller
+                    ? p->sampled
+                    : std::uniform_real_distribution<double>(0.0, 1.0)(rng) < settings_.sample_ratio;
   } else {
     random_id(t.trace, rng);
     t.sampled = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < settings_.sample_ratio;
@@ -171,7 +170,7 @@ void tracer::run() {
       if (batch.empty() && stopping_) return;
     }
     if (batch.empty()) continue;
-    bool const sent = post(otlp_json(batch, service_), last);
+    bool const sent = post(otlp_json(batch, service_, settings_.resource), last);
     if (metrics_) {
       if (sent)
         metrics_->spans_exported(batch.size());
@@ -184,36 +183,17 @@ void tracer::run() {
 }
 
 bool tracer::post(const std::string& body, bool last) {
-  // A connection per batch: a batch a second at most, and nothing held between them.
+  if (!settings_.send) return false;
+  // Its own io_context per batch: a batch a second at most, and nothing held between them.
   net::io_context ioc;
   bool ok = false;
-  auto const& s = settings_;
-  auto const timeout = last ? std::min(s.timeout, std::chrono::milliseconds(1000)) : s.timeout;
+  auto const timeout = last ? std::min(settings_.timeout, std::chrono::milliseconds(1000)) : settings_.timeout;
+  auto const deadline = std::chrono::steady_clock::now() + timeout;
   net::co_spawn(
       ioc,
       [&]() -> net::awaitable<void> {
-        tcp::resolver resolver(ioc);
-        auto [rec, endpoints] = co_await resolver.async_resolve(s.host, s.port, use_tuple);
-        if (rec) co_return;
-        beast::tcp_stream stream(ioc);
-        stream.expires_after(timeout);
-        auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
-        if (cec) co_return;
-        bhttp::request<bhttp::string_body> req{bhttp::verb::post, s.path, 11};
-        req.set(bhttp::field::host, s.host + ":" + s.port);
-        req.set(bhttp::field::content_type, "application/json");
-        req.set(bhttp::field::user_agent, "rebound/" REBOUND_VERSION);
-        req.body() = body;
-        req.keep_alive(false);
-        req.prepare_payload();
-        auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
-        if (wec) co_return;
-        beast::flat_buffer buffer;
-        bhttp::response_parser<bhttp::string_body> parser;
-        parser.body_limit(64 * 1024);
-        auto [rec2, rn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
-        if (rec2) co_return;
-        ok = parser.get().result_int() / 100 == 2;
+        auto op = settings_.send(body, deadline);  // made, then awaited (the GCC 12 rule)
+        ok = co_await std::move(op);
       },
       net::detached);
   if (!last) {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -46,14 +47,21 @@ struct span {
 };
 
 /// An OTLP ExportTraceServiceRequest in its JSON encoding (OTLP 1.0: ids as hex, 64-bit
-/// integers and times as decimal strings, enums as numbers).
-std::string otlp_json(const std::vector<span>& spans, std::string_view service);
+/// integers and times as decimal strings, enums as numbers). `resource`: attributes of the
+/// resource beside service.name (OTEL_RESOURCE_ATTRIBUTES).
+std::string otlp_json(const std::vector<span>& spans, std::string_view service,
+                      const std::vector<span_attribute>& resource = {});
 
 struct trace_settings {
-  std::string host;  ///< the collector, from `tracing.endpoint` (http://host:port/path)
-  std::string port;
-  std::string path;
+  /** Posts one batch (its OTLP JSON body) to the collector by `deadline`; true when it took
+      it. Made by the app (app/trace_export.cpp), which owns the connection, TLS and headers:
+      the tracer only queues, batches and counts. Without one every export fails (counted). */
+  std::function<net::awaitable<bool>(const std::string& body, std::chrono::steady_clock::time_point deadline)> send;
+  std::vector<span_attribute> resource;         ///< beside service.name
   double sample_ratio = 1.0;                    ///< of the traces rebound starts
+  /// A caller's sampled flag decides for its trace (the parentbased_ samplers); false: the
+  /// ratio decides every trace (traceidratio, always_on, always_off).
+  bool follow_caller = true;
   std::size_t max_queue = 2048;                 ///< spans waiting for export; more are dropped
   std::size_t batch = 512;                      ///< spans per export request at most
   std::chrono::milliseconds flush_every{1000};  ///< a partial batch waits no longer

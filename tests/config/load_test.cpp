@@ -1,8 +1,14 @@
 #include "config/load.hpp"
 #include "config/describe.hpp"
+#include "config/typed_values.hpp"
 #include "diagnostics.hpp"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 using namespace rebound::config;
 using namespace std::chrono_literals;
@@ -209,23 +215,115 @@ TEST(Load, AnAlertWebhookMustBeAnAbsoluteHttpUrl) {
   EXPECT_THROW(load_config_text("alert: {hook: x}\n", "t.yaml"), config_error);
 }
 
-TEST(Load, TracingIsOffUntilAnHttpCollectorIsNamed) {
+/// No OTEL_* variable, whatever the test runner's environment holds.
+const environment no_environment = [](std::string_view) -> std::optional<std::string> {
+  return std::nullopt;
+};
+
+TEST(Load, TracingIsOffUntilACollectorIsNamed) {
   auto const off = load_config_text("service: s\n", "t.yaml");
   EXPECT_FALSE(off.tracing.endpoint);
   auto const on = load_config_text(
-      "tracing: {endpoint: \"http://127.0.0.1:4318/v1/traces\", sample_ratio: 0.25, max_queue: 100}\n", "t.yaml");
+      "tracing: {endpoint: \"http://127.0.0.1:4318/v1/traces\", sample_ratio: 0.25, max_queue: 100, timeout: 2s}\n",
+      "t.yaml", nullptr, no_environment);
   ASSERT_TRUE(on.tracing.endpoint);
   EXPECT_EQ(on.tracing.endpoint->origin.port, 4318);
   EXPECT_EQ(on.tracing.endpoint->target, "/v1/traces");
   EXPECT_EQ(on.tracing.sample_ratio, 0.25);
   EXPECT_EQ(on.tracing.max_queue, 100u);
+  EXPECT_EQ(on.tracing.timeout, std::chrono::seconds(2));
   auto const json = effective_config_json(on);
-  EXPECT_EQ(effective_config_json(load_config_text(json, "effective.json")), json) << "round trip: " << json;
+  EXPECT_EQ(effective_config_json(load_config_text(json, "effective.json", nullptr, no_environment)), json)
+      << "round trip: " << json;
+  // Issue 48: a hosted back end is reached over TLS, verified.
+  auto const tls = load_config_text("tracing: {endpoint: \"https://otlp.example.com/v1/traces\", ca_file: /ca.pem}\n",
+                                    "t.yaml", nullptr, no_environment);
+  ASSERT_TRUE(tls.tracing.endpoint);
+  EXPECT_EQ(tls.tracing.endpoint->origin.scheme, "https");
+  EXPECT_EQ(tls.tracing.endpoint->origin.port, 443);
+  EXPECT_EQ(tls.tracing.ca_file, "/ca.pem");
   for (auto const* bad :
-       {"tracing: {endpoint: \"https://collector:4318/v1/traces\"}\n", "tracing: {endpoint: /v1/traces}\n",
+       {"tracing: {endpoint: \"ftp://collector/v1/traces\"}\n", "tracing: {endpoint: /v1/traces}\n",
+        "tracing: {endpoint: \"http://c:4318/\", timeout: 0s}\n",
         "tracing: {endpoint: \"http://c:4318/\", sample_ratio: 2}\n",
         "tracing: {endpoint: \"http://c:4318/\", max_queue: 0}\n", "tracing: {endpont: x}\n"})
-    EXPECT_THROW(load_config_text(bad, "t.yaml"), config_error) << bad;
+    EXPECT_THROW(load_config_text(bad, "t.yaml", nullptr, no_environment), config_error) << bad;
+}
+
+// Issue 48: OpenTelemetry's variables configure the exporter as they do every other
+// OpenTelemetry component, where the YAML is silent.
+TEST(Load, OpenTelemetrysVariablesFillWhatTheYamlLeavesOut) {
+  std::map<std::string, std::string, std::less<>> vars{
+      {"OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example.com:4318"},
+      {"OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cr%3Dt, x-team = shop"},
+      {"OTEL_EXPORTER_OTLP_TIMEOUT", "2500"},
+      {"OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/ca.pem"},
+      {"OTEL_SERVICE_NAME", "checkout"},
+      {"OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,k8s.pod.name=shop-0"},
+      {"OTEL_TRACES_SAMPLER", "parentbased_traceidratio"},
+      {"OTEL_TRACES_SAMPLER_ARG", "0.1"}};
+  environment const env = [&vars](std::string_view name) -> std::optional<std::string> {
+    if (auto it = vars.find(name); it != vars.end()) return it->second;
+    return std::nullopt;
+  };
+  auto const c = load_config_text("listen: 127.0.0.1:3128\n", "t.yaml", nullptr, env);
+  ASSERT_TRUE(c.tracing.endpoint);
+  EXPECT_EQ(format_service_url(*c.tracing.endpoint), "https://otlp.example.com:4318/v1/traces")
+      << "the generic endpoint is a base: v1/traces is added";
+  EXPECT_EQ(c.tracing.headers, (std::vector<std::pair<std::string, std::string>>{{"x-api-key", "s3cr=t"},
+                                                                                  {"x-team", "shop"}}));
+  EXPECT_EQ(c.tracing.timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(c.tracing.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(c.tracing.service_name, "checkout");
+  EXPECT_EQ(c.tracing.resource.size(), 2u);
+  EXPECT_EQ(c.tracing.sample_ratio, 0.1);
+  EXPECT_TRUE(c.tracing.follow_caller);
+  EXPECT_EQ(effective_config_json(c).find("s3cr"), std::string::npos) << "R-9: header values never shown";
+
+  // The YAML wins where both speak; the signal's own variable wins over the generic one.
+  vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = "http://collector:4318/custom";
+  vars["OTEL_TRACES_SAMPLER"] = "traceidratio";
+  auto const both = load_config_text(
+      "service: payments\ntracing: {sample_ratio: 0.5, timeout: 1s}\n", "t.yaml", nullptr, env);
+  EXPECT_EQ(format_service_url(*both.tracing.endpoint), "http://collector:4318/custom");
+  EXPECT_EQ(both.tracing.sample_ratio, 0.5);
+  EXPECT_FALSE(both.tracing.follow_caller) << "traceidratio decides every trace itself";
+  EXPECT_EQ(both.tracing.timeout, std::chrono::seconds(1));
+  EXPECT_EQ(both.tracing.service_name, "") << "service: in the YAML names the spans";
+  auto const yaml_endpoint = load_config_text("tracing: {endpoint: \"http://mine:4318/v1/traces\"}\n", "t.yaml",
+                                              nullptr, env);
+  EXPECT_EQ(format_service_url(*yaml_endpoint.tracing.endpoint), "http://mine:4318/v1/traces");
+
+  vars["OTEL_SDK_DISABLED"] = "true";
+  EXPECT_FALSE(load_config_text("tracing: {endpoint: \"http://mine:4318/v1/traces\"}\n", "t.yaml", nullptr, env)
+                   .tracing.endpoint)
+      << "OTEL_SDK_DISABLED turns tracing off";
+  vars.erase("OTEL_SDK_DISABLED");
+
+  // A malformed variable refuses the start as a bad key does, naming the variable.
+  for (auto const& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"OTEL_EXPORTER_OTLP_HEADERS", "no-equals-sign"},
+           {"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "bad name=x"},
+           {"OTEL_EXPORTER_OTLP_TIMEOUT", "5s"},
+           {"OTEL_TRACES_SAMPLER", "sometimes"},
+           {"OTEL_SDK_DISABLED", "maybe"},
+           {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"}}) {
+    auto const before = vars;
+    vars[name] = value;
+    try {
+      load_config_text("listen: 127.0.0.1:3128\n", "t.yaml", nullptr, env);
+      ADD_FAILURE() << name << "=" << value << " was taken";
+    } catch (const config_error& e) {
+      EXPECT_EQ(e.diagnostics().at(0).path, name);
+      EXPECT_EQ(e.diagnostics().at(0).file, "environment");
+    }
+    vars = before;
+  }
+  std::vector<diagnostic> warnings;
+  vars["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc";
+  load_config_text("listen: 127.0.0.1:3128\n", "t.yaml", &warnings, env);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].path, "OTEL_EXPORTER_OTLP_PROTOCOL") << "said, not refused: rebound speaks http/json";
 }
 
 // Issue 29, defect 9: a key whose request may be at the app stays claimed for claim_lease.

@@ -45,9 +45,6 @@ TEST(TraceParent, WhatW3CCallsInvalidStartsANewTrace) {
 
 TEST(Tracer, ACallersTraceIsContinuedAsItsFlagSaysAndANewOneSampledAtTheRatio) {
   trace_settings s;
-  s.host = "127.0.0.1";
-  s.port = "9";
-  s.path = "/v1/traces";
   s.sample_ratio = 0;
   tracer t(s, "svc", nullptr);
   std::mt19937_64 rng(1);
@@ -72,9 +69,6 @@ TEST(Tracer, ACallersTraceIsContinuedAsItsFlagSaysAndANewOneSampledAtTheRatio) {
 // wherever they run, hang under one span; a replay (another window) is a span of its own.
 TEST(Tracer, ATasksTraceAndSpanAreNamedByItsIdAndWindowOnEveryInstance) {
   trace_settings s;
-  s.host = "127.0.0.1";
-  s.port = "9";
-  s.path = "/v1/traces";
   tracer a(s, "svc", nullptr), b(s, "svc", nullptr);
   std::mt19937_64 rng_a(1), rng_b(2);
   auto const one = a.begin_task("", "task-1", 1000, rng_a);
@@ -143,9 +137,6 @@ TEST(Otlp, TheJsonEncodingMapsEveryFieldAsOtlpSays) {
 TEST(Tracer, AFullQueueDropsAndCountsInsteadOfWaiting) {
   rebound::observe::metrics m("svc");
   trace_settings s;
-  s.host = "127.0.0.1";
-  s.port = "9";  // nothing listens: every export fails, and is counted
-  s.path = "/v1/traces";
   s.max_queue = 4;
   s.batch = 4;
   s.flush_every = std::chrono::hours(1);  // nothing leaves the queue on its own
