@@ -346,6 +346,56 @@ TEST(Tracing, AnHttpsCollectorWithAnUntrustedCertificateGetsNoSpans) {
   EXPECT_TRUE(collector.requests().empty());
 }
 
+// Issue 48: the inbound gate's requests are SERVER spans with their key and what the gate did
+// (rebound.idempotency_status); the call to the app is its CLIENT child, whose id the app
+// receives. A duplicate answered from the store has no child: it never reached the app.
+TEST(Tracing, Seed004_TheInboundGateTracesEachRequestAndItsCallToTheApp) {
+  ScriptedUpstream app;
+  app.on("/refunds", respond(201));
+  ScriptedUpstream collector;
+  collector.on("/v1/traces", respond(200));
+  store_dir const store;
+  ReboundOptions o;
+  o.extra = "tracing:\n  endpoint: http://127.0.0.1:" + std::to_string(collector.port()) + "/v1/traces\n" +
+            store.yaml() + "inbound:\n  listen: 127.0.0.1:0\n  app: " + app.authority() +
+            "\n  routes:\n    - match: {path_prefix: /refunds}\n      idempotency: {require: true}\n";
+  ReboundProcess rb(o);
+  auto const port = inbound_port(rb);
+  std::string const first_trace = "0af7651916cd43dd8448eb211c80319c";
+  std::string const second_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  for (auto const& trace : {first_trace, second_trace}) {
+    HttpClient c(port);
+    auto const r = c.request("POST", "/refunds",
+                             {{"Content-Type", "application/json"},
+                              {"Idempotency-Key", "refund-1"},
+                              {"traceparent", "00-" + trace + "-b7ad6b7169203331-01"}},
+                             R"({"amount":1000})");
+    ASSERT_EQ(r.status, 201u) << r.body;
+  }
+  auto const stored = sorted(wait_for_spans(collector, first_trace, 2));
+  ASSERT_EQ(stored.attempts.size(), 1u) << rb.stdout_text();
+  EXPECT_EQ(string_attribute(stored.task, "rebound.idempotency_status"), "stored");
+  EXPECT_EQ(string_attribute(stored.task, "idempotency_key"), "refund-1");
+  EXPECT_EQ(int_attribute(stored.task, "http.response.status_code"), "201");
+  EXPECT_EQ(stored.task.at("parentSpanId").as_string(), "b7ad6b7169203331");
+  auto const& call = stored.attempts[0];
+  EXPECT_EQ(call.at("parentSpanId").as_string(), stored.task.at("spanId").as_string());
+  EXPECT_EQ(int_attribute(call, "http.response.status_code"), "201");
+  EXPECT_EQ(string_attribute(call, "url.full"), "http://" + app.authority() + "/refunds");
+  ASSERT_EQ(app.requests().size(), 1u);
+  EXPECT_EQ(app.requests()[0].header("traceparent").value_or(""),
+            "00-" + first_trace + "-" + std::string(call.at("spanId").as_string()) + "-01")
+      << "the app's spans hang under the call that reached it";
+
+  // A child is recorded before its parent and exports keep their order: once the request's
+  // span is here, a call to the app would be too.
+  auto const all = wait_for_spans(collector, second_trace, 1);
+  ASSERT_EQ(all.size(), 1u) << "the duplicate never reached the app: no CLIENT span";
+  EXPECT_EQ(all[0].at("kind").as_int64(), 2);
+  EXPECT_EQ(string_attribute(all[0], "rebound.idempotency_status"), "replayed");
+  EXPECT_EQ(int_attribute(all[0], "http.response.status_code"), "201");
+}
+
 TEST(Tracing, AnUnsampledCallersTraceIsForwardedUntouchedAndRecordsNothing) {
   ScriptedUpstream up;
   up.on("/get", respond(200));

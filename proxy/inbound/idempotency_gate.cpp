@@ -9,6 +9,7 @@
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
+#include "proxy/inbound/gate_trace.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -273,6 +274,16 @@ net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& 
   co_return whole ? "stored" : "not-stored";
 }
 
+/// The app's span (gate_trace): its status, the status of an answer too large to keep, or why none came.
+void app_call_ended(gate_trace& trace, const app_answer& a) {
+  if (a.response)
+    trace.app_call_ended(a.response->status, {});
+  else if (a.too_large)
+    trace.app_call_ended(a.too_large->response->get().result_int(), {});
+  else
+    trace.app_call_ended(std::nullopt, http::to_string(a.failure.type));
+}
+
 }  // namespace
 
 gate_use gate_for(const config::inbound_route& r, const http::request_parser& parser) {
@@ -305,12 +316,24 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   std::string const method(req.method_string());
   bool const keyed = ir.idempotency.enabled && ir.keeps_keys_for(method);
   auto& guard = *route.guard;
+  retry::request_facts facts;
+  facts.dependency = route.name;
+  facts.method = method;
+  http::describe_target(facts, request.target, false);
+  gate_trace trace(ctx.tracer, *ctx.rng, http::traceparent_of(req), facts);
+  auto const answered = [&guard, &trace](unsigned status) {
+    guard.answered(status);
+    trace.answered(status);
+  };
   // Messages are literals or named strings, never temporaries built in the co_await
   // expression: GCC 12 destroys those twice.
   auto refuse = [&](unsigned status, std::string_view type, std::string_view outcome,
                     std::string_view message) -> net::awaitable<bool> {
     guard.idempotent(outcome);
-    guard.answered(status);
+    answered(status);
+    trace.status(type == "idempotency.in_flight"          ? "in_flight"
+                 : type == "idempotency.payload_mismatch" ? "mismatch"
+                                                          : "refused");
     // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
     auto res = gate_error(c, status, type, message, keep && parser.is_done());
     if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
@@ -338,6 +361,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
       co_return co_await refuse(400, "idempotency.key_missing", "missing", why);
     }
     key = std::move(*k);
+    trace.key(key);
     auto const principal =
         ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*");
     if (!principal) {
@@ -357,6 +381,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
       co_return co_await refuse(400, "idempotency.key_invalid", "missing", why);
     }
     scope = "event\n" + ir.match.path_prefix + "\n" + key;
+    trace.key(key);
   }
 
   // The body is read whole before anything else: the fingerprint needs it, and the app gets
@@ -424,11 +449,12 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
         }
         log_move(c, k, "complete", "replayed");
         guard.idempotent("replayed");
+        trace.status("replayed");
         // A repeated event is acknowledged, not answered again: the app already took it.
         auto pinned =
             event ? store::pinned_response{200, {{"Content-Type", "application/json"}}, "{\"duplicate\":true}\n"}
                   : claim.response;
-        guard.answered(pinned.status);
+        answered(pinned.status);
         auto res = from_pinned(pinned, "replayed", version, keep, is_head);
         co_return co_await send(client, res, idle);
       }
@@ -443,15 +469,17 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   else
     req.erase(bhttp::field::content_length);
   auto const answer_by = started + route.policy->attempt_timeout;
+  trace.app_call_starts(req);
   if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one
     auto answer = co_await ask_app(c, request.target, body, answer_by);
+    app_call_ended(trace, answer);
     if (answer.too_large) co_return co_await relay_unkept(c, answer);
     if (!answer.response) {
-      guard.answered(answer.failure.status);
+      answered(answer.failure.status);
       co_await http::send_error(client, answer.failure, keep, idle);
       co_return keep;
     }
-    guard.answered(answer.response->status);
+    answered(answer.response->status);
     auto res = from_pinned(*answer.response, {}, version, keep, is_head);
     res.erase("Idempotency-Status");
     co_return co_await send(client, res, idle);
@@ -467,14 +495,15 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
                                idle, answer_by);
   auto const held_until = started + cfg.inbound.claim_lease;
   auto answer = co_await ask_app(c, request.target, body, held_until);
+  app_call_ended(trace, answer);
   bool const client_answered = co_await on_timeout.settle();
-  if (client_answered) guard.answered(504);
+  if (client_answered) answered(504);
   if (answer.too_large) {
     // Streamed, never held: what the key keeps is that it completed, and with which status.
     // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
     store::pinned_response const status_only{
         answer.too_large->response->get().result_int(), {{std::string(not_kept_field), "1"}}, {}};
-    co_await settle_key(c, k, status_only, false);
+    trace.status(co_await settle_key(c, k, status_only, false));
     if (client_answered) co_return false;
     co_return co_await relay_unkept(c, answer);
   }
@@ -486,8 +515,9 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
       auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
       log_move(c, k, "pending", "absent");
     }
+    trace.status("not-stored");
     if (client_answered) co_return false;
-    guard.answered(answer.failure.status);
+    answered(answer.failure.status);
     co_await http::send_error(client, answer.failure, keep, idle);
     co_return keep;
   }
@@ -497,8 +527,9 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   if (!fits) status_only = {r.status, {{std::string(not_kept_field), "1"}}, {}};
   auto const& kept_answer = fits ? r : status_only;
   auto const word = co_await settle_key(c, k, kept_answer, fits);
+  trace.status(word);
   if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
-  guard.answered(r.status);
+  answered(r.status);
   auto res = from_pinned(r, word, version, keep, is_head);
   co_return co_await send(client, res, idle);
 }
