@@ -120,7 +120,8 @@ void apply_otel_environment(config& c, const yaml_given& given, const environmen
     bool fields_ok = kv.has_value();
     if (kv)
       for (auto const& [name, value] : *kv)
-        if (!parse_header_name(name).value || value.find_first_of("\r\n") != std::string::npos) fields_ok = false;
+        if (!parse_header_name(name).value || value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos)
+          fields_ok = false;
     if (fields_ok)
       t.headers = std::move(*kv);
     else
