@@ -281,7 +281,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
 
 void describe_target(retry::request_facts& facts, const request_target& t, bool tls) {
   facts.path = loggable_path(t.origin_form);
-  facts.scheme = tls ? "https" : "http";
+  facts.tls = tls;
   facts.server_address = t.connect_host;
   facts.server_port = t.port;
 }

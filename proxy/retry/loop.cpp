@@ -84,13 +84,12 @@ bool caller_gave_up(const net::cancellation_state& cs) { return cs.cancelled() !
 /// The URL an attempt went to (OpenTelemetry's url.full): the host and port connected to, so
 /// that it agrees with server.address and server.port; the path without its query.
 std::string full_url(const request_facts& facts) {
-  std::string url(facts.scheme);
-  url += "://";
+  std::string url(facts.tls ? "https://" : "http://");
   bool const v6 = facts.server_address.find(':') != std::string_view::npos;
   if (v6) url += '[';
   url += facts.server_address;
   if (v6) url += ']';
-  if (facts.server_port != (facts.scheme == "https" ? 443 : 80)) {
+  if (facts.server_port != (facts.tls ? 443 : 80)) {
     url += ':';
     url += std::to_string(facts.server_port);
   }
@@ -119,9 +118,8 @@ observe::span traced_span(const request_facts& facts, const observe::trace_id& t
   if (!facts.server_address.empty()) {
     s.attributes.push_back({"server.address", std::string(facts.server_address)});
     s.attributes.push_back({"server.port", std::int64_t{facts.server_port}});
+    if (k == observe::span::kind::client) s.attributes.push_back({"url.full", full_url(facts)});
   }
-  if (k == observe::span::kind::client && !facts.server_address.empty())
-    s.attributes.push_back({"url.full", full_url(facts)});
   if (k == observe::span::kind::server) s.attributes.push_back({"url.scheme", std::string("http")});
   if (facts.grpc) {
     // A gRPC path is /package.Service/Method.

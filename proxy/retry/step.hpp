@@ -25,14 +25,21 @@
 
 namespace rebound::retry {
 
-/// What the step needs to know about the request, beyond its policy.
+/** What the step needs to know about the request, beyond its policy. It lives in the frame
+    of every request's coroutine: its flags and the port share one word, so that frame stays
+    under Asio's 1,020-byte recycling limit (bench/README.md, issue 47). */
 struct request_facts {
-  bool may_retry = false;    ///< R-6 allows it and the body is buffered
+  bool may_retry = false;  ///< R-6 allows it and the body is buffered
+  bool grpc = false;       ///< a gRPC call: its logs name grpc_method and grpc_status
+  /// Where the attempts go, for traces' url.full, server.address and server.port: set by
+  /// http::describe_target (an `origin:`'s host and port), empty where no span reads it.
+  bool tls = false;  ///< rebound speaks TLS to the upstream
+  std::uint16_t server_port = 0;
+  std::string_view server_address;  ///< IPv6 without brackets
   std::string_view why_not;  ///< for the log, when !may_retry
   std::string_view dependency;
   std::string_view method;
   std::string_view path;  ///< without the query (R-9); a gRPC call's is its method
-  bool grpc = false;      ///< a gRPC call: its logs name grpc_method and grpc_status
   std::string_view correlation_id;
   std::string_view idempotency_key;
   /// The `exp` of the request's own bearer JWT: no retry is sent once it has passed.
@@ -41,11 +48,6 @@ struct request_facts {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   /// The caller's W3C traceparent, empty without one: a traced request continues its trace.
   std::string_view traceparent;
-  /// Where the attempts go, for traces (OpenTelemetry's url.full, server.address,
-  /// server.port): set by http::describe_target; empty where no span reads it.
-  std::string_view scheme;          ///< "http" or "https": what rebound speaks to the upstream
-  std::string_view server_address;  ///< the host it connects to (an `origin:`'s), IPv6 without brackets
-  std::uint16_t server_port = 0;
 };
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.

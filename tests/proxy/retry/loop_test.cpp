@@ -162,7 +162,7 @@ TEST(TracedAttempt, CarriesOpenTelemetrysClientAttributesAndUrlFullInUrlForm) {
   f.dependency = "payments";
   f.method = "GET";
   f.path = "/pay";
-  f.scheme = "https";
+  f.tls = true;
   f.server_address = "2001:db8::1";
   f.server_port = 443;
   auto s = attempt_span(f, 1);
@@ -171,7 +171,7 @@ TEST(TracedAttempt, CarriesOpenTelemetrysClientAttributesAndUrlFullInUrlForm) {
   EXPECT_EQ(attribute_text(s, "server.port"), "443");
   EXPECT_EQ(attribute_text(s, "rebound.dependency"), "payments");
   EXPECT_EQ(attribute_text(s, "http.request.resend_count"), "<none>") << "a first attempt is no resend";
-  f.scheme = "http";
+  f.tls = false;
   f.server_address = "api.internal";
   f.server_port = 8080;
   attempt_summary failed;
