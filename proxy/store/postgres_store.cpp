@@ -75,12 +75,17 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
 )sql",
-    // 2: the id this database is known by in the metrics (task_store::identity), made once.
-    R"sql(
-CREATE TABLE rebound_store (id text NOT NULL);
-INSERT INTO rebound_store VALUES (substr(md5(random()::text || clock_timestamp()::text), 1, 12));
-)sql",
 };
+
+/** The id this database is known by in the metrics (task_store::identity), made once under
+    the migration lock. Not a migration: instances of an older rebound in the fleet keep
+    connecting through a rolling upgrade (a schema version they do not know would stop them),
+    and find nothing changed. */
+constexpr const char* made_once_id = R"sql(
+CREATE TABLE IF NOT EXISTS rebound_store (id text NOT NULL);
+INSERT INTO rebound_store SELECT substr(md5(random()::text || clock_timestamp()::text), 1, 12)
+  WHERE NOT EXISTS (SELECT 1 FROM rebound_store);
+)sql";
 constexpr int migration_count = static_cast<int>(std::size(migrations));
 static_assert(migration_count == postgres_store::schema_version);
 
@@ -221,7 +226,7 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
       return fail_connect(c);
     }
   auto const set_version = "UPDATE rebound_schema SET version = " + std::to_string(version);
-  if (!c.command(set_version.c_str()) || !c.command("COMMIT")) return fail_connect(c);
+  if (!c.command(set_version.c_str()) || !c.command(made_once_id) || !c.command("COMMIT")) return fail_connect(c);
   auto id = c.run("SELECT id FROM rebound_store", {});
   if (c.failed || id.rows() != 1) return fail_connect(c);
   {

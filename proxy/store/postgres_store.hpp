@@ -35,7 +35,7 @@ class pg_connection;
 class postgres_store final : public task_store {
  public:
   /// The schema this build writes (its own line of versions: the model is the embedded store's v4).
-  static constexpr int schema_version = 2;
+  static constexpr int schema_version = 1;
 
   /// What sits between the store and the database (config's store.pooler).
   enum class pooler_mode { detect, none, transaction };

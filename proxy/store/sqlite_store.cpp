@@ -83,18 +83,23 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_expiry ON idempotency_keys (state, expires_at);
 )sql",
-    // 5: the id this database is known by in the metrics (task_store::identity), made once.
-    R"sql(
-CREATE TABLE rebound_store (id TEXT NOT NULL);
-INSERT INTO rebound_store VALUES (lower(hex(randomblob(6))));
-)sql",
 };
+
+/** The id this database is known by in the metrics (task_store::identity), made once. Not a
+    migration: an older rebound opens the file as before (a rollback keeps working), and a
+    newer one finds the id there. */
+constexpr const char* made_once_id = R"sql(
+BEGIN IMMEDIATE;
+CREATE TABLE IF NOT EXISTS rebound_store (id TEXT NOT NULL);
+INSERT INTO rebound_store SELECT lower(hex(randomblob(6))) WHERE NOT EXISTS (SELECT 1 FROM rebound_store);
+COMMIT;
+)sql";
 static_assert(std::size(migrations) == sqlite_store::schema_version);
 
 using detail::database;
 using detail::exec;
 
-/// Opens and migrates the file; the id it is known by (migration 5).
+/// Opens and migrates the file; the id it is known by (made_once_id).
 std::string open_or_throw(const std::string& path, sqlite3*& db) {
   // Created 0600 before SQLite opens it: task bodies and headers are the app's calls,
   // credentials included (R-9), and must not be readable by anyone else.
@@ -144,6 +149,10 @@ std::string open_or_throw(const std::string& path, sqlite3*& db) {
             &error)) {
     exec(db, "ROLLBACK");
     throw std::runtime_error("store.path " + path + ": in use by another process, or not writable: " + error);
+  }
+  if (!exec(db, made_once_id, &error)) {
+    exec(db, "ROLLBACK");
+    throw std::runtime_error("store.path " + path + ": cannot record the store's id: " + error);
   }
   std::string id;
   sqlite3_stmt* s = nullptr;

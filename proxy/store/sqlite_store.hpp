@@ -22,7 +22,7 @@ class database;
 class sqlite_store final : public task_store {
  public:
   /// The schema this build writes; an older file is migrated at open, a newer one refused.
-  static constexpr int schema_version = 5;
+  static constexpr int schema_version = 4;
 
   /** Opens `path` (created 0600 when new), sets WAL and full synchronous commits, and
       migrates it. Throws std::runtime_error when it cannot: a start-up error.

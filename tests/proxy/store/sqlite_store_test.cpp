@@ -125,6 +125,17 @@ TEST(Store, TheIdentityIsMadeWithTheFileKeptAcrossReopeningAndOwnToEachFile) {
   EXPECT_TRUE(std::regex_match(first, std::regex("sqlite/[0-9a-f]{12}"))) << first;
   EXPECT_EQ(sqlite_store(db.path()).identity(), first);
   EXPECT_NE(sqlite_store(other.path()).identity(), first);
+  // Not a migration: the schema version an older rebound checks for is unchanged, so rolling
+  // back to it keeps the file usable.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* v = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &v, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(v), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(v, 0), sqlite_store::schema_version);
+  EXPECT_EQ(sqlite_store::schema_version, 4);
+  sqlite3_finalize(v);
+  sqlite3_close(raw);
 }
 
 TEST(Store, ClaimsAndAttemptRecordsThatArriveTogetherShareACommit) {
