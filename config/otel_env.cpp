@@ -3,7 +3,10 @@
 #include "config/typed_values.hpp"
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <system_error>
 
 namespace rebound::config {
 namespace {
@@ -130,9 +133,9 @@ void apply_otel_environment(config& c, const yaml_given& given, const environmen
   if (!given.timeout)
     if (auto v = either("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")) {
       auto const text = trim(v->first);
-      char* end = nullptr;
-      auto const ms = std::strtoll(std::string(text).c_str(), &end, 10);
-      if (text.empty() || end != std::string(text).c_str() + text.size() || ms <= 0 || ms > 600000)
+      std::int64_t ms = 0;
+      auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size() || ms <= 0 || ms > 600000)
         error(v->second, "must be a whole number of milliseconds between 1 and 600000");
       else
         t.timeout = std::chrono::milliseconds(ms);
