@@ -157,6 +157,13 @@ TEST(Tracing, Seed004_ARetriedRequestIsOneTraceWithASpanPerAttempt) {
   EXPECT_NE(sent[0].header("traceparent"), sent[1].header("traceparent"));
 }
 
+/// `payments` as a webhook dependency whose calls are handed over, retried within milliseconds.
+ReboundOptions traced_webhooks(const ScriptedUpstream& up, std::uint16_t collector, const store_dir& store) {
+  auto o = traced(up, collector, store.yaml());
+  o.extra += "    context: webhook\n    backoff: {base: 10ms, cap: 20ms}\n";
+  return o;
+}
+
 /// A task's spans, sorted into its own (kind SERVER) and its attempts' (kind CLIENT).
 struct task_spans {
   boost::json::object task;
@@ -180,9 +187,7 @@ TEST(Tracing, Seed004_AHandedOverCallsDeliveriesShareTheCallersTrace) {
   ScriptedUpstream collector;
   collector.on("/v1/traces", respond(200));
   store_dir const store;
-  auto o = traced(up, collector.port(), store.yaml());
-  o.extra += "    context: webhook\n    backoff: {base: 10ms, cap: 20ms}\n";
-  ReboundProcess rb(o);
+  ReboundProcess rb(traced_webhooks(up, collector.port(), store));
   auto const r = raw_exchange(
       rb.port(),
       absolute_request("POST", up.authority(), "/hook",
@@ -222,9 +227,7 @@ TEST(Tracing, AHandedOverCallWithoutATraceHasOneRootTheTasksSpan) {
   ScriptedUpstream collector;
   collector.on("/v1/traces", respond(200));
   store_dir const store;
-  auto o = traced(up, collector.port(), store.yaml());
-  o.extra += "    context: webhook\n    backoff: {base: 10ms, cap: 20ms}\n";
-  ReboundProcess rb(o);
+  ReboundProcess rb(traced_webhooks(up, collector.port(), store));
   auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(status_of(task_until(rb, id, "DEAD_LETTERED")), "DEAD_LETTERED");

@@ -126,35 +126,40 @@ net::awaitable<void> bulk(test_server& s, std::size_t total, std::size_t wanted,
   c->shut_down();
 }
 
+struct echo_result {
+  std::size_t echoed = 0;
+  bool ended = false;
+};
+
+/// bulk() against an echoing server, to the end: every connection closed.
+echo_result echo_bulk(std::size_t total, std::size_t wanted) {
+  net::io_context ioc;
+  test_server s(ioc, streaming_server());
+  s.start();
+  echo_result r;
+  run(ioc, bulk(s, total, wanted, &r.echoed, &r.ended), &s, 30s);
+  return r;
+}
+
 }  // namespace
 
 // 20 MiB each way is past both the 1 MiB stream window and the 16 MiB connection window:
 // it only gets through if every byte read is credited back, on both connections' sides.
 TEST(Http2Streaming, FlowControlCreditFollowsWhatWasRead) {
-  net::io_context ioc;
-  test_server s(ioc, streaming_server());
-  s.start();
-  std::size_t echoed = 0;
-  bool ended = false;
   std::size_t const total = 20u << 20;
-  run(ioc, bulk(s, total, total + 1, &echoed, &ended), &s, 30s);
-  EXPECT_EQ(echoed, total);
-  EXPECT_TRUE(ended);
+  auto const r = echo_bulk(total, total + 1);
+  EXPECT_EQ(r.echoed, total);
+  EXPECT_TRUE(r.ended);
 }
 
 // A client that stops reading halfway abandons the answer: credit for the rest flows at once,
 // the echo runs to its end, and both connections close rather than wait for a reader.
 TEST(Http2Streaming, AnswerAbandonedMidStreamLetsBothConnectionsClose) {
-  net::io_context ioc;
-  test_server s(ioc, streaming_server());
-  s.start();
-  std::size_t echoed = 0;
-  bool ended = false;
   std::size_t const total = 20u << 20;
-  run(ioc, bulk(s, total, 3u << 20, &echoed, &ended), &s, 30s);
-  EXPECT_GE(echoed, 3u << 20);
-  EXPECT_LT(echoed, total);
-  EXPECT_FALSE(ended);
+  auto const r = echo_bulk(total, 3u << 20);
+  EXPECT_GE(r.echoed, 3u << 20);
+  EXPECT_LT(r.echoed, total);
+  EXPECT_FALSE(r.ended);
 }
 
 }  // namespace streaming_test
