@@ -141,6 +141,26 @@ struct breaker_policy {
   bool operator==(const breaker_policy&) const = default;
 };
 
+enum class concurrency_mode { off, fixed, adaptive };
+
+/** `concurrency:` (issue 51): how many attempts may be in flight to the dependency at once.
+    `fixed` holds `limit`; `adaptive` moves the limit with the latency the dependency gives
+    (retry/concurrency_limit.hpp: the gradient algorithm). The numbers are the process's: each
+    worker holds its share (rounded up to at least 1), so no request writes a line another
+    core reads. Tracked per dependency, like the breaker. */
+struct concurrency_policy {
+  concurrency_mode mode = concurrency_mode::off;
+  unsigned limit = 0;      ///< fixed: the limit; adaptive: ignored
+  unsigned min_limit = 3;  ///< adaptive: never below, and what the limit drops to while the minimum RTT is re-measured
+  unsigned max_limit = 1000;
+  /// adaptive: latency up to min RTT x (1 + tolerance) is taken as no queueing (Envoy's buffer)
+  double tolerance = 0.25;
+  /// adaptive: how often the minimum RTT is re-measured (jittered by up to 15%)
+  duration probe_interval = std::chrono::seconds(60);
+  bool enabled() const { return mode != concurrency_mode::off; }
+  bool operator==(const concurrency_policy&) const = default;
+};
+
 /** `hedge:` (issue 22): a second copy of an idempotent request goes out when the first has
     not answered within `after`; the first good answer wins and the rest are cancelled.
     Hedges are attempts: they count against max_retries and spend the R-7 budget. */
@@ -184,6 +204,7 @@ struct policy {
   bool websocket_upgrades = true;
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
+  concurrency_policy concurrency;  ///< tracked per dependency; off unless written
 };
 
 /// The methods a hedge may copy (R-6: idempotent by themselves): GET, HEAD, OPTIONS, PUT, DELETE.

@@ -61,6 +61,18 @@ std::string_view to_string(breaker_mode m) {
   return "enforce";
 }
 
+std::string_view to_string(concurrency_mode m) {
+  switch (m) {
+    case concurrency_mode::fixed:
+      return "fixed";
+    case concurrency_mode::adaptive:
+      return "adaptive";
+    case concurrency_mode::off:
+      break;
+  }
+  return "off";
+}
+
 namespace {
 
 std::string endpoint_text(const endpoint& e) {
@@ -118,6 +130,18 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
     c.boolean("open_on_budget_exhausted", cb.open_on_budget_exhausted);
     c.string("open_for", format_duration(cb.open_for));
     c.integer("half_open_probes", cb.half_open_probes);
+  }
+  if (with_guards) {
+    auto const& cc = p.concurrency;
+    object_writer c(w.nested("concurrency"));
+    c.string("mode", to_string(cc.mode));
+    if (cc.mode == concurrency_mode::fixed) c.integer("limit", cc.limit);
+    if (cc.mode == concurrency_mode::adaptive) {
+      c.integer("min_limit", cc.min_limit);
+      c.integer("max_limit", cc.max_limit);
+      c.number("tolerance", cc.tolerance);
+      c.string("probe_interval", format_duration(cc.probe_interval));
+    }
   }
   if (!p.approval.empty()) w.string("approval", p.approval);
   if (!p.dead_letter) w.boolean("dead_letter", false);

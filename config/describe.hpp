@@ -24,5 +24,6 @@ std::string policy_json(const policy& p);
 /// The YAML spelling of an enum value.
 std::string_view to_string(context_kind c);
 std::string_view to_string(breaker_mode m);
+std::string_view to_string(concurrency_mode m);
 
 }  // namespace rebound::config

@@ -113,6 +113,7 @@ void reader::read_top(const YAML::Node& root, config& c) {
   if (has_defaults) check_keys_list(defaults_node, "defaults", policy_keys());
   policy_layer const defaults = has_defaults ? read_policy_layer(defaults_node, "defaults") : empty_layer(root);
   c.defaults = resolve({&defaults});
+  check_concurrency_share(defaults, c.workers);
   if (auto n = root["dependencies"]) read_dependencies(n, "dependencies", c, defaults);
   if (c.store.type == config::store_settings::kind::postgres) check_lease_outlasts_attempts(root["store"], c);
   // Writes on the admin API exist only where calls are handed over (cancel, replay).

@@ -28,6 +28,7 @@ void reader::read_dependencies(const YAML::Node& n, const std::string& path, con
     check_keys_list(body, dpath, keys);
     auto const layer = read_policy_layer(body, dpath);
     d.effective = resolve({&layer, &defaults});
+    check_concurrency_share(layer, c.workers);
     if (auto routes = body["routes"]) read_routes(routes, join(dpath, "routes"), d, layer, defaults);
     if (body["origin"]) {
       origin_url o;
@@ -86,17 +87,20 @@ void reader::read_routes(const YAML::Node& n, const std::string& path, dependenc
     auto keys = policy_keys();
     keys.push_back("match");
     check_keys_list(body, rpath, keys);
-    // R-7 tracks budgets and breakers per dependency: a route cannot have its own.
-    for (auto const* key : {"budget", "circuit_breaker"})
+    // R-7 tracks budgets and breakers per dependency, and issue 51 the concurrency limit: a
+    // route cannot have its own.
+    for (auto const* key : {"budget", "circuit_breaker", "concurrency"})
       if (body[key])
         error(body[key], join(rpath, key),
-              std::string(key) + " is tracked per dependency, not per route: set it on the dependency", "R-7");
+              std::string(key) + " is tracked per dependency, not per route: set it on the dependency",
+              std::string_view(key) == "concurrency" ? "" : "R-7");
     route r;
     if (auto m = body["match"]) read_match(m, join(rpath, "match"), r);
     auto const layer = read_policy_layer(body, rpath);
     r.effective = resolve({&layer, &dep, &defaults});
     r.effective.budget = d.effective.budget;
     r.effective.circuit_breaker = d.effective.circuit_breaker;
+    r.effective.concurrency = d.effective.concurrency;
     check_hedged_methods(body, rpath, r, layer.hedge.has_value());
     d.routes.push_back(std::move(r));
   }

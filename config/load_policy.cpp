@@ -119,6 +119,7 @@ reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::s
     }
   }
   if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
+  if (auto c = n["concurrency"]) read_concurrency(c, join(path, "concurrency"), l.concurrency);
   if (auto u = n["upgrades"]) {
     // The protocols a request may switch to through this route (issue 32): websocket, or none.
     auto const upath = join(path, "upgrades");
@@ -220,6 +221,73 @@ void reader::read_hedge(const YAML::Node& h, const std::string& hpath, std::opti
   if (diags_.size() == before) out = hp;
 }
 
+void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std::optional<concurrency_policy>& out) {
+  if (c.IsScalar() && (c.Scalar() == "off" || c.Scalar() == "false")) {
+    out = concurrency_policy{};
+    return;
+  }
+  if (!c.IsMap()) {
+    error(c, cpath, "expected `off` or a map like {mode: adaptive} or {mode: fixed, limit: 50}");
+    return;
+  }
+  check_keys(c, cpath, {"mode", "limit", "min_limit", "max_limit", "tolerance", "probe_interval"});
+  concurrency_policy cp;
+  auto const before = diags_.size();
+  if (c["mode"]) {
+    typed(c, "mode", cpath, cp.mode, [](std::string_view s) {
+      if (s == "off") return parsed<concurrency_mode>::ok(concurrency_mode::off);
+      if (s == "fixed") return parsed<concurrency_mode>::ok(concurrency_mode::fixed);
+      if (s == "adaptive") return parsed<concurrency_mode>::ok(concurrency_mode::adaptive);
+      return parsed<concurrency_mode>::fail("invalid mode \"" + std::string(s) + "\" (expected off, fixed or adaptive)");
+    });
+  } else {
+    error(c, join(cpath, "mode"), "is required: off, fixed (with limit) or adaptive");
+  }
+  auto count = [&](const char* key, unsigned& v) {
+    if (!c[key]) return;
+    std::optional<unsigned> got;
+    optional_typed(c, key, cpath, got, parse_count);
+    if (!got) return;
+    if (*got == 0 || *got > 1000000)
+      error(c[key], join(cpath, key), "must be between 1 and 1000000");
+    else
+      v = *got;
+  };
+  count("limit", cp.limit);
+  count("min_limit", cp.min_limit);
+  count("max_limit", cp.max_limit);
+  if (c["tolerance"]) {
+    std::optional<double> t;
+    optional_typed(c, "tolerance", cpath, t, parse_ratio);
+    if (t) cp.tolerance = *t;
+  }
+  if (c["probe_interval"]) {
+    std::optional<duration> d;
+    optional_typed(c, "probe_interval", cpath, d, parse_duration);
+    if (d && d->count() < 1000)
+      error(c["probe_interval"], join(cpath, "probe_interval"),
+            "must be at least 1s: each probe holds the dependency at min_limit while it measures");
+    else if (d)
+      cp.probe_interval = *d;
+  }
+  if (cp.mode == concurrency_mode::fixed && !c["limit"])
+    error(c, join(cpath, "limit"), "is required with mode: fixed");
+  if (cp.mode != concurrency_mode::fixed && c["limit"])
+    error(c["limit"], join(cpath, "limit"), "applies to mode: fixed only; adaptive moves between min_limit and max_limit");
+  if (cp.min_limit > cp.max_limit)
+    error(c, join(cpath, "min_limit"),
+          "min_limit " + std::to_string(cp.min_limit) + " is above max_limit " + std::to_string(cp.max_limit));
+  if (diags_.size() == before) out = cp;
+}
+
+void reader::check_concurrency_share(const policy_layer& l, unsigned workers) {
+  if (!l.concurrency || l.concurrency->mode != concurrency_mode::fixed || l.concurrency->limit >= workers) return;
+  warn(l.node["concurrency"], join(l.path, "concurrency.limit"),
+       "limit " + std::to_string(l.concurrency->limit) + " is below workers (" + std::to_string(workers) +
+           "): each worker holds at least 1, so up to " + std::to_string(workers) + " go through at once",
+       "");
+}
+
 /** Route over dependency over defaults over the context's built-ins, then the checks of
     SPEC 2.1 that concern one resolved policy. Each finding points at the layer that set
     the value, or at the most specific layer when the value is built in. */
@@ -260,6 +328,7 @@ policy reader::resolve(std::initializer_list<const policy_layer*> specific_first
   if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
   if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
   if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
+  if (auto const* l = pick(&policy_layer::concurrency)) p.concurrency = *l->concurrency;
   if (auto const* l = pick(&policy_layer::websocket_upgrades)) p.websocket_upgrades = *l->websocket_upgrades;
   if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
   if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;

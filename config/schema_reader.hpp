@@ -56,12 +56,13 @@ class reader : public yaml_reader {
     std::optional<breaker_mode> cb_mode;
     std::optional<bool> cb_open_on_budget;
     std::optional<hedge_policy> hedge;
+    std::optional<concurrency_policy> concurrency;
   };
 
   static std::vector<std::string_view> policy_keys() {
     return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
             "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
-            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades"};
+            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades",        "concurrency"};
   }
 
   template <class T, class Parse>
@@ -86,6 +87,12 @@ class reader : public yaml_reader {
   /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
       `after` is required: there is no delay that suits every dependency. */
   void read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out);
+
+  /** `concurrency: {mode: adaptive}` / `{mode: fixed, limit: 50}` / `off`: the whole map is
+      one layer's (a dependency's over the defaults'), since its numbers belong together. */
+  void read_concurrency(const YAML::Node& c, const std::string& cpath, std::optional<concurrency_policy>& out);
+  /// A fixed limit written on `l` below the worker count lets more through than it says.
+  void check_concurrency_share(const policy_layer& l, unsigned workers);
 
   /** Route over dependency over defaults over the context's built-ins, then the checks of
       SPEC 2.1 that concern one resolved policy. Each finding points at the layer that set

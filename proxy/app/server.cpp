@@ -293,7 +293,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
-  retry::guard_registry guards(*cfg, log, metrics);
+  retry::guard_registry guards(*cfg, log, metrics, n);  // each worker its lane of a concurrency limit
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
   auto const running = std::make_shared<const http::running_config>(http::running_config{cfg, origins});
@@ -324,7 +324,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   tcp::endpoint inbound_ep(net::ip::make_address(cfg->inbound.listen.host), cfg->inbound.listen.port);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<worker>();
-    w->guards.emplace(guards);
+    w->guards.emplace(guards, i);
     w->running = running;
     w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
     // With port 0 the first bind picks the port; the other workers share that one.

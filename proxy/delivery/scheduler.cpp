@@ -5,6 +5,7 @@
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/session_registry.hpp"
+#include "proxy/retry/backoff.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
@@ -352,12 +353,20 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
     postpone = std::chrono::duration_cast<std::chrono::milliseconds>(a.retry_after);
   else if (task.attempts > 0 && !guard.allow_retry().granted)
     postpone = std::chrono::duration_cast<std::chrono::milliseconds>(policy.backoff.cap);
+  // Issue 51: a dependency at its concurrency limit gets the task later, after the task's
+  // own backoff; it is not an attempt and does not bring the dead letter nearer.
+  retry::concurrency_lane::slot slot;
+  bool const limited = !postpone && route.slots && !(slot = route.slots->take()).held();
+  if (limited)
+    postpone = std::chrono::duration_cast<std::chrono::milliseconds>(retry::full_jitter(
+        task.attempts + 1, policy.backoff.base, policy.backoff.cap, std::uniform_real_distribution<>(0, 1)(*ctx.rng)));
   if (postpone) {
+    if (limited) guard.limited();
     auto const until = wall::now() + *postpone;
     auto [e, ok] = co_await store::async_postpone(*ctx.store, owner, task.id, until, use_tuple);
     log.info("task_postponed", {{"task_id", task.id},
                                 {"dependency", route.name},
-                                {"reason", "budget or circuit breaker (R-7)"},
+                                {"reason", limited ? "concurrency limit" : "budget or circuit breaker (R-7)"},
                                 {"next_in_ms", static_cast<long long>(postpone->count())}});
     co_return;
   }
@@ -409,6 +418,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   upstream::outgoing_request const out{req, task.body, is_head};
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);
+  slot.release(attempt.has_value() || attempt.error().type == retry::error_type::attempt_timeout);
 
   retry::attempt_summary summary;
   std::string retry_after;  // the summary views it

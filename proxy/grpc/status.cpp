@@ -18,6 +18,8 @@ code code_for(retry::error_type t) {
       return code::invalid_argument;
     case e::unknown_host:
       return code::permission_denied;
+    case e::concurrency_limited:
+      return code::resource_exhausted;
     default:
       return code::unavailable;
   }

@@ -106,7 +106,7 @@ net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request 
   call.body->keep_up_to(plan.facts.may_retry ? policy.max_retry_body : 0);
   auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
   stream_attempt attempt(*ctx.h2_pool, destination_of(plan, call.head), call.head, call.body, deadline);
-  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
+  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer, plan.route.slots};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   call.body->stop_keeping();

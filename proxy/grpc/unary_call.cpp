@@ -67,7 +67,8 @@ net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message r
   if (auto refusal = refused_before_attempts(plan)) co_return std::move(*refusal);
   auto& guard = *plan.route.guard;
   h2_attempt attempt(*ctx.h2_pool, destination_of(plan, request.head), request);
-  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
+  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log,  *ctx.rng,        guard,
+                                  guard,               true,       ctx.tracer, plan.route.slots};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   if (result.client_gone) co_return h2::message{};  // the stream is gone: nobody reads an answer

@@ -27,6 +27,7 @@ std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const 
 
 void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t) {
   route.guard = ctx.guards->find(route.name, *route.policy);
+  route.slots = ctx.guards->lane_of(*route.guard);
   if (auto const* origins = ctx.origins()) {
     // The one place that decides whether an upstream connection is TLS.
     if (t.scheme == "https") route.tls = origins->tls_for(route.name);

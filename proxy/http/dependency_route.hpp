@@ -12,6 +12,7 @@
 #include <string>
 
 namespace rebound::retry {
+class concurrency_lane;
 class dependency_guard;
 }
 namespace rebound::upstream {
@@ -27,6 +28,8 @@ struct dependency_route {
   const config::dependency* dependency = nullptr;  ///< null for an unknown host
   /// Budget and breaker, held for the whole request: a reload may replace them meanwhile.
   std::shared_ptr<retry::dependency_guard> guard;
+  /// This worker's share of the guard's concurrency limit (issue 51); null when it has none.
+  retry::concurrency_lane* slots = nullptr;
   upstream::tls_client* tls = nullptr;      ///< the origin's TLS client when it is https://, else null
   upstream::credential_source* auth = nullptr;  ///< rebound's credential for the dependency (R-9), if configured
 };

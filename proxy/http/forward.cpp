@@ -172,8 +172,10 @@ namespace {
 error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
-  return error_reply{default_status(f.type), f.type, f.message,     std::string(facts.dependency),
-                     result.attempts,        0,      result.gave_up};
+  return error_reply{default_status(f.type), f.type,
+                     f.message,             std::string(facts.dependency),
+                     result.attempts,       default_retry_after_s(f.type),
+                     result.gave_up};
 }
 
 enum class body_kept { kept, overflow, ended };
@@ -249,7 +251,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
-  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer};
+  retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer, r.route.slots};
   interim_to_client interim_out{client, idle};
   http1_request const request{
       *ctx.pool,

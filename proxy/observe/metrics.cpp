@@ -61,7 +61,12 @@ constexpr counter_name hedges_total{
     "retry_hedges_total",
     "Hedges sent (a second copy of a slow idempotent request), by outcome: won, lost (cancelled), failed"};
 constexpr counter_name hedges_suppressed_total{
-    "retry_hedges_suppressed_total", "Hedges due but not sent, by reason: budget_exhausted or circuit_open (R-7)"};
+    "retry_hedges_suppressed_total",
+    "Hedges due but not sent, by reason: budget_exhausted, circuit_open (R-7) or concurrency_limited"};
+constexpr counter_name limited_total{
+    "requests_limited_total",
+    "Requests the dependency's concurrency limit cut short: answered 503 concurrency_limited at once, or a retry "
+    "not sent"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
 constexpr counter_name upgrades_total{
@@ -330,6 +335,16 @@ void dependency_metrics::fold() {
   folded_ = now;
 }
 
+void dependency_metrics::limited() {
+  if (auto* c = limited_.load(std::memory_order_acquire)) return c->Increment();
+  lazily(limited_, owner_.limited_, owner_.labels(name_)).Increment();
+}
+
+void dependency_metrics::set_concurrency(unsigned limit, unsigned in_flight) {
+  owner_.concurrency_limit_.Add(owner_.labels(name_)).Set(limit);  // at a scrape: Family::Add's lock is fine
+  owner_.in_flight_.Add(owner_.labels(name_)).Set(in_flight);
+}
+
 void dependency_metrics::set_budget_utilization(double ratio) { budget_utilization_.Set(ratio); }
 void dependency_metrics::set_breaker_state(int state) { breaker_state_.Set(state); }
 
@@ -359,6 +374,15 @@ metrics::metrics(std::string service)
                          .Name("circuit_breaker_state")
                          .Help("Circuit breaker state: 0 closed, 1 half-open, 2 open")
                          .Register(*registry_)),
+      limited_(counter(limited_total, *registry_)),
+      concurrency_limit_(prometheus::BuildGauge()
+                             .Name("dependency_concurrency_limit")
+                             .Help("Attempts the dependency may have in flight at once, all workers' shares added up")
+                             .Register(*registry_)),
+      in_flight_(prometheus::BuildGauge()
+                     .Name("dependency_requests_in_flight")
+                     .Help("Attempts in flight to the dependency, all workers added up")
+                     .Register(*registry_)),
       requests_(counter(requests_total, *registry_)),
       upstream_duration_(prometheus::BuildHistogram()
                              .Name("upstream_request_duration_seconds")
@@ -470,7 +494,7 @@ std::string metrics::scrape() const {
   // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
   // the name from the first scrape on and no series has to be invented to carry it.
   for (auto const& c : {attempts_total, exhausted_total, declined_total, hedges_total, hedges_suppressed_total, dlq_total,
-                        requests_total}) {
+                        requests_total, limited_total}) {
     bool const present =
         std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
     if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";

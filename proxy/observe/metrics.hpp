@@ -55,6 +55,12 @@ class dependency_metrics {
                      std::uint64_t to_client);
   /// A request answered, by rebound or by the upstream: proxy_requests_total{code}.
   void answered(unsigned code);
+  /// A request the concurrency limit cut short (issue 51): requests_limited_total.
+  void limited();
+  /// The concurrency limit and the attempts in flight, all workers' lanes added up:
+  /// dependency_concurrency_limit and dependency_requests_in_flight (series only for a
+  /// dependency with a limit: they are made on the first call).
+  void set_concurrency(unsigned limit, unsigned in_flight);
   void set_budget_utilization(double ratio);
   void set_breaker_state(int state);  ///< 0 closed, 1 half-open, 2 open
 
@@ -124,6 +130,8 @@ class dependency_metrics {
   std::array<std::atomic<prometheus::Counter*>, 2> declined_{};
   /// retry_hedges_total's children: won, lost, failed.
   std::array<std::atomic<prometheus::Counter*>, 3> hedges_{};
+  /// requests_limited_total's child: under overload every request may count one.
+  std::atomic<prometheus::Counter*> limited_{};
   /// proxy_requests_total's children by code: a tiny open-addressed table, each word a
   /// code (high 16 bits) and its counter's address (low 48), so 4,096 dependencies do not
   /// carry 500 slots each. Codes beyond its size take Family::Add's lock.
@@ -186,6 +194,9 @@ class metrics {
   prometheus::Family<prometheus::Gauge>& budget_utilization_;
   prometheus::Family<prometheus::Counter>& dlq_messages_;
   prometheus::Family<prometheus::Gauge>& breaker_state_;
+  prometheus::Family<prometheus::Counter>& limited_;
+  prometheus::Family<prometheus::Gauge>& concurrency_limit_;
+  prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& upstream_duration_;
   prometheus::Family<prometheus::Counter>& idempotent_;

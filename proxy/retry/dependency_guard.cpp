@@ -20,7 +20,7 @@ std::uint64_t splitmix64(std::uint64_t x) {
 }  // namespace
 
 dependency_guard::dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
-                                   observe::dependency_metrics& metrics)
+                                   observe::dependency_metrics& metrics, unsigned lanes)
     : name_(std::move(name)),
       mode_(p.circuit_breaker.mode),
       open_on_budget_exhausted_(p.circuit_breaker.open_on_budget_exhausted),
@@ -28,7 +28,13 @@ dependency_guard::dependency_guard(std::string name, const config::policy& p, co
       metrics_(metrics),
       budget_(p.budget),
       breaker_(p.circuit_breaker),
-      draws_(std::random_device{}()) {}
+      concurrency_(p.concurrency),
+      draws_(std::random_device{}()) {
+  if (!concurrency_.enabled()) return;
+  lanes = std::max(1u, lanes);
+  for (unsigned i = 0; i < lanes; ++i)
+    lanes_.push_back(std::make_unique<concurrency_lane>(concurrency_, lanes, splitmix64(draws_.fetch_add(1))));
+}
 
 double dependency_guard::draw() {
   auto const x = splitmix64(draws_.fetch_add(1, std::memory_order_relaxed));
@@ -85,6 +91,22 @@ void dependency_guard::record(bool failed) { report(breaker_.record(failed, cloc
 void dependency_guard::publish() const {
   metrics_.set_budget_utilization(budget_.in_window(clock::now()).utilization());
   metrics_.set_breaker_state(static_cast<int>(breaker_.state()));
+  if (!lanes_.empty()) {
+    auto const r = lanes_reading();
+    metrics_.set_concurrency(r.limit, r.in_flight);
+  }
+}
+
+concurrency_lane::reading dependency_guard::lanes_reading() const {
+  concurrency_lane::reading sum;
+  for (auto const& l : lanes_) {
+    auto const r = l->read();
+    sum.limit += r.limit;
+    sum.in_flight += r.in_flight;
+    sum.probing = sum.probing || r.probing;
+    if (r.min_rtt && (!sum.min_rtt || *r.min_rtt < *sum.min_rtt)) sum.min_rtt = r.min_rtt;
+  }
+  return sum;
 }
 
 dependency_guard::snapshot dependency_guard::take_snapshot() const {
@@ -95,13 +117,17 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
   s.state = breaker_.state();
   s.in_state = std::chrono::duration_cast<std::chrono::milliseconds>(now - breaker_.since());
   s.mode = mode_;
+  s.concurrency = concurrency_.mode;
+  if (!lanes_.empty()) s.limit = lanes_reading();
   return s;
 }
 
-guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics)
-    : log_(log), metrics_(metrics), max_unknown_(cfg.limits.max_unknown_hosts) {
+guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics,
+                               unsigned lanes)
+    : log_(log), metrics_(metrics), max_unknown_(cfg.limits.max_unknown_hosts), lanes_(lanes) {
   for (auto const& d : cfg.dependencies) {
-    guards_.emplace(d.name, std::make_shared<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name)));
+    guards_.emplace(d.name,
+                    std::make_shared<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name), lanes_));
     configured_.emplace(d.name, true);
   }
 }
@@ -112,7 +138,7 @@ guard_registry::reload_report guard_registry::reconfigure(const config::config& 
   max_unknown_ = cfg.limits.max_unknown_hosts;  // hosts already over a lowered cap keep their guard
   auto replace = [&](const std::string& name, const config::policy& p) {
     // The guard replaced lives on in the requests and caches that hold it.
-    guards_[name] = std::make_shared<dependency_guard>(name, p, log_, metrics_.dependency(name));
+    guards_[name] = std::make_shared<dependency_guard>(name, p, log_, metrics_.dependency(name), lanes_);
   };
   std::unordered_map<std::string, bool> configured;
   for (auto const& d : cfg.dependencies) {
@@ -164,7 +190,7 @@ std::shared_ptr<dependency_guard> guard_registry::find(const std::string& name, 
   }
   ++unknown_;
   auto [it, inserted] =
-      guards_.emplace(key, std::make_shared<dependency_guard>(key, p, log_, metrics_.dependency(key)));
+      guards_.emplace(key, std::make_shared<dependency_guard>(key, p, log_, metrics_.dependency(key), lanes_));
   return it->second;
 }
 

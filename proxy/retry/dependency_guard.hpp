@@ -10,6 +10,7 @@
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/breaker.hpp"
 #include "proxy/retry/budget.hpp"
+#include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/latency_tracker.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 
@@ -25,8 +26,9 @@ namespace rebound::retry {
 
 class dependency_guard final : public dependency_gate, public attempt_observer {
  public:
+  /// `lanes`: the workers, each of which holds its share of the concurrency limit.
   dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
-                   observe::dependency_metrics& metrics);
+                   observe::dependency_metrics& metrics, unsigned lanes = 1);
 
   admission admit() override;
   retry_permit allow_retry() override;
@@ -44,6 +46,9 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
     metrics_.request_ended(attempts, to_string(how), context);
   }
   void declined(std::string_view reason) override { metrics_.declined(reason); }
+  void limited() override { metrics_.limited(); }
+  /// Worker `i`'s share of the concurrency limit (issue 51); null when `concurrency` is off.
+  concurrency_lane* lane(std::size_t i) { return lanes_.empty() ? nullptr : lanes_[i % lanes_.size()].get(); }
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
   void answered(unsigned code) { metrics_.answered(code); }
   void dead_lettered(std::string_view reason, std::string_view context) { metrics_.dead_lettered(reason, context); }
@@ -60,7 +65,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   const std::string& name() const { return name_; }
   /// Whether `p` sets this guard's budget and breaker as they are (a reload may keep it).
   bool same_settings(const config::policy& p) const {
-    return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker;
+    return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker && concurrency_ == p.concurrency;
   }
 
   /// For GET /dependencies (SPEC 7).
@@ -70,11 +75,15 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
     breaker_state state = breaker_state::closed;
     std::chrono::milliseconds in_state{0};
     config::breaker_mode mode = config::breaker_mode::enforce;
+    /// The lanes added up; min_rtt the least any lane measured.
+    config::concurrency_mode concurrency = config::concurrency_mode::off;
+    concurrency_lane::reading limit;
   };
   snapshot take_snapshot() const;
 
  private:
   double draw();
+  concurrency_lane::reading lanes_reading() const;
   void report(const std::optional<breaker_transition>& t, std::string_view detail = {});
 
   std::string name_;
@@ -85,6 +94,8 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   retry_budget budget_;
   circuit_breaker breaker_;
   latency_tracker latency_;
+  config::concurrency_policy concurrency_;
+  std::vector<std::unique_ptr<concurrency_lane>> lanes_;  ///< one per worker; none when off
   std::atomic<std::uint64_t> draws_;  ///< a lock-free source for the breaker's jitter (splitmix64)
 };
 
@@ -96,7 +107,9 @@ class guard_registry {
   /// The name unknown hosts past `limits.max_unknown_hosts` share, in logs and metrics.
   static constexpr std::string_view other_hosts = "(other hosts)";
 
-  guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics);
+  /// `lanes`: the worker count, each worker's guard_cache naming its lane.
+  guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics,
+                 unsigned lanes = 1);
   /// The guard of `name`; held by the caller for as long as it uses it (a request, a cache).
   std::shared_ptr<dependency_guard> find(const std::string& name, const config::policy& p);
 
@@ -128,12 +141,16 @@ class guard_registry {
   /// series) each; the rest share `(other hosts)`, so a client inventing host names can grow
   /// neither memory nor the metrics scrape without bound.
   std::size_t max_unknown_;
+  unsigned lanes_;
 };
 
 /// One worker's view of the registry.
 class guard_cache {
  public:
-  explicit guard_cache(guard_registry& r) : registry_(r) {}
+  /// `lane`: this worker's number, its lane in every guard's concurrency limit.
+  explicit guard_cache(guard_registry& r, unsigned lane = 0) : registry_(r), lane_(lane) {}
+  /// This worker's share of `g`'s concurrency limit; null when it has none.
+  concurrency_lane* lane_of(dependency_guard& g) const { return g.lane(lane_); }
   /// After the registry's reconfigure(), on the worker's own thread.
   void clear() { cache_.clear(); }
   std::shared_ptr<dependency_guard> find(std::string_view name, const config::policy& p) {
@@ -152,6 +169,7 @@ class guard_cache {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   guard_registry& registry_;
+  unsigned lane_;
   std::unordered_map<std::string, std::shared_ptr<dependency_guard>, name_hash, std::equal_to<>> cache_;
 };
 

@@ -44,6 +44,8 @@ std::string_view to_string(error_type t) {
       return "store_full";
     case error_type::upgrade_refused:
       return "upgrade_refused";
+    case error_type::concurrency_limited:
+      return "concurrency_limited";
   }
   return "upstream_protocol_error";
 }
@@ -57,6 +59,7 @@ unsigned default_status(error_type t) {
     case error_type::budget_exhausted:
     case error_type::overloaded:
     case error_type::store_unavailable:
+    case error_type::concurrency_limited:
       return 503;
     case error_type::bad_request:
       return 400;
@@ -70,6 +73,12 @@ unsigned default_status(error_type t) {
     default:
       return 502;
   }
+}
+
+unsigned default_retry_after_s(error_type t) {
+  // The limit frees slots as attempts end, within the dependency's latency: one second is
+  // the least Retry-After can say, and enough for the caller to come back to room.
+  return t == error_type::concurrency_limited ? 1 : 0;
 }
 
 }  // namespace rebound::retry

@@ -27,11 +27,16 @@ enum class error_type {
   store_unavailable,  ///< 503: a call to hand over could not be made durable, so no 202 (R-8)
   store_full,         ///< 507: the store holds store.max_size (or its disk is full): no new task
   upgrade_refused,    ///< 403: the route's `upgrades:` does not allow the protocol asked for
+  concurrency_limited,  ///< 503: the dependency's concurrency limit is reached (issue 51)
 };
 
 std::string_view to_string(error_type t);
 
 /// The status SPEC section 6 gives each type (bad_request varies: 400, 413, 431, 501...).
 unsigned default_status(error_type t);
+
+/// The Retry-After (seconds) rebound sends with its own answer of type `t`; 0: none. An open
+/// breaker's depends on the breaker and is set where it refuses.
+unsigned default_retry_after_s(error_type t);
 
 }  // namespace rebound::retry

@@ -81,8 +81,9 @@ hedged_attempt::hedged_attempt(factory make, const hedge_plan& plan, step_contex
 
 hedged_attempt::~hedged_attempt() = default;
 
-void hedged_attempt::launch(std::size_t i, clock::time_point deadline, unsigned number) {
+void hedged_attempt::launch(std::size_t i, clock::time_point deadline, unsigned number, concurrency_lane::slot slot) {
   auto& c = copies_[i];
+  c.slot = std::move(slot);
   if (!c.runner) c.runner = make_();
   if (!traceparent_.empty()) c.runner->trace_as(traceparent_);
   c.running = true;
@@ -106,6 +107,7 @@ void hedged_attempt::finished(std::size_t i, std::exception_ptr e, attempt_summa
         retry::attempt_failure{error_type::upstream_protocol_error, "the attempt ended with an exception"};
   }
   c.running = false;
+  c.slot.release(measures_load(c.summary));  // a copy cancelled gave its slot back unmeasured
   --in_flight_;
   fresh_ = true;
   if (wake_) wake_->cancel();
@@ -164,8 +166,13 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
         suppressed ? std::nullopt
                    : next_hedge_at(run_start, plan_.delay, static_cast<unsigned>(launched - 1), allowed, deadline);
     if (due && clock::now() >= *due) {
-      // A hedge is a retry sent early: R-7's budget and the breaker permit it the same way.
-      auto const permit = ctx_.gate.allow_retry();
+      // A hedge is a retry sent early: room in the concurrency limit first, then R-7's
+      // budget and the breaker permit it the same way.
+      concurrency_lane::slot slot;
+      auto const permit = ctx_.slots && !(slot = ctx_.slots->take()).held()
+                              ? retry_permit{false, error_type::concurrency_limited,
+                                             "the concurrency limit is reached: no room for a hedge"}
+                              : ctx_.gate.allow_retry();
       if (!permit.granted) {
         suppressed = true;
         ctx_.observer.hedge_suppressed(to_string(permit.refusal));
@@ -189,7 +196,7 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
                                    {"method", facts.method},
                                    {"path", facts.path},
                                    {"idempotency_key", facts.idempotency_key}});
-      launch(launched++, deadline, number);
+      launch(launched++, deadline, number, std::move(slot));
       continue;
     }
     if (fresh_) {
@@ -203,7 +210,10 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
   // The others lose: cancelled, and waited for, so no copy outlives the request. A copy's
   // connection goes with its runner's response (drop), closed, never back to the pool.
   for (std::size_t i = 0; i < launched; ++i)
-    if (i != *answer && copies_[i].running) copies_[i].cancel.emit(net::cancellation_type::terminal);
+    if (i != *answer && copies_[i].running) {
+      copies_[i].slot.release(false);  // cut short by the race, not by the dependency's load
+      copies_[i].cancel.emit(net::cancellation_type::terminal);
+    }
   while (in_flight_ > 0) {
     if (!fresh_) {
       wake.expires_at(clock::time_point::max());

@@ -18,6 +18,7 @@
     means) are pure functions below; `hedged_attempt` does the I/O. */
 #include "config/config.hpp"
 #include "proxy/observe/log.hpp"
+#include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/loop.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -100,8 +101,10 @@ class hedged_attempt final : public attempt_runner {
     attempt_summary summary;
     std::chrono::steady_clock::time_point started;
     unsigned number = 0;  ///< its attempt number in the request
+    concurrency_lane::slot slot;  ///< a hedge's room in the concurrency limit (the first copy's is the loop's)
   };
-  void launch(std::size_t i, std::chrono::steady_clock::time_point deadline, unsigned number);
+  void launch(std::size_t i, std::chrono::steady_clock::time_point deadline, unsigned number,
+              concurrency_lane::slot slot = {});
   void finished(std::size_t i, std::exception_ptr e, attempt_summary s);
   /// Records a copy that lost or failed while others ran (metrics, breaker, log).
   void account_dropped(copy& c, std::size_t i, bool cancelled);

@@ -49,7 +49,8 @@ bool gave_up_after_retrying(stop_reason r, unsigned attempts) {
 }
 
 bool answers_overloaded(error_type t) {
-  return t == error_type::circuit_open || t == error_type::budget_exhausted || t == error_type::overloaded;
+  return t == error_type::circuit_open || t == error_type::budget_exhausted || t == error_type::overloaded ||
+         t == error_type::concurrency_limited;
 }
 
 }  // namespace rebound::retry

@@ -1,6 +1,7 @@
 #include "proxy/retry/loop.hpp"
 
 #include "proxy/retry/classify.hpp"
+#include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/decide.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -255,8 +256,16 @@ net::awaitable<attempts_result> run_attempts(const step_context& ctx, attempt_ru
   for (;;) {
     auto const attempt_start = clock::now();
     auto const attempt_deadline = std::min(attempt_start + policy.attempt_timeout, step.deadline());
+    // Every attempt needs room in the concurrency limit, a retry as much as the first: none
+    // waits for it (a queue in front of a saturated dependency is what the limit prevents).
+    concurrency_lane::slot slot;
+    if (ctx.slots && !(slot = ctx.slots->take()).held()) {
+      step.limited();
+      co_return spans.finish(step.take_result());
+    }
     spans.attempt_starts(attempt);
     auto summary = co_await attempt.run(attempt_deadline);
+    slot.release(measures_load(summary));
     step.attempt_made(summary.hedges);
     // A client's own cancellation is nobody's failure: no breaker record, no budget, no
     // retry for a caller who left (HTTP/1.1 hang-ups end the same way).

@@ -69,8 +69,11 @@ class attempt_observer {
   virtual void declined(std::string_view reason) { (void)reason; }
   /// A hedge sent, once its fate is known: `won`, `lost` (cancelled) or `failed` (hedge.hpp).
   virtual void hedge(std::string_view outcome) { (void)outcome; }
-  /// A hedge that was due but not sent: `budget_exhausted` or `circuit_open`.
+  /// A hedge that was due but not sent: `budget_exhausted`, `circuit_open` or
+  /// `concurrency_limited`.
   virtual void hedge_suppressed(std::string_view reason) { (void)reason; }
+  /// A request the concurrency limit cut short: refused at once, or a retry not sent.
+  virtual void limited() {}
 };
 
 /// The do-nothing gate and observer the loop uses when it is given none.

@@ -2,6 +2,7 @@
 
 #include "config/describe.hpp"
 #include "proxy/retry/classify.hpp"
+#include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/layers.hpp"
 
 #include <boost/throw_exception.hpp>
@@ -147,7 +148,7 @@ next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt
   if (draining) return {};
   auto const& go = std::get<retry_in>(d);
   if (ctx_.asks_budget) {
-    if (auto const permit = ctx_.gate.allow_retry(); !permit.granted) {
+    if (auto const permit = permit_retry(); !permit.granted) {
       log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
                                     {"dependency", facts.dependency},
                                     {"attempts", result.attempts},
@@ -185,6 +186,26 @@ void retry_step::caller_left(std::string_view reason) {
                                     {"dependency", ctx_.facts.dependency},
                                     {"attempts", result_.attempts},
                                     {"reason", reason}});
+}
+
+retry_permit retry_step::permit_retry() {
+  // The slot first: a retry the limit has no room for spends no budget.
+  if (ctx_.slots && !ctx_.slots->has_room()) {
+    ctx_.observer.limited();
+    return {false, error_type::concurrency_limited, "the concurrency limit is reached: no room for a retry"};
+  }
+  return ctx_.gate.allow_retry();
+}
+
+void retry_step::limited() {
+  ctx_.observer.limited();
+  result_.gave_up = result_.attempts > 1;
+  result_.failure = retry::attempt_failure{
+      error_type::concurrency_limited,
+      std::string(ctx_.facts.dependency) + " has as many attempts in flight as its concurrency limit allows" +
+          (result_.attempts > 0 ? "; no room for the retry" : ""),
+      false};
+  end(call_end::failure);
 }
 
 void retry_step::drain_cut(const std::string& last_outcome) {

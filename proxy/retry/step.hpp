@@ -25,6 +25,8 @@
 
 namespace rebound::retry {
 
+class concurrency_lane;
+
 /** What the step needs to know about the request, beyond its policy. It lives in the frame
     of every request's coroutine: its flags and the port share one word, so that frame stays
     under Asio's 1,020-byte recycling limit (bench/README.md, issue 47). */
@@ -69,6 +71,13 @@ struct attempt_summary {
   std::optional<std::chrono::steady_clock::time_point> started;
 };
 
+/** Whether an attempt's time says how loaded the dependency is, as the concurrency limit
+    samples it: it brought back a head, or ran out of time waiting for one. A refused
+    connection answers fast whatever the load. */
+inline bool measures_load(const attempt_summary& s) {
+  return !s.failure || s.failure->type == error_type::attempt_timeout;
+}
+
 struct attempts_result {
   unsigned attempts = 0;
   std::optional<retry::attempt_failure> failure;     ///< set when no response is left to return
@@ -95,6 +104,10 @@ struct step_context {
   bool asks_budget = true;
   /// Where the request's spans go (observe/trace.hpp); null: not traced.
   observe::tracer* tracer = nullptr;
+  /** This worker's share of the dependency's concurrency limit (concurrency_lane.hpp); null:
+      none. The loop takes a slot for each attempt and the step asks it for room before it
+      schedules a retry, so retries and hedges never exceed the limit. */
+  concurrency_lane* slots = nullptr;
 };
 
 /// The clocks, read by the caller: the step takes time as a value, so tests choose it.
@@ -134,6 +147,10 @@ class retry_step {
   /// A drain cut the wait for a retry: the client learns what the last attempt was.
   void drain_cut(const std::string& last_outcome);
 
+  /// The concurrency limit had no slot for the next attempt: it is not sent, and the client
+  /// gets 503 concurrency_limited (an overload signal: no layer retries it).
+  void limited();
+
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
   unsigned max_attempts() const { return max_attempts_; }
   const attempts_result& result() const { return result_; }
@@ -149,6 +166,8 @@ class retry_step {
 
   next_step judge(attempt_summary& summary, std::chrono::steady_clock::time_point attempt_start, step_time at,
                   bool draining);
+  /// Room in the concurrency limit, then R-7's budget and breaker, for a retry about to be scheduled.
+  retry_permit permit_retry();
   void end(call_end how);
 };
 

@@ -9,6 +9,7 @@
 namespace rebound::http {
 
 // The error vocabulary lives with the retry rules that read it; the answers are made here.
+using retry::default_retry_after_s;
 using retry::default_status;
 using retry::error_type;
 using retry::to_string;
