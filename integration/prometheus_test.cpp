@@ -129,7 +129,8 @@ struct Shop {
     hooks.on("/hook", respond(400));
     ReboundOptions o;
     o.extra = store.yaml() + "service: shop\ndefaults:\n  backoff: {base: 1ms, cap: 5ms}\n" +
-              "dependencies:\n  api:\n    hosts: [\"" + api.authority() + "\"]\n  hooks:\n    hosts: [\"" +
+              "dependencies:\n  api:\n    hosts: [\"" + api.authority() +
+              "\"]\n    concurrency: {mode: fixed, limit: 1000}\n  hooks:\n    hosts: [\"" +
               hooks.authority() + "\"]\n    context: webhook\n";
     rb = std::make_unique<ReboundProcess>(o);
   }
