@@ -99,6 +99,13 @@ try:
                 return r.find_elements(By.TAG_NAME, "td")[1].text
         return None
     wait(lambda: breaker_state() in ("closed", "half_open", "open"), "the dependency's breaker state")
+
+    def concurrency():
+        for r in rows("dependencies"):
+            if r.get_attribute("data-dependency") == args.dependency:
+                return r.find_elements(By.TAG_NAME, "td")[6].text
+        return None
+    wait(lambda: concurrency() == "limit 8, 0 in flight", "the dependency's concurrency limit")
     wait(lambda: args.dependency in driver.find_element(By.ID, "config").text, "the running config shown")
     # retry_tasks is counted every 10 s: the page shows the count once it was taken.
     wait(lambda: driver.find_element(By.CSS_SELECTOR, '#tasks td[data-status="DEAD_LETTERED"]').text == "2",

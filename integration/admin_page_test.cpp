@@ -11,7 +11,7 @@ constexpr auto token = "page-admin-token";
 
 ReboundOptions with_token(const ScriptedUpstream& up, const store_dir& store) {
   write_file(store.dir + "/admin-token", std::string(token) + "\n");
-  auto o = hooks_to(up, store);
+  auto o = hooks_to(up, store, "    concurrency: {mode: fixed, limit: 8}\n");  // shown on the page
   o.admin_token_file = store.dir + "/admin-token";
   return o;
 }

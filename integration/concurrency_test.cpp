@@ -1,7 +1,7 @@
 // Issue 51 end to end: the concurrency limit per dependency against real sockets. Requests
 // are held in the upstream by a gate, so "the limit is reached" is a state the test makes,
 // not a race it hopes to win.
-#include "helpers.hpp"
+#include "async_helpers.hpp"
 
 #include <future>
 #include <thread>
@@ -149,6 +149,39 @@ TEST(Concurrency, AdaptiveMeasuresTheMinimumRttThenGrowsTheLimit) {
   auto const lim = deps.find("\"limit\":");
   ASSERT_NE(lim, std::string::npos);
   EXPECT_GT(std::stoi(deps.substr(lim + 8)), 2) << deps;  // grown past min_limit
+}
+
+// A handed-over task that meets the limit is postponed by its own backoff: not an attempt,
+// not dead-lettered; it is delivered once there is room.
+TEST(Concurrency, AHandedOverTaskAtTheLimitIsPostponedNotDeadLettered) {
+  ScriptedUpstream up;
+  auto held = std::make_shared<Gate>();
+  Script slow;
+  slow.gate = held;
+  up.on("/slow", slow);
+  up.on("/hook", respond(200));
+  store_dir store;
+  auto o = hooks_to(up, store,
+                    "    concurrency: {mode: fixed, limit: 1}\n"
+                    "    routes:\n      - match: {path_prefix: /slow}\n        context: sync\n");
+  o.workers = 1;
+  ReboundProcess rb(o);
+
+  auto a = std::async(std::launch::async,
+                      [&] { return raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/slow"), 20s); });
+  ASSERT_TRUE(up.wait_for_requests(1));  // the one slot is taken
+  auto const id = accepted_task(raw_exchange(rb.port(), post(up.authority(), "/hook", "{}")), rb);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(rb.wait_for_log("\"reason\":\"concurrency limit\"")) << rb.stdout_text();
+  EXPECT_EQ(up.request_count("/hook"), 0u);
+  held->open();
+  auto const done = task_until(rb, id, "SUCCEEDED");
+  ASSERT_EQ(status_of(done), "SUCCEEDED") << rb.stdout_text();
+  EXPECT_EQ(done->get("attempts")->n, 1) << "a postponement is not an attempt";
+  EXPECT_EQ(up.request_count("/hook"), 1u);
+  auto r = a.get();
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
 }
 
 }  // namespace itest::concurrency_test

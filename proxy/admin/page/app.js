@@ -42,6 +42,16 @@
     return r.json();
   }
 
+  // The concurrency limit (all workers added up), what is in flight, and the minimum RTT
+  // an adaptive limit measured.
+  function concurrency(c) {
+    if (!c || c.mode === 'off') return 'off';
+    let text = 'limit ' + c.limit + ', ' + c.in_flight + ' in flight';
+    if (c.mode === 'adaptive')
+      text += c.probing ? ', measuring min RTT' : ', min RTT ' + c.min_rtt_ms.toFixed(1) + ' ms';
+    return text;
+  }
+
   async function loadDependencies() {
     const body = await getJson('/dependencies');
     const rows = $('dependencies').tBodies[0];
@@ -57,6 +67,7 @@
       cell(tr, (d.budget_utilization * 100).toFixed(1) + ' %', 'num');
       cell(tr, d.retries_in_window + ' / ' + d.retries_allowed, 'num');
       cell(tr, String(d.requests_in_window), 'num');
+      cell(tr, concurrency(d.concurrency));
       const option = document.createElement('option');
       option.value = d.name;
       names.appendChild(option);

@@ -11,6 +11,8 @@ TEST(GrpcStatus, ReboundFailuresMapToStatusesClientsActOn) {
   EXPECT_EQ(code_for(e::connect_refused), code::unavailable);
   EXPECT_EQ(code_for(e::circuit_open), code::unavailable);
   EXPECT_EQ(code_for(e::budget_exhausted), code::unavailable);
+  // Issue 51: the limit sheds load; gRPC says so with RESOURCE_EXHAUSTED, which clients do not retry by default.
+  EXPECT_EQ(code_for(e::concurrency_limited), code::resource_exhausted);
   EXPECT_EQ(code_for(e::deadline_exceeded), code::deadline_exceeded);
   EXPECT_EQ(code_for(e::attempt_timeout), code::deadline_exceeded);
   EXPECT_EQ(code_for(e::auth_refresh_failed), code::unauthenticated);

@@ -3,6 +3,8 @@
 // metrics are told. Each copy is a timer: the test lasts as long as its fastest answers.
 #include "proxy/retry/hedge.hpp"
 
+#include "proxy/retry/concurrency_lane.hpp"
+
 #include "tests/proxy/retry/recording_gate.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -79,6 +81,7 @@ struct fixture : retry_test::log_capture {
   tally t;
   std::vector<copy_script> scripts;
   std::size_t made = 0;
+  concurrency_lane* slots = nullptr;
 
   std::unique_ptr<attempt_runner> make() { return std::make_unique<scripted_copy>(scripts.at(made++), t); }
 };
@@ -90,7 +93,7 @@ net::awaitable<void> run_once(hedged_attempt& h, attempt_summary& out, clock_typ
 attempt_summary run(fixture& f, unsigned max_hedges, std::chrono::milliseconds delay) {
   net::io_context io;
   hedged_attempt h([&f] { return f.make(); }, hedge_plan{max_hedges, delay, hedge_delay_source::fixed},
-                   step_context{f.policy, f.facts, f.log, f.rng, f.gate, f.observer});
+                   step_context{f.policy, f.facts, f.log, f.rng, f.gate, f.observer, true, nullptr, f.slots});
   attempt_summary out;
   net::co_spawn(io, run_once(h, out, clock_type::now() + 5s), net::detached);
   io.run();
@@ -137,6 +140,35 @@ TEST(HedgedAttempt, ARefusedHedgeIsNotSent) {
   EXPECT_EQ(f.t.started, 1u);
   EXPECT_EQ(f.observer.suppressed, std::vector<std::string>{"budget_exhausted"});
   EXPECT_NE(f.log_text.str().find("hedge_suppressed"), std::string::npos);
+}
+
+// Issue 51: a hedge takes a slot of its own; with the lane full (the first copy's slot is
+// held, as the loop holds it) the hedge is not sent and the budget is not asked.
+TEST(HedgedAttempt, AHedgeWithoutRoomInTheConcurrencyLimitIsNotSent) {
+  fixture f;
+  config::concurrency_policy p;
+  p.mode = config::concurrency_mode::fixed;
+  p.limit = 1;
+  concurrency_lane lane(p, 1, 1);
+  f.slots = &lane;
+  auto first = lane.take();  // the loop's slot for the first copy
+  f.scripts = {{60ms, 200, {}}, {1ms, 200, {}}};
+  auto const out = run(f, 1, 10ms);
+  EXPECT_EQ(out.hedges, 0u);
+  EXPECT_EQ(f.t.started, 1u);
+  EXPECT_EQ(f.gate.asked, 0u);
+  EXPECT_EQ(f.observer.suppressed, std::vector<std::string>{"concurrency_limited"});
+  first.release(false);
+  // With room, the same run sends its hedge, and the hedge's slot comes back when it ends.
+  fixture g;
+  g.scripts = {{5s, 200, {}}, {1ms, 200, {}}};
+  p.limit = 2;
+  concurrency_lane two(p, 1, 1);
+  g.slots = &two;
+  auto loop_slot = two.take();
+  auto const hedged = run(g, 1, 10ms);
+  EXPECT_EQ(hedged.hedges, 1u);
+  EXPECT_EQ(two.read().in_flight, 1u) << "only the loop's slot is still held";
 }
 
 TEST(HedgedAttempt, AFailedHedgeWaitsForTheFirstCopy) {

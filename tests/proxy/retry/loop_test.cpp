@@ -3,6 +3,7 @@
 // dependency's breaker and budget (nothing), and that nobody is retried for a caller who left.
 #include "proxy/retry/loop.hpp"
 
+#include "proxy/retry/concurrency_lane.hpp"
 #include "tests/proxy/retry/recording_gate.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -55,6 +56,7 @@ struct fixture : retry_test::log_capture {
   retry_test::recording_gate gate;
   recording_observer observer;
   std::mt19937_64 rng{1};
+  concurrency_lane* slots = nullptr;
 
   fixture() {
     policy.max_retries = 3;
@@ -76,7 +78,7 @@ struct fixture : retry_test::log_capture {
     cancel.async_wait([&](error_code ec) {
       if (!ec) caller.emit(net::cancellation_type::terminal);
     });
-    step_context const step{policy, facts, log, rng, gate, observer};
+    step_context const step{policy, facts, log, rng, gate, observer, true, nullptr, slots};
     net::co_spawn(io, run_attempts(step, attempt, loop_hooks{}),
                   net::bind_cancellation_slot(caller.slot(), [&](std::exception_ptr e, attempts_result r) {
                     EXPECT_FALSE(e) << "the loop must not throw when its caller cancels";
@@ -133,6 +135,33 @@ TEST(RunAttempts, WithoutCancellationAFailureIsCountedAndRetried) {
   EXPECT_EQ(attempt.runs, 4u);
   EXPECT_EQ(f.gate.failures, 4u);
   EXPECT_EQ(f.gate.asked, 3u);
+}
+
+// Issue 51: an attempt needs a slot; with none the loop sends nothing and ends at once with
+// concurrency_limited, which neither the breaker nor the budget hears of.
+TEST(RunAttempts, AnAttemptWithoutASlotIsNotSent) {
+  fixture f;
+  config::concurrency_policy p;
+  p.mode = config::concurrency_mode::fixed;
+  p.limit = 1;
+  concurrency_lane lane(p, 1, 1);
+  f.slots = &lane;
+  auto held = lane.take();
+  scripted_attempt attempt(1ms, error_type::connect_refused);
+  auto const r = f.run(attempt, 4s);
+  EXPECT_EQ(attempt.runs, 0u);
+  EXPECT_EQ(r.attempts, 0u);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->type, error_type::concurrency_limited);
+  EXPECT_EQ(f.gate.recorded, 0u);
+  EXPECT_EQ(f.gate.asked, 0u);
+  // Given back, the slot lets the next request's attempts through, each taking and returning it.
+  held.release(false);
+  f.policy.backoff.base = 1ms;
+  f.policy.backoff.cap = 1ms;
+  auto const again = f.run(attempt, 4s);
+  EXPECT_EQ(attempt.runs, 4u);
+  EXPECT_EQ(lane.read().in_flight, 0u);
 }
 
 }  // namespace loop_test

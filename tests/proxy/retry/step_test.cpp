@@ -3,6 +3,7 @@
 // and breaker are a recording gate and the log is captured: nothing sleeps or opens a socket.
 #include "proxy/retry/step.hpp"
 
+#include "proxy/retry/concurrency_lane.hpp"
 #include "tests/proxy/retry/recording_gate.hpp"
 
 #include <gtest/gtest.h>
@@ -310,6 +311,57 @@ TEST(RetryStep, TheBreakerCountsR4FailuresWhateverRetryOnNarrows) {
   f.policy.retry_on.add(retry_on::cls::connect_refused);
   f.run({.name = "503 outside retry_on", .outcome = status(503)});
   EXPECT_EQ(f.gate.failures, 1u) << "a 503 is a transient failure for the breaker even when not retried";
+}
+
+namespace {
+
+config::concurrency_policy fixed_limit(unsigned n) {
+  config::concurrency_policy p;
+  p.mode = config::concurrency_mode::fixed;
+  p.limit = n;
+  return p;
+}
+
+}  // namespace
+
+// Issue 51: a retry needs room in the concurrency limit, asked before the budget, so a retry
+// the limit has no room for spends none; the client gets the last answer, or the limit's 503.
+TEST(RetryStep, ARetryWithoutRoomInTheConcurrencyLimitIsNotScheduledAndSpendsNoBudget) {
+  fixture f;
+  concurrency_lane lane(fixed_limit(1), 1, 1);
+  auto held = lane.take();  // another request holds the only slot
+  ASSERT_TRUE(held.held());
+  retry_step step({f.policy, f.facts, f.log, f.rng, f.gate, f.observer, true, nullptr, &lane}, t0 + 30s);
+  step.attempt_made();
+  attempt_summary s;
+  s.failure = retry::attempt_failure{error_type::connect_reset, "scripted"};
+  f.facts.may_retry = true;
+  auto const next = step.after(s, t0, {t0 + 10ms, wall}, false);
+  EXPECT_FALSE(next.retry);
+  EXPECT_EQ(f.gate.asked, 0u) << "the budget is not charged for a retry that cannot go";
+  ASSERT_TRUE(step.result().failure);
+  EXPECT_EQ(step.result().failure->type, error_type::concurrency_limited);
+  EXPECT_EQ(f.count("\"retry_suppressed\""), 1u) << f.log_text.str();
+  held.release(false);
+  retry_step again({f.policy, f.facts, f.log, f.rng, f.gate, f.observer, true, nullptr, &lane}, t0 + 30s);
+  again.attempt_made();
+  EXPECT_TRUE(again.after(s, t0, {t0 + 10ms, wall}, false).retry) << "with room the same failure is retried";
+  EXPECT_EQ(f.gate.asked, 1u);
+}
+
+TEST(RetryStep, LimitedEndsTheRequestAs503ConcurrencyLimitedNothingSent) {
+  fixture f;
+  retry_step step({f.policy, f.facts, f.log, f.rng, f.gate, f.observer}, t0 + 30s);
+  step.limited();
+  ASSERT_TRUE(step.result().failure);
+  EXPECT_EQ(step.result().failure->type, error_type::concurrency_limited);
+  EXPECT_FALSE(step.result().failure->may_have_reached);
+  EXPECT_EQ(step.result().attempts, 0u);
+  EXPECT_EQ(default_status(error_type::concurrency_limited), 503u);
+  EXPECT_EQ(default_retry_after_s(error_type::concurrency_limited), 1u);
+  EXPECT_EQ(f.gate.recorded, 0u) << "a refusal by the limit is no failure of the dependency";
+  ASSERT_EQ(f.observer.ends.size(), 1u);
+  EXPECT_EQ(f.observer.ends[0].how, call_end::failure);
 }
 
 }  // namespace step_test
