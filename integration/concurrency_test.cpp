@@ -45,11 +45,20 @@ TEST(Concurrency, ARequestPastAFixedLimitIsAnswered503AtOnceAndNotRetried) {
   slow.gate = held;
   up.on("/slow", slow);
   up.on("/fast", Script{});
-  ReboundProcess rb(limited(up.port(), "{mode: fixed, limit: 2}"));
+  auto o = limited(up.port(), "{mode: fixed, limit: 2}");
+  o.extra += "    max_retry_body: 4\n";  // a longer body streams through once (forward_once)
+  ReboundProcess rb(o);
 
   auto a = std::async(std::launch::async, [&] { return raw_exchange(rb.port(), get("/slow"), 20s); });
   auto b = std::async(std::launch::async, [&] { return raw_exchange(rb.port(), get("/slow"), 20s); });
   ASSERT_TRUE(up.wait_for_requests(2));
+
+  // The single-attempt path for a body sent once needs a slot as well.
+  auto once = raw_exchange(rb.port(), absolute_request("POST", "svc.test", "/fast", {}, "a body of some length"), 10s);
+  ASSERT_TRUE(once) << last_exchange_error();
+  EXPECT_EQ(once->status, 503u);
+  EXPECT_EQ(once->header("Rebound-Error"), "concurrency_limited");
+  EXPECT_EQ(once->header("Retry-After"), "1");
 
   auto r = raw_exchange(rb.port(), get("/fast"), 10s);
   ASSERT_TRUE(r) << last_exchange_error();
@@ -75,7 +84,7 @@ TEST(Concurrency, ARequestPastAFixedLimitIsAnswered503AtOnceAndNotRetried) {
   ASSERT_TRUE(after) << last_exchange_error();
   EXPECT_EQ(after->status, 200u);
   auto const metrics = admin_get(rb, "/metrics");
-  EXPECT_NE(metrics.find("requests_limited_total{dependency=\"svc\",service=\"unknown_service\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("requests_limited_total{dependency=\"svc\",service=\"unknown_service\"} 2"), std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("dependency_concurrency_limit{dependency=\"svc\",service=\"unknown_service\"} 2"), std::string::npos)
       << metrics;

@@ -2,6 +2,7 @@
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/session_registry.hpp"
+#include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
@@ -61,8 +62,24 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   bool const is_head = req.method() == bhttp::verb::head;
   std::string_view const dependency = facts.dependency;
 
+  // The one attempt needs a slot in the concurrency limit like any other (issue 51).
+  retry::concurrency_lane::slot slot;
+  if (route.slots && !(slot = route.slots->take()).held()) {
+    guard.limited();
+    auto const f = retry::limited_failure(dependency, 0);
+    guard.answered(default_status(f.type));
+    log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), 0, f.message});
+    error_reply const reply{default_status(f.type), f.type, f.message, std::string(dependency), 0,
+                            default_retry_after_s(f.type)};
+    // Nothing was sent; the body, unread, would have to be drained to keep the connection.
+    bool const keep = client_wants_keep_alive && parser.is_done() && !ctx.sessions->draining();
+    co_await send_error(client, reply, keep, idle);
+    co_return keep;
+  }
+
   clock::time_point attempt_start;  // set where the attempt begins, before the connect
   auto attempt_over = [&](const retry::attempt_outcome& o) {
+    slot.release(o.status.has_value() || o.error == error_type::attempt_timeout);
     retry::record_attempt(guard, guard,
                           {1, o, std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start)});
   };

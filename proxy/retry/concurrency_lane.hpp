@@ -3,10 +3,13 @@
     (concurrency_limit.hpp) with the clock, the random draw for its probes, and a slot that
     gives itself back. Each worker has its own lane, so taking a slot writes nothing another
     core reads; the mutex is only ever contended by a scrape reading the lane. */
+#include "proxy/retry/attempt_failure.hpp"
 #include "proxy/retry/concurrency_limit.hpp"
 
 #include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 namespace rebound::retry {
@@ -81,5 +84,14 @@ class alignas(64) concurrency_lane {
   concurrency_limit limit_;
   std::uint64_t draws_;
 };
+
+/** What a request the limit had no slot for ends with (503 concurrency_limited): before any
+    attempt (`attempts_before` 0), or in place of a retry. */
+inline attempt_failure limited_failure(std::string_view dependency, unsigned attempts_before) {
+  return {error_type::concurrency_limited,
+          std::string(dependency) + " has as many attempts in flight as its concurrency limit allows" +
+              (attempts_before > 0 ? "; no room for the retry" : ""),
+          attempts_before > 0};
+}
 
 }  // namespace rebound::retry

@@ -200,11 +200,7 @@ retry_permit retry_step::permit_retry() {
 void retry_step::limited() {
   ctx_.observer.limited();
   result_.gave_up = result_.attempts > 1;
-  result_.failure = retry::attempt_failure{
-      error_type::concurrency_limited,
-      std::string(ctx_.facts.dependency) + " has as many attempts in flight as its concurrency limit allows" +
-          (result_.attempts > 0 ? "; no room for the retry" : ""),
-      false};
+  result_.failure = limited_failure(ctx_.facts.dependency, result_.attempts);
   end(call_end::failure);
 }
 
