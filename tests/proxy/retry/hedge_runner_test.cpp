@@ -146,10 +146,7 @@ TEST(HedgedAttempt, ARefusedHedgeIsNotSent) {
 // held, as the loop holds it) the hedge is not sent and the budget is not asked.
 TEST(HedgedAttempt, AHedgeWithoutRoomInTheConcurrencyLimitIsNotSent) {
   fixture f;
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
-  p.limit = 1;
-  concurrency_lane lane(p, 1, 1);
+  concurrency_lane lane(retry_test::fixed_concurrency(1), 1, 1);
   f.slots = &lane;
   auto first = lane.take();  // the loop's slot for the first copy
   f.scripts = {{60ms, 200, {}}, {1ms, 200, {}}};
@@ -159,11 +156,10 @@ TEST(HedgedAttempt, AHedgeWithoutRoomInTheConcurrencyLimitIsNotSent) {
   EXPECT_EQ(f.gate.asked, 0u);
   EXPECT_EQ(f.observer.suppressed, std::vector<std::string>{"concurrency_limited"});
   first.release(false);
-  // With room, the same run sends its hedge, and the hedge's slot comes back when it ends.
+  // With room (a limit of 2), the hedge goes, and its slot comes back when it ends.
   fixture g;
   g.scripts = {{5s, 200, {}}, {1ms, 200, {}}};
-  p.limit = 2;
-  concurrency_lane two(p, 1, 1);
+  concurrency_lane two(retry_test::fixed_concurrency(2), 1, 1);
   g.slots = &two;
   auto loop_slot = two.take();
   auto const hedged = run(g, 1, 10ms);

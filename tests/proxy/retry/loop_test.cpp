@@ -141,10 +141,7 @@ TEST(RunAttempts, WithoutCancellationAFailureIsCountedAndRetried) {
 // concurrency_limited, which neither the breaker nor the budget hears of.
 TEST(RunAttempts, AnAttemptWithoutASlotIsNotSent) {
   fixture f;
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
-  p.limit = 1;
-  concurrency_lane lane(p, 1, 1);
+  concurrency_lane lane(retry_test::fixed_concurrency(1), 1, 1);
   f.slots = &lane;
   auto held = lane.take();
   scripted_attempt attempt(1ms, error_type::connect_refused);

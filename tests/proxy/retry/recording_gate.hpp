@@ -3,6 +3,7 @@
 // that records what it was asked and told (R-7's budget and breaker), and a logger whose
 // lines the test reads back.
 #include "proxy/observe/log.hpp"
+#include "config/config.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -30,6 +31,14 @@ struct recording_gate final : dependency_gate {
     failures += failed;
   }
 };
+
+/// A fixed concurrency limit of `n` (issue 51), for the tests that fill a lane.
+inline config::concurrency_policy fixed_concurrency(unsigned n) {
+  config::concurrency_policy p;
+  p.mode = config::concurrency_mode::fixed;
+  p.limit = n;
+  return p;
+}
 
 struct log_capture {
   std::ostringstream log_text;

@@ -313,22 +313,11 @@ TEST(RetryStep, TheBreakerCountsR4FailuresWhateverRetryOnNarrows) {
   EXPECT_EQ(f.gate.failures, 1u) << "a 503 is a transient failure for the breaker even when not retried";
 }
 
-namespace {
-
-config::concurrency_policy fixed_limit(unsigned n) {
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
-  p.limit = n;
-  return p;
-}
-
-}  // namespace
-
 // Issue 51: a retry needs room in the concurrency limit, asked before the budget, so a retry
 // the limit has no room for spends none; the client gets the last answer, or the limit's 503.
 TEST(RetryStep, ARetryWithoutRoomInTheConcurrencyLimitIsNotScheduledAndSpendsNoBudget) {
   fixture f;
-  concurrency_lane lane(fixed_limit(1), 1, 1);
+  concurrency_lane lane(retry_test::fixed_concurrency(1), 1, 1);
   auto held = lane.take();  // another request holds the only slot
   ASSERT_TRUE(held.held());
   retry_step step({f.policy, f.facts, f.log, f.rng, f.gate, f.observer, true, nullptr, &lane}, t0 + 30s);
