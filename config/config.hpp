@@ -207,8 +207,9 @@ struct policy {
   concurrency_policy concurrency;  ///< tracked per dependency; off unless written
 };
 
-/// The methods a hedge may copy (R-6: idempotent by themselves): GET, HEAD, OPTIONS, PUT, DELETE.
-bool hedge_safe_method(std::string_view method);
+/** R-6's methods idempotent by themselves: GET, HEAD, OPTIONS, PUT, DELETE. They are retried
+    without a key and are the only ones a hedge may copy; the one list both read. */
+bool idempotent_method(std::string_view method);
 
 /// R-2's default retries and R-3's total duration for a context.
 unsigned builtin_max_retries(context_kind c);

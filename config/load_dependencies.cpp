@@ -115,7 +115,7 @@ void reader::check_hedged_methods(const YAML::Node& body, const std::string& rpa
   if (!r.effective.hedge.enabled() || r.methods.empty()) return;
   std::string unsafe;
   for (auto const& m : r.methods)
-    if (!hedge_safe_method(m)) unsafe += (unsafe.empty() ? "" : ", ") + m;
+    if (!idempotent_method(m)) unsafe += (unsafe.empty() ? "" : ", ") + m;
   if (unsafe.empty()) return;
   auto const why =
       " is not idempotent: a hedge puts a second copy in flight while the first may still run, and "

@@ -4,7 +4,7 @@
 
 namespace rebound::config {
 
-bool hedge_safe_method(std::string_view m) {
+bool idempotent_method(std::string_view m) {
   return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE";
 }
 

@@ -377,8 +377,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   req.version(11);
   for (auto const& [name, value] : task.headers) req.insert(name, value);
   bool const is_head = req.method() == bhttp::verb::head;
-  if (!task.body.empty() || (req.method() != bhttp::verb::get && !is_head && req.method() != bhttp::verb::delete_))
-    req.content_length(task.body.size());
+  http::frame_whole_body(req, task.body.size());
   auto const key = http::pool_key(target, route.tls);
   upstream::destination const to{
       key, target.connect_host, target.port, route.tls, http::credentials_for(req, route), true, nullptr, false};

@@ -246,7 +246,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says;
   // never a handshake, which two copies would make two connections the upstream keeps open.
   auto const hedge =
-      retry::plan_hedge(policy, facts.may_retry && !upgrade && config::hedge_safe_method(facts.method),
+      retry::plan_hedge(policy, facts.may_retry && !upgrade && config::idempotent_method(facts.method),
                         policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.

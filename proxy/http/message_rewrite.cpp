@@ -89,4 +89,13 @@ void prepare_switch_response(response_message<bhttp::buffer_body>& res, unsigned
   res.version(11);
 }
 
+void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size) {
+  req.chunked(false);
+  auto const m = req.method();
+  if (size > 0 || m == bhttp::verb::post || m == bhttp::verb::put || m == bhttp::verb::patch)
+    req.content_length(size);
+  else
+    req.erase(bhttp::field::content_length);
+}
+
 }  // namespace rebound::http

@@ -39,6 +39,11 @@ void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const request_target& t,
                               std::string_view via_token = {});
 
+/** The framing of a request rebuilt around a body held whole (a delivered task, the inbound
+    gate's call to the app): Content-Length when there is a body or the method anticipates
+    one (POST, PUT, PATCH; RFC 9110 section 8.6), no framing field otherwise. */
+void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size);
+
 /// The client's side of a response: what its request was, and what this layer did for it.
 struct client_side {
   bool is_head = false;

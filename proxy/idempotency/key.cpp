@@ -1,5 +1,7 @@
 #include "proxy/idempotency/key.hpp"
 
+#include "config/config.hpp"
+
 #include <openssl/rand.h>
 
 #include <array>
@@ -8,10 +10,7 @@ namespace rebound::idempotency {
 
 namespace bhttp = boost::beast::http;
 
-bool retry_safe_method(bhttp::verb v) {
-  return v == bhttp::verb::get || v == bhttp::verb::head || v == bhttp::verb::options || v == bhttp::verb::put ||
-         v == bhttp::verb::delete_;
-}
+bool retry_safe_method(bhttp::verb v) { return config::idempotent_method(bhttp::to_string(v)); }
 
 bool needs_key(bhttp::verb v) { return v == bhttp::verb::post || v == bhttp::verb::patch; }
 

@@ -462,12 +462,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   }
 
   http::prepare_upstream_request(req, parser, request.target, ctx.instance_token);
-  req.chunked(false);
-  if (!body.empty() || req.method() == bhttp::verb::post || req.method() == bhttp::verb::put ||
-      req.method() == bhttp::verb::patch)
-    req.content_length(body.size());
-  else
-    req.erase(bhttp::field::content_length);
+  http::frame_whole_body(req, body.size());
   auto const answer_by = started + route.policy->attempt_timeout;
   trace.app_call_starts(req);
   if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one

@@ -47,7 +47,7 @@ struct hedge_plan {
 duration p95_fallback(duration attempt_timeout);
 
 /** Whether and how a request is hedged. `hedgeable`: its method is idempotent by itself
-    (config::hedge_safe_method, R-6), it may be sent again, and its body is at hand.
+    (config::idempotent_method, R-6), it may be sent again, and its body is at hand.
     `observed_p95`: the dependency's, when enough samples exist. The p95 is used as it is,
     at least 1 ms. */
 hedge_plan plan_hedge(const config::policy& p, bool hedgeable, std::optional<duration> observed_p95);

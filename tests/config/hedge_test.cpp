@@ -151,8 +151,8 @@ TEST(HedgeConfig, EffectiveConfigShowsItAndLoadsBack) {
 }
 
 TEST(HedgeConfig, IdempotentMethodsAreTheOnesAHedgeMayCopy) {
-  for (auto const* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}) EXPECT_TRUE(hedge_safe_method(m)) << m;
-  for (auto const* m : {"POST", "PATCH", "CONNECT", "get", "PURGE"}) EXPECT_FALSE(hedge_safe_method(m)) << m;
+  for (auto const* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}) EXPECT_TRUE(idempotent_method(m)) << m;
+  for (auto const* m : {"POST", "PATCH", "CONNECT", "get", "PURGE"}) EXPECT_FALSE(idempotent_method(m)) << m;
 }
 
 }  // namespace hedge_config_test
