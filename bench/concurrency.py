@@ -5,7 +5,8 @@ queue, and past QUEUE waiting it answers 503 at once. An open-loop client sends 
 per second (a fixed arrival rate, whatever the answers do) through rebound for DURATION
 seconds, once with `concurrency` off, once fixed at the capacity and once adaptive; it reports
 goodput (200s per second), p50/p99 of the 200s, what rebound answered 503 and the upstream's
-longest queue. Usage: bench/concurrency.py [rebound binary]; RATE (300), DURATION (8)."""
+longest queue. Usage: bench/concurrency.py [rebound binary]; RATE (300), DURATION (8), CONFIGS (the
+`concurrency:` values to compare, separated by `;`)."""
 import asyncio, os, socket, statistics, subprocess, sys, tempfile, time
 
 BIN = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "build/rebound")
@@ -54,7 +55,7 @@ async def one(port, results):
     results.append((status, time.monotonic() - start))
 
 
-async def run(concurrency):
+async def run(concurrency, rate=RATE):
     up = Upstream()
     server = await asyncio.start_server(up.handle, "127.0.0.1", 0, backlog=4096)
     uport = server.sockets[0].getsockname()[1]
@@ -70,9 +71,9 @@ async def run(concurrency):
         except OSError:
             await asyncio.sleep(0.1)
     results, tasks, t0 = [], [], time.monotonic()
-    n = int(RATE * DURATION)
-    for i in range(n):  # open loop: request i leaves at t0 + i / RATE, answered or not
-        delay = t0 + i / RATE - time.monotonic()
+    n = int(rate * DURATION)
+    for i in range(n):  # open loop: request i leaves at t0 + i / rate, answered or not
+        delay = t0 + i / rate - time.monotonic()
         if delay > 0: await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(rport, results)))
     await asyncio.gather(*tasks)
@@ -80,7 +81,8 @@ async def run(concurrency):
     ok = sorted(d for s, d in results if s == 200)
     p = lambda q: ok[min(len(ok) - 1, int(q * len(ok)))] * 1000 if ok else float("nan")
     limited = sum(1 for s, _ in results if s == 503)
-    return (f"| {concurrency} | {len(ok) / DURATION:,.0f}/s | {p(0.5):.0f} ms | {p(0.99):.0f} ms | "
+    name = concurrency if rate == RATE else f"{concurrency}, unloaded ({rate}/s)"
+    return (f"| {name} | {len(ok) / DURATION:,.0f}/s | {p(0.5):.0f} ms | {p(0.99):.0f} ms | "
             f"{limited} | {sum(1 for s, _ in results if s not in (200, 503))} | {up.longest} |")
 
 
@@ -89,7 +91,12 @@ async def main():
           f"{SERVICE * 1000:.0f} ms each ({CAPACITY / SERVICE:.0f}/s), queue {QUEUE}\n")
     print("| concurrency | goodput | p50 of 200s | p99 of 200s | 503s | other failures | upstream's longest queue |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for c in ("off", "{mode: fixed, limit: %d}" % CAPACITY, "{mode: adaptive, min_limit: 2, probe_interval: 5s}"):
+    configs = os.environ.get("CONFIGS") or ";".join(
+        ("off", "{mode: fixed, limit: %d}" % CAPACITY, "{mode: adaptive, min_limit: 2, probe_interval: 5s}"))
+    # The latency the dependency gives through rebound at a quarter of its capacity: what the
+    # p99 under overload is compared with (the client's connect and Python's own time included).
+    print(await run("off", int(CAPACITY / SERVICE / 4)), flush=True)
+    for c in configs.split(";"):
         print(await run(c), flush=True)
 
 asyncio.run(main())
