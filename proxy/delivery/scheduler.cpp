@@ -417,7 +417,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   upstream::outgoing_request const out{req, task.body, is_head};
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, deadline);
   auto const took = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - started);
-  slot.release(attempt.has_value() || attempt.error().type == retry::error_type::attempt_timeout);
+  slot.release(retry::measures_load(attempt ? std::nullopt : std::optional(attempt.error().type)));
 
   retry::attempt_summary summary;
   std::string retry_after;  // the summary views it

@@ -79,7 +79,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
 
   clock::time_point attempt_start;  // set where the attempt begins, before the connect
   auto attempt_over = [&](const retry::attempt_outcome& o) {
-    slot.release(o.status.has_value() || o.error == error_type::attempt_timeout);
+    slot.release(retry::measures_load(o.error));
     retry::record_attempt(guard, guard,
                           {1, o, std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - attempt_start)});
   };

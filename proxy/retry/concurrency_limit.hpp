@@ -16,6 +16,7 @@
       clamped to [min_limit, max_limit].
     Pure: the caller passes the time and the random draws, so tests step through it. */
 #include "config/config.hpp"
+#include "proxy/retry/error_type.hpp"
 
 #include <array>
 #include <chrono>
@@ -23,6 +24,13 @@
 #include <optional>
 
 namespace rebound::retry {
+
+/** Whether an attempt that ended with `failure` (none: a head came back) says how loaded the
+    dependency is, as the limit samples it: a head, or a timeout waiting for one. A refused
+    connection answers fast whatever the load. */
+inline bool measures_load(std::optional<error_type> failure) {
+  return !failure || *failure == error_type::attempt_timeout;
+}
 
 class concurrency_limit {
  public:

@@ -16,6 +16,7 @@
 #include "proxy/retry/decide.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/retry/attempt_failure.hpp"
+#include "proxy/retry/concurrency_limit.hpp"
 
 #include <chrono>
 #include <optional>
@@ -71,11 +72,9 @@ struct attempt_summary {
   std::optional<std::chrono::steady_clock::time_point> started;
 };
 
-/** Whether an attempt's time says how loaded the dependency is, as the concurrency limit
-    samples it: it brought back a head, or ran out of time waiting for one. A refused
-    connection answers fast whatever the load. */
+/// concurrency_limit.hpp's measures_load, for an attempt's summary.
 inline bool measures_load(const attempt_summary& s) {
-  return !s.failure || s.failure->type == error_type::attempt_timeout;
+  return measures_load(s.failure ? std::optional<error_type>(s.failure->type) : std::nullopt);
 }
 
 struct attempts_result {
