@@ -10,16 +10,6 @@ using namespace rebound::config;
 using namespace std::chrono_literals;
 
 namespace concurrency_config_test {
-namespace {
-
-std::string messages(const std::vector<diagnostic>& ds) {
-  std::string s;
-  for (auto const& d : ds) s += to_string(d) + "\n";
-  return s;
-}
-
-}  // namespace
-
 TEST(ConcurrencyConfig, OffByDefault) {
   auto const c = load_config_text("dependencies: {a: {hosts: [a]}}", "t.yaml");
   EXPECT_FALSE(c.defaults.concurrency.enabled());

@@ -14,3 +14,10 @@ inline std::vector<rebound::config::diagnostic> errors_of(const std::string& yam
   }
   return {};
 }
+
+/// Every finding as `rebound check` prints it, a line each: what a test searches for words in.
+inline std::string messages(const std::vector<rebound::config::diagnostic>& ds) {
+  std::string s;
+  for (auto const& d : ds) s += to_string(d) + "\n";
+  return s;
+}

@@ -27,12 +27,6 @@ dependencies:
         hedge: off
 )";
 
-std::string messages(const std::vector<diagnostic>& ds) {
-  std::string s;
-  for (auto const& d : ds) s += to_string(d) + "\n";
-  return s;
-}
-
 }  // namespace
 
 TEST(HedgeConfig, OffByDefault) {
