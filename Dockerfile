@@ -17,7 +17,7 @@ FROM ${BUILD_IMAGE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build ccache libboost1.81-dev libssl-dev libyaml-cpp-dev libspdlog-dev libsqlite3-dev \
-      libpq-dev prometheus-cpp-dev pkg-config libnghttp2-dev \
+      libpq-dev prometheus-cpp-dev pkg-config libnghttp2-dev libc-ares-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # Release (-O3) by default; `--build-arg CMAKE_BUILD_TYPE=RelWithDebInfo` builds what
 # scripts/build builds (-O2; the debug info is stripped below).
@@ -39,7 +39,7 @@ RUN --mount=type=cache,target=/var/cache/ccache \
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsqlite3-0 libpq5 libnghttp2-14 ca-certificates \
+      libssl3 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsqlite3-0 libpq5 libnghttp2-14 libc-ares2 ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 rebound \

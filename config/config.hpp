@@ -293,6 +293,25 @@ struct inbound_settings {
   bool needs_store() const;
 };
 
+/** `dns:` (issue 50): how upstream names are resolved. rebound asks DNS itself (c-ares, on each
+    worker's own event loop) and keeps each answer for its TTL, held between `min_ttl` and
+    `max_ttl`; a name that does not exist is asked again after `min_ttl`. */
+struct dns_settings {
+  /// `host` or `host:port` (IPv6 in brackets) of the servers to ask; empty: /etc/resolv.conf's.
+  std::vector<std::string> servers;
+  duration min_ttl = std::chrono::seconds(5);
+  duration max_ttl = std::chrono::minutes(5);
+  /// While the servers fail (no answer, SERVFAIL, refused), the last good answer of a name is
+  /// used for this long past its TTL; then the lookup fails as R-4 says (`dns_failure`).
+  duration stale_for = std::chrono::minutes(5);
+  /// One lookup, every server and search domain: past it the request fails (or takes the stale answer).
+  duration timeout = std::chrono::seconds(2);
+  /// Happy Eyeballs (RFC 8305): another address is tried this long after the last one began
+  /// while that one has not connected yet.
+  duration connect_stagger = std::chrono::milliseconds(250);
+  bool operator==(const dns_settings&) const = default;
+};
+
 struct config {
   std::string service = "unknown_service";  ///< the `service` label of every metric
   std::string log_level = "info";           ///< trace|debug|info|warn|error|off; --log-level wins
@@ -311,6 +330,7 @@ struct config {
   bool watch_config = false;
   unknown_hosts_policy unknown_hosts = unknown_hosts_policy::allow;
   request_limits limits;
+  dns_settings dns;
   policy defaults;
   std::vector<dependency> dependencies;
   /// `store:` — where handed-over calls are kept (async delivery, R-8).

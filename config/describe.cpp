@@ -219,6 +219,15 @@ std::string effective_config_json(const config& cfg) {
       l.string("http2_connection_buffer", format_size(cfg.limits.http2_connection_buffer));
       l.string("http2_answer_buffer", format_size(cfg.limits.http2_answer_buffer));
     }
+    {
+      object_writer d(w.nested("dns"));
+      d.strings("servers", cfg.dns.servers);
+      d.string("min_ttl", format_duration(cfg.dns.min_ttl));
+      d.string("max_ttl", format_duration(cfg.dns.max_ttl));
+      d.string("stale_for", format_duration(cfg.dns.stale_for));
+      d.string("timeout", format_duration(cfg.dns.timeout));
+      d.string("connect_stagger", format_duration(cfg.dns.connect_stagger));
+    }
     if (cfg.store.configured) {  // written only when set: an unset store is not opened at all
       object_writer st(w.nested("store"));
       if (cfg.store.type == config::store_settings::kind::postgres) {

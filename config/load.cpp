@@ -43,7 +43,7 @@ void reader::read_top(const YAML::Node& root, config& c) {
   if (!expect_map(root, "")) return;
   check_keys(root, "",
              {"service", "log_level", "listen", "admin", "workers", "drain_timeout", "watch_config", "unknown_hosts",
-              "limits", "defaults", "dependencies", "store", "async", "alert", "inbound", "tracing"});
+              "limits", "dns", "defaults", "dependencies", "store", "async", "alert", "inbound", "tracing"});
   typed(root, "service", "", c.service, parse_service);
   typed(root, "log_level", "", c.log_level, parse_log_level);
   typed(root, "listen", "", c.listen, parse_endpoint);
@@ -60,6 +60,7 @@ void reader::read_top(const YAML::Node& root, config& c) {
   typed(root, "watch_config", "", c.watch_config, parse_bool);
   typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
   if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
+  if (auto n = root["dns"]) read_dns(n, c.dns);
   if (auto n = root["store"]; n && expect_map(n, "store")) {
     check_keys(n, "store",
                {"type", "path", "dsn", "password_file", "pool", "pooler", "lease", "retention", "max_size"});

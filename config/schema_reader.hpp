@@ -36,6 +36,7 @@ class reader : public yaml_reader {
   void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in);
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l);
+  void read_dns(const YAML::Node& n, dns_settings& d);
 
   /// One level of policy as written (defaults or a dependency): what it sets, and where.
   struct policy_layer {

@@ -112,7 +112,7 @@ TcpServer::TcpServer(Handler handler) { start(std::move(handler)); }
 
 TcpServer::~TcpServer() { stop(); }
 
-void TcpServer::start(Handler handler, std::uint16_t port) {
+void TcpServer::start(Handler handler, std::uint16_t port, const std::string& address) {
   handler_ = std::move(handler);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error("upstream: socket() failed");
@@ -120,7 +120,10 @@ void TcpServer::start(Handler handler, std::uint16_t port) {
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+    ::close(listen_fd_);
+    throw std::runtime_error("upstream: not an IPv4 address: " + address);
+  }
   addr.sin_port = htons(port);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 1024) != 0) {
     ::close(listen_fd_);
@@ -317,6 +320,10 @@ ScriptedUpstream::ScriptedUpstream() {
 
 ScriptedUpstream::ScriptedUpstream(std::uint16_t port) {
   start([this](Conn& conn, TcpServer&) { serve(conn, next_connection_++); }, port);
+}
+
+ScriptedUpstream::ScriptedUpstream(const std::string& address, std::uint16_t port) {
+  start([this](Conn& conn, TcpServer&) { serve(conn, next_connection_++); }, port, address);
 }
 
 ScriptedUpstream::~ScriptedUpstream() { stop(); }

@@ -88,8 +88,9 @@ class TcpServer {
 
  protected:
   TcpServer();  // for subclasses that pass the handler later through start()
-  // Listens on 127.0.0.1:port (0: any free port); throws if it cannot.
-  void start(Handler handler, std::uint16_t port = 0);
+  // Listens on address:port (0: any free port; another loopback address such as 127.0.0.2
+  // stands for another host of a name); throws if it cannot.
+  void start(Handler handler, std::uint16_t port = 0, const std::string& address = "127.0.0.1");
   virtual void on_stop() {}
 
  private:
@@ -157,6 +158,8 @@ class ScriptedUpstream : public TcpServer {
   ScriptedUpstream();
   // On a given port, e.g. the one a stopped upstream listened on (an upstream restart).
   explicit ScriptedUpstream(std::uint16_t port);
+  // On another loopback address (127.0.0.2...): one of a DNS name's hosts (port 0: any free).
+  ScriptedUpstream(const std::string& address, std::uint16_t port);
   ~ScriptedUpstream() override;
 
   void on(const std::string& path, Script script);  // path without query

@@ -20,6 +20,8 @@
 #include "proxy/net.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/upstream/pool.hpp"
+#include "proxy/upstream/resolver.hpp"
+#include <ares.h>
 #include "proxy/auth/secure_origins.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -53,6 +55,8 @@ struct control_state {
   observe::logger& log;
   const run_options& options;
   std::shared_ptr<const auth::secure_origins> origins;  ///< the running config's
+  net::io_context& control;                             ///< the admin API's loop
+  observe::metrics& metrics;
 };
 
 std::string joined(const std::vector<std::string>& names) {
@@ -123,11 +127,13 @@ void reload(control_state& cs) {
   auto const next_running = std::make_shared<const http::running_config>(http::running_config{current, origins});
   for (auto& w : cs.workers) {
     worker* wp = w.get();
-    net::post(wp->ioc, [wp, next_running] {
+    net::post(wp->ioc, [wp, next_running, &log = cs.log, &metrics = cs.metrics] {
       wp->running = next_running;
       wp->guards->clear();
+      net::use_service<upstream::resolver_service>(wp->ioc).configure(next_running->cfg->dns, &log, &metrics);
     });
   }
+  net::use_service<upstream::resolver_service>(cs.control).configure(current->dns, &cs.log, &cs.metrics);
   cs.admin.cfg = current;
   cs.origins = origins;
   log.info("config_reloaded", {{"file", path},
@@ -293,6 +299,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
+  ares_library_init(ARES_LIB_INIT_ALL);  // once, before any thread uses c-ares
   retry::guard_registry guards(*cfg, log, metrics, n);  // each worker its lane of a concurrency limit
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
@@ -333,9 +340,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
       w->inbound_acceptor.emplace(bind_listener(w->ioc, inbound_ep, true, "inbound.listen"));
       inbound_ep = w->inbound_acceptor->local_endpoint();
     }
+    // Each worker resolves upstream names itself, on its own loop (upstream/resolver.hpp).
+    net::use_service<upstream::resolver_service>(w->ioc).configure(cfg->dns, &log, &metrics);
     workers.push_back(std::move(w));
   }
   net::io_context control{1};
+  net::use_service<upstream::resolver_service>(control).configure(cfg->dns, &log, &metrics);
   tcp::acceptor admin_acceptor =
       bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false, "admin");
   admin_base = "http://" + to_string(admin_acceptor.local_endpoint());
@@ -347,7 +357,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   state.cfg = cfg;
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
-  control_state cs{workers, state, guards, log, options, origins};
+  control_state cs{workers, state, guards, log, options, origins, control, metrics};
   net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), report_failure{&log, "signals"});
   net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
 

@@ -4,6 +4,9 @@
 #include "proxy/retry/layers.hpp"
 #include "proxy/retry/request_timeout.hpp"
 
+#include <algorithm>
+#include <vector>
+
 namespace rebound::http {
 
 using clock = std::chrono::steady_clock;
@@ -14,15 +17,23 @@ namespace {
 class http1_attempt final : public retry::attempt_runner {
  public:
   http1_attempt(upstream::pool& pool, upstream::destination to, upstream::outgoing_request out, bool sends_deadline)
-      : pool_(pool), to_(to), out_(out), sends_deadline_(sends_deadline) {}
+      : pool_(pool), to_(to), out_(out), sends_deadline_(sends_deadline) {
+    to_.used = &used_;
+  }
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     // What this attempt has left, not what the caller first gave: the time spent on earlier
     // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
     if (sends_deadline_)
       out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
+    if (!used_.is_unspecified()) {  // a retry: it prefers an address not yet tried (previous_hosts)
+      if (std::find(tried_.begin(), tried_.end(), used_) == tried_.end()) tried_.push_back(used_);
+      to_.avoid = &tried_;
+      used_ = net::ip::address();
+    }
     auto attempt = co_await upstream::run_attempt(pool_, to_, out_, deadline);
     retry::attempt_summary s;
+    s.address = used_;
     if (!attempt) {
       s.failure = std::move(attempt.error());
       co_return s;
@@ -51,6 +62,8 @@ class http1_attempt final : public retry::attempt_runner {
   upstream::destination to_;
   upstream::outgoing_request out_;
   bool sends_deadline_;
+  net::ip::address used_;                 ///< where the last attempt went
+  std::vector<net::ip::address> tried_;  ///< where the attempts before it went
 };
 
 /// What the loop came to; `answered`: the runner holding the response, if one came back.

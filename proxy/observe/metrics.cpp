@@ -426,6 +426,11 @@ metrics::metrics(std::string service)
                          .Help("R-8's alert notices (alert.webhook), by outcome: delivered, failed (its retries "
                                "ran out), lost (it could not be stored)")
                          .Register(*registry_)),
+      dns_lookups_(prometheus::BuildCounter()
+                       .Name("dns_lookups_total")
+                       .Help("DNS lookups of upstream names, by result: answered, absent (no such name or no "
+                             "address), stale (the servers failed; the last answer was used), failed")
+                       .Register(*registry_)),
       store_commit_(prometheus::BuildHistogram()
                         .Name("store_commit_duration_seconds")
                         .Help("Commits of the task store, each with its fsync and the calls grouped into it")
@@ -470,6 +475,10 @@ void metrics::spans_dropped(std::string_view reason, std::size_t n) {
 
 void metrics::alert_notice(std::string_view outcome) {
   alert_notices_.Add({{"service", service_}, {"outcome", std::string(outcome)}}).Increment();
+}
+
+void metrics::dns_lookup(std::string_view result) {
+  dns_lookups_.Add({{"service", service_}, {"result", std::string(result)}}).Increment();
 }
 
 void metrics::store_commit(std::chrono::nanoseconds took) {

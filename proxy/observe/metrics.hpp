@@ -170,6 +170,11 @@ class metrics {
   /// alert_notices_total{outcome}. Kept apart from retry_request_attempts, so rebound's own
   /// notices never count in a dependency's dead-letter rate.
   void alert_notice(std::string_view outcome);
+  /** A DNS lookup of an upstream name ended (dns_lookups_total{result}): `answered` (addresses),
+      `absent` (the name does not exist or has no address), `stale` (the servers failed and the
+      last answer bridged it), `failed` (the servers failed with nothing to bridge). Once per
+      name and TTL at most, so the shared counter costs nothing on the request path. */
+  void dns_lookup(std::string_view result);
   /// A store commit and its fsync: store_commit_duration_seconds.
   void store_commit(std::chrono::nanoseconds took);
 
@@ -211,6 +216,7 @@ class metrics {
   prometheus::Family<prometheus::Counter>& spans_exported_;
   prometheus::Family<prometheus::Counter>& spans_dropped_;
   prometheus::Family<prometheus::Counter>& alert_notices_;
+  prometheus::Family<prometheus::Counter>& dns_lookups_;
   prometheus::Histogram& store_commit_;
 
   mutable std::mutex mutex_;  ///< dependencies_, and one fold at a time

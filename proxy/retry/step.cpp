@@ -163,6 +163,7 @@ next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt
   }
   previous_wait_ = go.wait;
   ctx_.observer.retry_scheduled(go.wait);
+  auto const address = summary.address.is_unspecified() ? std::string() : summary.address.to_string();
   log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
                              {"dependency", facts.dependency},
                              {"attempt", result.attempts + 1},
@@ -175,7 +176,8 @@ next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt
                              {"status", outcome.status.value_or(0)},
                              {"grpc_status", outcome.grpc_status},
                              {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
-                             {"duration_ms", static_cast<long long>(took.count() / 1000)}});
+                             {"duration_ms", static_cast<long long>(took.count() / 1000)},
+                             {"address", address.empty() ? std::nullopt : std::optional<std::string_view>(address)}});
   return {true, go.wait, std::nullopt, failure ? std::string() : outcome_name(outcome)};
 }
 

@@ -18,6 +18,8 @@
 #include "proxy/retry/attempt_failure.hpp"
 #include "proxy/retry/concurrency_limit.hpp"
 
+#include <boost/asio/ip/address.hpp>
+
 #include <chrono>
 #include <optional>
 #include <random>
@@ -70,6 +72,9 @@ struct attempt_summary {
   unsigned answered_by = 0;
   /// When that copy started; unset: when the run started.
   std::optional<std::chrono::steady_clock::time_point> started;
+  /// The upstream address the attempt went to; unspecified when it made no connection or
+  /// the door does not say (the attempt's log line names it).
+  boost::asio::ip::address address;
 };
 
 /// concurrency_limit.hpp's measures_load, for an attempt's summary.

@@ -4,6 +4,7 @@
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
 #include "proxy/upstream/connect.hpp"
+#include "proxy/upstream/resolver.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -139,6 +140,12 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     }
   }
   bool const may_reuse = to.may_reuse && !send;
+  // previous_hosts: only where the name offers an address this request has not tried.
+  std::vector<net::ip::address> const* avoid = nullptr;
+  if (to.avoid && !to.avoid->empty()) {
+    auto const* resolver = resolver_of(co_await net::this_coro::executor);
+    if (resolver && resolver->offers_another(to.host, *to.avoid)) avoid = to.avoid;
+  }
   auto out = p.spare_exchange();
   std::string head;  // serialized once, after the credential: a resend sends the same bytes
   for (int round = 0; round < 2; ++round) {
@@ -146,20 +153,22 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     out->response.reset();
     out->buffer.consume(out->buffer.size());
     if (round == 0 && may_reuse) {
-      if (auto pooled = p.take(to.pool_key)) out->stream.emplace(std::move(*pooled));
+      if (auto pooled = avoid ? p.take_avoiding(to.pool_key, *avoid) : p.take(to.pool_key))
+        out->stream.emplace(std::move(*pooled));
     }
     bool const reused = out->stream.has_value();
     if (!out->stream) {
-      auto c = co_await open_connection(to.host, to.port, to.tls, deadline);
+      auto c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
       // Out of descriptors while idle connections to other hosts hold some: one of those
       // (the least recently used) gives its descriptor to this call instead of the call
       // being refused.
       while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
-        c = co_await open_connection(to.host, to.port, to.tls, deadline);
+        c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
       if (!c.conn) co_return retry::attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
     auto& up = *out->stream;
+    if (to.used) *to.used = up.peer();
     // Other 1xx than a 100 the client waits for go on to the client even if the attempt
     // is then retried: they promise nothing about the final answer (an Early Hints of a
     // failed attempt only wasted a preload). A 100 to a request whose body is at hand

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rebound::upstream {
 
@@ -82,6 +83,12 @@ struct destination {
   /// The request asks to switch to WebSocket (http/wire/upgrade.hpp): a 101 that does is its
   /// final answer, and the connection then belongs to the tunnel, never to the pool.
   bool upgrade = false;
+  /** Envoy's previous_hosts: the addresses this request's earlier attempts went to. When the
+      host's name has another, the attempt takes a pooled connection to another address or
+      connects to one; a name with one address (or an IP literal) is not affected. */
+  const std::vector<net::ip::address>* avoid = nullptr;
+  /// Where the attempt's connection went (left as it was when none was made).
+  net::ip::address* used = nullptr;
 };
 
 struct interim_route;

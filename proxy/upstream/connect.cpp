@@ -1,8 +1,8 @@
 #include "proxy/upstream/connect.hpp"
 
+#include "proxy/upstream/resolver.hpp"
 #include "proxy/upstream/tls_client.hpp"
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/beast/core/error.hpp>
@@ -10,11 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <memory>
+#include <utility>
+#include <vector>
 
 namespace rebound::upstream {
-
-using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -42,63 +44,158 @@ http::error_type classify_connect_error(const error_code& ec) {
   return http::error_type::connect_refused;
 }
 
+namespace {
+
+/** RFC 8305 section 5 (Happy Eyeballs v2): the addresses are tried in order, the next one
+    `stagger` after the last began while none has connected (at once when all begun have
+    failed); the first to connect wins and the others are closed. A blackholed first address
+    then costs `stagger`, not the attempt. */
+struct connect_race {
+  explicit connect_race(const net::any_io_executor& ex) : wake(ex) {}
+  net::steady_timer wake;  ///< cancelled by each attempt that ends
+  std::vector<std::unique_ptr<tcp::socket>> sockets;
+  std::optional<tcp::socket> winner;
+  std::size_t winner_at = 0;  ///< its index in the endpoints
+  std::size_t failed = 0;
+  error_code last_error;
+  bool signalled = false;  ///< the wake-up came from an attempt, not from outside
+};
+
+struct race_result {
+  error_code ec;
+  std::optional<tcp::socket> socket;
+  net::ip::address peer;
+};
+
+net::awaitable<race_result> connect_first(
+    const std::vector<tcp::endpoint>& endpoints, std::chrono::steady_clock::time_point deadline,
+    std::chrono::steady_clock::duration stagger) {
+  auto ex = co_await net::this_coro::executor;
+  auto race = std::make_shared<connect_race>(ex);
+  std::size_t started = 0;
+  auto next_start = std::chrono::steady_clock::now();
+  error_code outcome;
+  for (;;) {
+    if (race->winner) break;
+    auto const now = std::chrono::steady_clock::now();
+    if (started < endpoints.size() && (now >= next_start || race->failed == started)) {
+      auto& sock = race->sockets.emplace_back(std::make_unique<tcp::socket>(ex));
+      sock->async_connect(endpoints[started], [race, sp = sock.get(), at = started](error_code ec) {
+        if (!ec && !race->winner) {
+          race->winner.emplace(std::move(*sp));
+          race->winner_at = at;
+        } else if (ec) {
+          ++race->failed;
+          race->last_error = ec;
+        }
+        race->signalled = true;
+        race->wake.cancel();
+      });
+      ++started;
+      next_start = now + stagger;
+      continue;
+    }
+    if (race->failed == endpoints.size()) {
+      outcome = race->last_error;
+      break;
+    }
+    if (now >= deadline) {
+      outcome = beast::error::timeout;
+      break;
+    }
+    race->wake.expires_at(started < endpoints.size() ? std::min(deadline, next_start) : deadline);
+    race->signalled = false;
+    auto [wec] = co_await race->wake.async_wait(use_tuple);
+    if (wec == net::error::operation_aborted && !race->signalled) {
+      outcome = net::error::operation_aborted;  // the attempt was cancelled (a hedge that lost)
+      break;
+    }
+  }
+  for (auto& sock : race->sockets) {
+    error_code ignored;
+    if (sock->is_open()) sock->close(ignored);  // the losers; their handlers hold `race`
+  }
+  if (race->winner && race->winner->is_open())
+    co_return race_result{{}, std::move(race->winner), endpoints[race->winner_at].address()};
+  co_return race_result{outcome ? outcome : error_code(net::error::operation_aborted), std::nullopt, {}};
+}
+
+std::string addresses_of(const std::vector<tcp::endpoint>& endpoints) {
+  std::string s;
+  for (auto const& ep : endpoints) s += (s.empty() ? "" : ", ") + ep.address().to_string();
+  return s;
+}
+
+}  // namespace
+
 net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t port,
-                                          std::chrono::steady_clock::time_point deadline) {
+                                          std::chrono::steady_clock::time_point deadline,
+                                          const std::vector<net::ip::address>* avoid) {
   auto ex = co_await net::this_coro::executor;
   connect_result out;
-  tcp::resolver::results_type endpoints;
+  std::vector<tcp::endpoint> endpoints;
+  std::chrono::steady_clock::duration stagger = std::chrono::milliseconds(250);
   error_code ec;
   auto const addr = net::ip::make_address(host, ec);
   if (!ec) {
-    endpoints = tcp::resolver::results_type::create(tcp::endpoint(addr, port), host, std::to_string(port));
+    endpoints.emplace_back(addr, port);
   } else {
-    // The resolver runs getaddrinfo on a helper thread and has no deadline of its own, so
-    // it races a timer; the loser is cancelled.
-    tcp::resolver resolver(ex);
-    net::steady_timer timer(ex);
-    timer.expires_at(deadline);
-    // Named operands: GCC 12 destroys temporaries of a co_await (a || b) expression twice.
-    auto const service = std::to_string(port);
-    auto resolve = resolver.async_resolve(host, service, use_tuple);
-    auto expire = timer.async_wait(use_tuple);
-    auto winner = co_await (std::move(resolve) || std::move(expire));
-    if (winner.index() == 1) {
+    auto* resolver = resolver_of(ex);
+    if (!resolver) {
       out.error = http::error_type::dns_failure;
-      out.message = "DNS lookup of " + host + " timed out";
+      out.message = "DNS lookup of " + host + " failed: no resolver on this executor";
       co_return out;
     }
-    auto [rec, results] = std::get<0>(std::move(winner));
-    if (rec || results.empty()) {
-      out.error = http::error_type::dns_failure;
-      out.message = "DNS lookup of " + host + " failed: " + (rec ? rec.message() : std::string("no addresses"));
+    auto found = co_await resolver->resolve(host, deadline);
+    if (found.addresses.empty()) {
+      out.error = found.error;
+      out.message = std::move(found.message);
       co_return out;
     }
-    endpoints = std::move(results);
+    for (auto const& a : found.addresses) endpoints.emplace_back(a, port);
+    if (avoid && !avoid->empty())  // previous_hosts: what this request has not tried goes first
+      std::stable_partition(endpoints.begin(), endpoints.end(), [avoid](const tcp::endpoint& ep) {
+        return std::find(avoid->begin(), avoid->end(), ep.address()) == avoid->end();
+      });
+    stagger = resolver->settings().connect_stagger;
   }
-  beast::tcp_stream stream(ex);
-  stream.expires_at(deadline);
-  auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+  error_code cec;
+  std::optional<beast::tcp_stream> stream;
+  if (endpoints.size() == 1) {
+    stream.emplace(ex);
+    stream->expires_at(deadline);
+    std::tie(cec) = co_await stream->async_connect(endpoints.front(), use_tuple);
+    out.peer = endpoints.front().address();
+  } else {
+    auto race = co_await connect_first(endpoints, deadline, stagger);
+    cec = race.ec;
+    out.peer = race.peer;
+    if (race.socket) stream.emplace(std::move(*race.socket));
+  }
   if (cec) {
+    // A name says which of its addresses were tried.
+    auto const where = host + ":" + std::to_string(port) + (ec ? " (" + addresses_of(endpoints) + ")" : "");
     out.error =
         cec != beast::error::timeout && out_of_sockets() ? http::error_type::overloaded : classify_connect_error(cec);
     out.message = out.error == http::error_type::overloaded
-                      ? "rebound is out of descriptors or memory for a connection to " + host + ":" +
-                            std::to_string(port) + " (" + cec.message() + ")"
-                      : "connect to " + host + ":" + std::to_string(port) +
+                      ? "rebound is out of descriptors or memory for a connection to " + where + " (" +
+                            cec.message() + ")"
+                      : "connect to " + where +
                             " failed: " + (cec == beast::error::timeout ? std::string("timed out") : cec.message());
     co_return out;
   }
-  stream.expires_never();
+  stream->expires_never();
   error_code ignored;
-  stream.socket().set_option(tcp::no_delay(true), ignored);
-  out.stream.emplace(std::move(stream));
+  stream->socket().set_option(tcp::no_delay(true), ignored);
+  out.stream.emplace(std::move(*stream));
   co_return out;
 }
 
 net::awaitable<open_result> open_connection(const std::string& host, std::uint16_t port, tls_client* tls,
-                                            std::chrono::steady_clock::time_point deadline, std::string_view alpn) {
+                                            std::chrono::steady_clock::time_point deadline, std::string_view alpn,
+                                            const std::vector<net::ip::address>* avoid) {
   open_result out;
-  auto c = co_await connect_to(host, port, deadline);
+  auto c = co_await connect_to(host, port, deadline, avoid);
   if (!c.stream) {
     out.error = c.error;
     out.message = std::move(c.message);
@@ -106,6 +203,7 @@ net::awaitable<open_result> open_connection(const std::string& host, std::uint16
   }
   if (!tls) {
     out.conn.emplace(std::move(*c.stream));
+    out.conn->set_peer(c.peer);
     co_return out;
   }
   auto h = co_await tls->handshake(*c.stream, deadline, alpn);
@@ -115,6 +213,7 @@ net::awaitable<open_result> open_connection(const std::string& host, std::uint16
     co_return out;
   }
   out.conn.emplace(std::move(*h.conn));
+  out.conn->set_peer(c.peer);
   co_return out;
 }
 

@@ -53,6 +53,10 @@ class connection {
 
   executor_type get_executor() { return tcp().get_executor(); }
   bool is_tls() const { return tls_ != nullptr; }
+  /// The address connected to (of a name's several, the one Happy Eyeballs chose): a retry
+  /// prefers another (attempt.hpp's `destination::avoid`).
+  const net::ip::address& peer() const { return peer_; }
+  void set_peer(const net::ip::address& a) { peer_ = a; }
 
   /// The TCP layer: deadlines (`expires_at`, `expires_never`) and the socket.
   beast::tcp_stream& tcp() { return tls_ ? tls_next_layer() : *plain_; }
@@ -106,6 +110,7 @@ class connection {
   // Held by pointer: tcp_stream cannot be move-assigned, and a pooled connection moves.
   std::unique_ptr<beast::tcp_stream> plain_;
   std::unique_ptr<tls_stream> tls_;
+  net::ip::address peer_;
 };
 
 /// End of stream, on TCP or TLS (with or without the peer's close_notify).

@@ -80,15 +80,23 @@ void pool::retire(entry e) {
     spare_.splice(spare_.end(), lru_, e);
 }
 
-std::optional<connection> pool::take(const std::string& key) {
+std::optional<connection> pool::take(const std::string& key) { return take_first(key, nullptr); }
+
+std::optional<connection> pool::take_avoiding(const std::string& key, const std::vector<net::ip::address>& avoid) {
+  return take_first(key, &avoid);
+}
+
+std::optional<connection> pool::take_first(const std::string& key, const std::vector<net::ip::address>* avoid) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
   auto const now = now_();
   std::optional<connection> out;
   auto& q = it->second;
-  while (!q.empty() && !out) {
-    auto const e = q.back();
-    q.pop_back();
+  // Newest first; one found closed on the way is dropped, one to an avoided address left.
+  for (auto i = q.size(); i-- > 0 && !out;) {
+    auto const e = q[i];
+    if (avoid && std::find(avoid->begin(), avoid->end(), e->stream->peer()) != avoid->end()) continue;
+    q.erase(q.begin() + static_cast<std::ptrdiff_t>(i));
     auto const idle_for = now - e->since;
     if (idle_for < idle_timeout_ && (idle_for < known_live_for || still_open(e->stream)))
       out.emplace(std::move(*e->stream));

@@ -54,6 +54,11 @@ class pool {
       recv. */
   std::optional<connection> take(const std::string& key);
 
+  /** The same, of the connections to an address not in `avoid` (a retry's previous_hosts,
+      attempt.hpp): the most recently used such one, or none. Connections to avoided
+      addresses stay pooled for other requests. */
+  std::optional<connection> take_avoiding(const std::string& key, const std::vector<net::ip::address>& avoid);
+
   /** A connection taken for `key` turned out closed before it answered: its siblings idled
       as long or longer, and an upstream restart closed them all. Each is checked now, so
       the requests after this one do not find the same. */
@@ -92,6 +97,8 @@ class pool {
   };
   using entry = std::list<idle>::iterator;
   void drop(entry e);
+  /// take() and take_avoiding(): the newest live connection for `key` not to an address in `avoid`.
+  std::optional<connection> take_first(const std::string& key, const std::vector<net::ip::address>* avoid);
   /// Moves `e` from lru_ to spare_ (or frees it past max_spare), keeping its node and key
   /// string for the next put: a busy dependency then allocates nothing per request here.
   void retire(entry e);

@@ -272,3 +272,29 @@ TEST(Pool, AnExchangeWhoseBufferGrewPastAFirstReadIsNotKept) {
 
 }  // namespace
 }  // namespace pool_test
+
+namespace pool_test {
+
+TEST(Pool, ARetryTakesAConnectionToAnAddressItHasNotTriedAndLeavesTheOthersPooled) {
+  net::io_context ioc;
+  connected_pair first(ioc), second(ioc);
+  auto const a = net::ip::make_address("10.0.0.1"), b = net::ip::make_address("10.0.0.2");
+  pool p(8, 64, 30s);
+  rebound::upstream::connection to_a(std::move(first.client)), to_b(std::move(second.client));
+  to_a.set_peer(a);
+  to_b.set_peer(b);
+  auto const b_local = to_b.socket().local_endpoint();
+  p.put("k", std::move(to_b));
+  p.put("k", std::move(to_a));  // the most recently used: what take() would hand out
+  auto other = p.take_avoiding("k", {a});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->peer(), b);
+  EXPECT_EQ(other->socket().local_endpoint(), b_local);
+  EXPECT_EQ(p.idle_count(), 1u);  // the one to `a` stays for requests that have not tried it
+  EXPECT_FALSE(p.take_avoiding("k", {a}));
+  auto left = p.take("k");
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left->peer(), a);
+}
+
+}  // namespace pool_test

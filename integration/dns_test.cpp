@@ -1,0 +1,190 @@
+// Issue 50 end to end: the real binary resolves upstream names with its own DNS client
+// against a DNS server in this process (integration/dns_server.hpp), and connects to hosts on
+// other loopback addresses (127.0.0.2, 127.0.0.3) the way it would to a name's hosts.
+#include "async_helpers.hpp"
+#include "dns_server.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace itest::dns_test {
+namespace {
+
+ReboundOptions resolving_with(const DnsServer& dns, const std::string& dns_keys, const std::string& policy = {}) {
+  ReboundOptions o;
+  o.workers = 1;  // one worker, one cache: what a test asks next finds what the last one left
+  o.extra = "dns:\n  servers: [\"" + dns.address() + "\"]\n" + dns_keys +
+            "defaults:\n  backoff: {base: 5ms, cap: 20ms}\n" + policy;
+  return o;
+}
+
+std::string get(const std::string& authority, const std::string& path = "/") {
+  return absolute_request("GET", authority, path);
+}
+
+/// An answer after which the upstream closes: each request opens a connection, so each asks
+/// for the name's addresses (a pooled connection would need none).
+Script closing() {
+  Script s;
+  s.close_after = true;
+  return s;
+}
+
+std::optional<Response> ask(ReboundProcess& rb, const std::string& request) {
+  RawConnection c(rb.port());
+  if (!c.send(request)) return std::nullopt;
+  return c.read_response();
+}
+
+/** A listener whose accept queue is full: a SYN to it is dropped, so a connect hangs as it
+    does to a host that is down behind a firewall (a blackhole), not refused at once. */
+struct blackhole {
+  int listener = -1, filler = -1;
+  blackhole(const std::string& address, std::uint16_t port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+    listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 0) != 0)
+      throw std::runtime_error("blackhole: cannot listen on " + address);
+    filler = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw std::runtime_error("blackhole: cannot fill the queue");
+  }
+  ~blackhole() {
+    ::close(filler);
+    ::close(listener);
+  }
+};
+
+}  // namespace
+
+TEST(Dns, ANameIsResolvedByTheConfiguredServerAndAnUnknownOneFailsAsR4Says) {
+  DnsServer dns;
+  ScriptedUpstream up("127.0.0.2", 0);
+  up.on("/", closing());
+  dns.set("svc.test", {{"127.0.0.2"}, 60});
+  ReboundProcess rb(resolving_with(dns, ""));
+  auto const port = std::to_string(up.port());
+  for (int i = 0; i < 3; ++i) {
+    auto const r = ask(rb, get("svc.test:" + port));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+  }
+  EXPECT_EQ(up.connections(), 3u);
+  EXPECT_LE(dns.queries("svc.test"), 2u);  // one lookup (A and AAAA), kept for its TTL
+
+  auto const r = ask(rb, get("nope.test:" + port));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 502u);
+  EXPECT_NE(r->body.find("\"dns_failure\""), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("no such name"), std::string::npos) << r->body;
+  EXPECT_EQ(r->header("Rebound-Attempts"), "2");  // a DNS failure is retried once
+  HttpClient admin(rb.admin_port());
+  auto const metrics = admin.get("/metrics").body;
+  EXPECT_NE(series_line(metrics, "dns_lookups_total", {"result=\"answered\""}), "") << metrics;
+  EXPECT_NE(series_line(metrics, "dns_lookups_total", {"result=\"absent\""}), "") << metrics;
+}
+
+TEST(Dns, PastItsTtlANameIsAskedAgainAndItsNewAddressServes) {
+  DnsServer dns;
+  auto old_host = std::make_unique<ScriptedUpstream>("127.0.0.2", 0);
+  old_host->on("/", Script{});
+  auto const port = old_host->port();
+  dns.set("moved.test", {{"127.0.0.2"}, 60});
+  ReboundProcess rb(resolving_with(dns, "  min_ttl: 0s\n  max_ttl: 1s\n"));  // the 60 s TTL held to 1 s
+  auto const r1 = ask(rb, get("moved.test:" + std::to_string(port)));
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(r1->status, 200u) << r1->body;
+  // The service moves: its old host goes away, the name points at the new one.
+  old_host.reset();
+  ScriptedUpstream new_host("127.0.0.3", port);
+  Script moved;
+  moved.body = "new host";
+  new_host.on("/", moved);
+  dns.set("moved.test", {{"127.0.0.3"}, 60});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the held TTL runs out
+  auto const r2 = ask(rb, get("moved.test:" + std::to_string(port)));
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 200u) << r2->body;
+  EXPECT_EQ(r2->body, "new host");
+}
+
+TEST(Dns, ABlackholedFirstAddressCostsTheStaggerNotTheAttempt) {
+  DnsServer dns;
+  ScriptedUpstream live("127.0.0.2", 0);
+  live.on("/", Script{});
+  blackhole dead("127.0.0.3", live.port());
+  dns.set("svc.test", {{"127.0.0.3", "127.0.0.2"}, 60});  // the dead one first
+  // Without Happy Eyeballs the first attempt would wait out its 2 s on 127.0.0.3 and the
+  // retry would try 127.0.0.3 first again: every attempt would time out.
+  ReboundProcess rb(resolving_with(dns, "", "  attempt_timeout: 2s\n  max_retries: 1\n"));
+  auto const r = ask(rb, get("svc.test:" + std::to_string(live.port())));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u) << r->body;
+  EXPECT_EQ(r->header("Rebound-Attempts").value_or("1"), "1");
+  EXPECT_EQ(live.request_count(), 1u);
+}
+
+TEST(Dns, ARetryAfterA503GoesToTheNamesOtherAddress) {
+  DnsServer dns;
+  ScriptedUpstream failing("127.0.0.2", 0);
+  Script unavailable;
+  unavailable.status = 503;
+  failing.on("/", unavailable);
+  ScriptedUpstream healthy("127.0.0.3", failing.port());
+  Script fine;
+  fine.body = "the other host";
+  fine.close_after = true;  // so only the failing host's connection is pooled between requests
+  healthy.on("/", fine);
+  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  ReboundProcess rb(resolving_with(dns, "", "  max_retries: 2\n"));
+  auto const target = get("svc.test:" + std::to_string(failing.port()));
+  for (int i = 0; i < 3; ++i) {
+    auto const r = ask(rb, target);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+    EXPECT_EQ(r->body, "the other host");
+    // Every request starts at the first address (on the pooled connection there, after the
+    // first request) and its retry leaves it for the address it has not tried, passing over
+    // the pooled connection to the one it has.
+    EXPECT_EQ(r->header("Rebound-Attempts"), "2");
+  }
+  EXPECT_EQ(failing.request_count(), 3u);
+  EXPECT_EQ(healthy.request_count(), 3u);
+  EXPECT_TRUE(rb.wait_for_log("\"address\":\"127.0.0.2\""));
+}
+
+TEST(Dns, AResolverOutageIsBridgedByTheLastAnswerForStaleForThenFails) {
+  DnsServer dns;
+  ScriptedUpstream up("127.0.0.2", 0);
+  up.on("/", closing());
+  dns.set("svc.test", {{"127.0.0.2"}, 1});
+  ReboundProcess rb(resolving_with(dns, "  min_ttl: 0s\n  max_ttl: 1s\n  stale_for: 2s\n  timeout: 300ms\n"));
+  auto const target = get("svc.test:" + std::to_string(up.port()));
+  ASSERT_EQ(ask(rb, target)->status, 200u);
+  dns.stall(true);  // the servers stop answering
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto const bridged = ask(rb, target);
+  ASSERT_TRUE(bridged);
+  EXPECT_EQ(bridged->status, 200u) << bridged->body;
+  EXPECT_TRUE(rb.wait_for_log("\"dns_stale_answer\""));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // past stale_for
+  auto const failed = ask(rb, target);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->status, 502u);
+  EXPECT_NE(failed->body.find("\"dns_failure\""), std::string::npos) << failed->body;
+  EXPECT_EQ(failed->header("Rebound-Attempts"), "2");
+  auto const log = rb.stdout_text();
+  std::size_t said = 0;
+  for (auto at = log.find("\"dns_stale_answer\""); at != std::string::npos; at = log.find("\"dns_stale_answer\"", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u);  // an outage is logged once per name, not per request
+}
+
+}  // namespace itest::dns_test

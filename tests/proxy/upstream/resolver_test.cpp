@@ -1,0 +1,143 @@
+// The resolver against a real DNS server on 127.0.0.1 (integration/dns_server.hpp): c-ares on
+// the io_context's own reactor. The cache's clock is the test's, so a TTL runs out without a
+// sleep; only dns.timeout (a real timer) is waited for, in the one test about it.
+#include "proxy/upstream/resolver.hpp"
+
+#include "integration/dns_server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <gtest/gtest.h>
+
+namespace net = boost::asio;
+using rebound::upstream::resolve_result;
+using rebound::upstream::resolver_service;
+using namespace std::chrono_literals;
+
+namespace resolver_test {
+namespace {
+
+struct fixture {
+  itest::DnsServer dns;
+  net::io_context ioc{1};
+  resolver_service::clock::time_point now = resolver_service::clock::now();
+  resolver_service& resolver = net::use_service<resolver_service>(ioc);
+
+  explicit fixture(rebound::config::dns_settings s = {}) {
+    s.servers = {dns.address()};
+    resolver.configure(s, nullptr, nullptr, [this] { return now; });
+  }
+
+  /// Resolves each name at once (concurrently), running the loop until all are answered.
+  std::vector<resolve_result> resolve_all(const std::vector<std::string>& names) {
+    std::vector<resolve_result> out(names.size());
+    std::size_t done = 0;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      net::co_spawn(
+          ioc,
+          [&, i]() -> net::awaitable<void> {
+            out[i] = co_await resolver.resolve(names[i], resolver_service::clock::now() + 10s);
+            ++done;
+          },
+          net::detached);
+    ioc.restart();
+    while (done < names.size() && ioc.run_one_for(10s) > 0) {
+    }
+    return out;
+  }
+  resolve_result resolve(const std::string& name) { return resolve_all({name}).front(); }
+};
+
+std::vector<net::ip::address> addrs(std::initializer_list<const char*> list) {
+  std::vector<net::ip::address> out;
+  for (auto const* a : list) out.push_back(net::ip::make_address(a));
+  return out;
+}
+
+TEST(Resolver, ANameIsAskedOnceAndKeptForItsTtl) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2", "fd00::2"}, 30});
+  auto const r = f.resolve("svc.test");
+  EXPECT_EQ(r.addresses, addrs({"fd00::2", "127.0.0.2"})) << r.message;
+  auto const asked = f.dns.queries("svc.test");
+  EXPECT_GE(asked, 2u);  // A and AAAA, together
+  f.now += 29s;
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"fd00::2", "127.0.0.2"}));
+  EXPECT_EQ(f.dns.queries("svc.test"), asked);
+  EXPECT_EQ(f.resolver.lookups_started(), 1u);
+}
+
+TEST(Resolver, PastItsTtlANameIsAskedAgainAndANewAddressIsUsed) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2"}, 30});
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.dns.set("svc.test", {{"127.0.0.3"}, 30});
+  f.now += 31s;
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.3"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+}
+
+TEST(Resolver, ConcurrentRequestsForANameWaitForOneLookup) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2"}, 30});
+  auto const all = f.resolve_all({"svc.test", "svc.test", "svc.test", "svc.test", "svc.test"});
+  for (auto const& r : all) EXPECT_EQ(r.addresses, addrs({"127.0.0.2"})) << r.message;
+  EXPECT_EQ(f.resolver.lookups_started(), 1u);
+}
+
+TEST(Resolver, ANameThatDoesNotExistFailsAndIsNotAskedAgainWithinMinTtl) {
+  fixture f;
+  auto const r = f.resolve("nope.test");
+  EXPECT_TRUE(r.addresses.empty());
+  EXPECT_EQ(r.error, rebound::http::error_type::dns_failure);
+  EXPECT_NE(r.message.find("no such name"), std::string::npos) << r.message;
+  EXPECT_TRUE(f.resolve("nope.test").addresses.empty());
+  EXPECT_EQ(f.resolver.lookups_started(), 1u);
+  f.now += 6s;  // min_ttl (5s) later, it is asked again
+  f.dns.set("nope.test", {{"127.0.0.4"}, 30});
+  EXPECT_EQ(f.resolve("nope.test").addresses, addrs({"127.0.0.4"}));
+}
+
+TEST(Resolver, AStalledServerDoesNotDelayANameItAnsweredBefore) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2"}, 60});
+  ASSERT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.dns.stall(true);
+  f.now += 30s;
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 1u);  // nothing was asked, so nothing waited
+}
+
+TEST(Resolver, AFailingServerIsBridgedByTheLastAnswerForStaleForThenTheLookupFails) {
+  rebound::config::dns_settings s;
+  s.stale_for = 60s;
+  fixture f(s);
+  f.dns.set("svc.test", {{"127.0.0.2"}, 10});
+  ASSERT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.dns.set("svc.test", {{}, 10, /*SERVFAIL*/ 2});
+  f.now += 11s;
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+  f.now += 2s;  // within min_ttl of the failure: the bridge is used without asking
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+  f.now += 60s;  // past stale_for: R-4's DNS failure
+  auto const r = f.resolve("svc.test");
+  EXPECT_TRUE(r.addresses.empty());
+  EXPECT_EQ(r.error, rebound::http::error_type::dns_failure);
+}
+
+TEST(Resolver, ALookupWithNoAnswerWithinTheTimeoutFails) {
+  rebound::config::dns_settings s;
+  s.timeout = 300ms;
+  fixture f(s);
+  f.dns.stall(true);
+  auto const r = f.resolve("svc.test");
+  EXPECT_TRUE(r.addresses.empty());
+  EXPECT_NE(r.message.find("no answer within 300ms"), std::string::npos) << r.message;
+}
+
+}  // namespace
+}  // namespace resolver_test
