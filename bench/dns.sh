@@ -15,20 +15,8 @@
 set -euo pipefail
 BIN=$(realpath "${1:-build/rebound}"); OLD=${2:+$(realpath "$2")}
 DURATION=${DURATION:-5}; ROUNDS=${ROUNDS:-3}; CONNS=${CONNS:-16}
-W=$(mktemp -d); chmod 755 "$W"; pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-NG=$(port); DNS=$(port)
-mkdir -p "$W/html" "$W/ng"; head -c 1024 /dev/zero | tr '\0' x >"$W/html/index.html"
-cat >"$W/nginx.conf" <<NG
-worker_processes 1; daemon off; pid $W/ng/pid; error_log $W/ng/err.log;
-events { worker_connections 4096; }
-http { access_log off; keepalive_timeout 0; client_body_temp_path $W/ng; proxy_temp_path $W/ng;
-  fastcgi_temp_path $W/ng; uwsgi_temp_path $W/ng; scgi_temp_path $W/ng;
-  server { listen 127.0.0.1:$NG; root $W/html; location / { index index.html; } } }
-NG
-nginx -c "$W/nginx.conf" -p "$W" >/dev/null 2>&1 & pids+=($!)
+NGINX_KEEPALIVE="keepalive_timeout 0;" source "$(dirname "$0")/one_hop.sh"
+DNS=$(port)
 python3 - "$DNS" >"$W/dns.log" 2>&1 <<'PY' & pids+=($!)
 import socket, struct, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", int(sys.argv[1])))
