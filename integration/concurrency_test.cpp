@@ -248,8 +248,12 @@ class capacity_upstream {
 // Against a real upstream that serves 4 at a time, 32 clients asking without pause: the
 // adaptive limit settles near the capacity instead of letting all 32 queue in the upstream,
 // and the rest are answered 503 at once. The bounds are wide: what is proven is "near the
-// capacity", not a number a loaded machine might miss.
-TEST(Concurrency, AdaptiveSettlesNearTheCapacityOfARealUpstream) {
+// capacity", not a number a loaded machine might miss. A suite of its own, kept out of the
+// ThreadSanitizer pass (CMakeLists.txt's threaded_suites): the limit follows latency, and the
+// minimum RTT a probe measures includes rebound's own time, which TSan's instrumentation
+// stretches 5-15x and unevenly (a TSan run measured 38 ms against a 20 ms upstream and let the
+// limit reach 17). The shared state this suite's other tests exercise is what TSan is for.
+TEST(ConcurrencyConvergence, AdaptiveSettlesNearTheCapacityOfARealUpstream) {
   capacity_upstream up(4, 20ms);
   ReboundProcess rb(limited(up.port(), "{mode: adaptive, min_limit: 2, max_limit: 200, probe_interval: 1s}"));
   std::atomic<bool> stop{false};

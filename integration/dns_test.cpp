@@ -6,9 +6,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <optional>
 #include <thread>
 
 namespace itest::dns_test {
@@ -62,6 +65,48 @@ struct blackhole {
   }
 };
 
+/// An HTTP server on [::1]:port that answers every connection `body` and closes; none when
+/// this machine has no IPv6 loopback.
+struct ipv6_host {
+  int listener = -1;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> served{0};
+  std::thread thread;
+  ipv6_host(std::uint16_t port, std::string body) {
+    listener = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    a.sin6_addr = in6addr_loopback;
+    if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 16) != 0) {
+      if (listener >= 0) ::close(listener);
+      listener = -1;
+      return;
+    }
+    thread = std::thread([this, body] {
+      while (!stopping) {
+        pollfd p{listener, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        int const fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        char buf[4096];
+        (void)::recv(fd, buf, sizeof buf, 0);  // the request head (small, one segment on loopback)
+        auto const answer = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                            "\r\nConnection: close\r\n\r\n" + body;
+        (void)::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        ::close(fd);
+        ++served;
+      }
+    });
+  }
+  bool listening() const { return listener >= 0; }
+  ~ipv6_host() {
+    stopping = true;
+    if (thread.joinable()) thread.join();
+    if (listener >= 0) ::close(listener);
+  }
+};
+
 }  // namespace
 
 TEST(Dns, ANameIsResolvedByTheConfiguredServerAndAnUnknownOneFailsAsR4Says) {
@@ -91,28 +136,40 @@ TEST(Dns, ANameIsResolvedByTheConfiguredServerAndAnUnknownOneFailsAsR4Says) {
   EXPECT_NE(series_line(metrics, "dns_lookups_total", {"result=\"absent\""}), "") << metrics;
 }
 
-TEST(Dns, PastItsTtlANameIsAskedAgainAndItsNewAddressServes) {
+TEST(Dns, PastItsTtlANameIsAskedAgainInTheBackgroundAndItsNewAddressServes) {
   DnsServer dns;
-  auto old_host = std::make_unique<ScriptedUpstream>("127.0.0.2", 0);
-  old_host->on("/", Script{});
-  auto const port = old_host->port();
+  ScriptedUpstream old_host("127.0.0.2", 0);
+  auto at_old = closing();
+  at_old.body = "old host";
+  old_host.on("/", at_old);
+  auto const port = old_host.port();
+  ScriptedUpstream new_host("127.0.0.3", port);
+  auto at_new = closing();
+  at_new.body = "new host";
+  new_host.on("/", at_new);
   dns.set("moved.test", {{"127.0.0.2"}, 60});
   ReboundProcess rb(resolving_with(dns, "  min_ttl: 0s\n  max_ttl: 1s\n"));  // the 60 s TTL held to 1 s
-  auto const r1 = ask(rb, get("moved.test:" + std::to_string(port)));
+  auto const target = get("moved.test:" + std::to_string(port));
+  auto const r1 = ask(rb, target);
   ASSERT_TRUE(r1);
-  EXPECT_EQ(r1->status, 200u) << r1->body;
-  // The service moves: its old host goes away, the name points at the new one.
-  old_host.reset();
-  ScriptedUpstream new_host("127.0.0.3", port);
-  Script moved;
-  moved.body = "new host";
-  new_host.on("/", moved);
-  dns.set("moved.test", {{"127.0.0.3"}, 60});
+  EXPECT_EQ(r1->body, "old host");
+  dns.set("moved.test", {{"127.0.0.3"}, 60});  // the service moves
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the held TTL runs out
-  auto const r2 = ask(rb, get("moved.test:" + std::to_string(port)));
+  // The first request past the TTL is not held up by the lookup: it goes where the name
+  // pointed, and the servers are asked meanwhile.
+  auto const r2 = ask(rb, target);
   ASSERT_TRUE(r2);
-  EXPECT_EQ(r2->status, 200u) << r2->body;
-  EXPECT_EQ(r2->body, "new host");
+  EXPECT_EQ(r2->body, "old host");
+  HttpClient admin(rb.admin_port());
+  bool asked = false;
+  for (int i = 0; i < 200 && !asked; ++i) {
+    asked = series_line(admin.get("/metrics").body, "dns_lookups_total", {"result=\"answered\""}).ends_with(" 2");
+    if (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(asked) << "the background lookup never settled";
+  auto const r3 = ask(rb, target);
+  ASSERT_TRUE(r3);
+  EXPECT_EQ(r3->body, "new host");
 }
 
 TEST(Dns, ABlackholedFirstAddressCostsTheStaggerNotTheAttempt) {
@@ -129,6 +186,32 @@ TEST(Dns, ABlackholedFirstAddressCostsTheStaggerNotTheAttempt) {
   EXPECT_EQ(r->status, 200u) << r->body;
   EXPECT_EQ(r->header("Rebound-Attempts").value_or("1"), "1");
   EXPECT_EQ(live.request_count(), 1u);
+}
+
+TEST(Dns, IPv6IsTriedFirstAndARefusedAddressGivesWayAtOnce) {
+  DnsServer dns;
+  ScriptedUpstream v4("127.0.0.2", 0);
+  Script answer;
+  answer.body = "v4";
+  v4.on("/", answer);
+  std::optional<ipv6_host> v6;
+  v6.emplace(v4.port(), "v6");
+  if (!v6->listening()) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  dns.set("svc.test", {{"127.0.0.2", "::1"}, 60});
+  ReboundProcess rb(resolving_with(dns, "", "  max_retries: 1\n"));
+  auto const target = get("svc.test:" + std::to_string(v4.port()));
+  auto const first = ask(rb, target);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200u) << first->body;
+  EXPECT_EQ(first->body, "v6");  // RFC 8305: IPv6 first, whatever order the answer had
+  // The IPv6 host goes away: its address refuses, and the next address is tried at once,
+  // within the one attempt.
+  v6.reset();
+  auto const second = ask(rb, target);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 200u) << second->body;
+  EXPECT_EQ(second->body, "v4");
+  EXPECT_EQ(second->header("Rebound-Attempts").value_or("1"), "1");
 }
 
 TEST(Dns, ARetryAfterA503GoesToTheNamesOtherAddress) {

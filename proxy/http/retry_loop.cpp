@@ -20,6 +20,8 @@ class http1_attempt final : public retry::attempt_runner {
       : pool_(pool), to_(to), out_(out), sends_deadline_(sends_deadline) {
     to_.used = &used_;
   }
+  http1_attempt(const http1_attempt&) = delete;  // to_.used points into this one
+  http1_attempt& operator=(const http1_attempt&) = delete;
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     // What this attempt has left, not what the caller first gave: the time spent on earlier

@@ -24,7 +24,7 @@ address_cache::found address_cache::find(const std::string& name, clock::time_po
   if (it == entries_.end()) return {};
   auto const& e = it->second;
   if (e.addresses.empty()) return now < e.expires ? found{state::absent, nullptr, e.why} : found{};
-  if (now < e.expires) return {state::fresh, &e.addresses, {}};
+  if (now < e.expires) return {now < e.refresh_at ? state::fresh : state::refresh, &e.addresses, {}};
   if (now >= usable_until(e)) return {};
   if (e.bridging && now < e.ask_after) return {state::bridged, &e.addresses, {}};
   return {state::expired, &e.addresses, {}};
@@ -44,6 +44,7 @@ void address_cache::answered(const std::string& name, std::vector<net::ip::addre
   e.addresses = interleave_families(addresses);
   e.why.clear();
   e.expires = now + held;
+  e.refresh_at = e.expires - held / 10;
   e.bridging = false;
 }
 

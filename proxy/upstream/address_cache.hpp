@@ -4,10 +4,12 @@
 
     A name's answer is kept for its TTL, held between `min_ttl` and `max_ttl` (a TTL of 0 would
     ask the servers on every connection, a TTL of a week would pin a moved service). A name
-    that does not exist is kept as such for `min_ttl`. Past its TTL an answer is asked again;
-    when the servers then fail, the old answer bridges the outage for `stale_for` past its
-    TTL, and the servers are asked again at most every `min_ttl` meanwhile (HAProxy's `hold
-    obsolete`). */
+    that does not exist is kept as such for `min_ttl`. In the last tenth of its TTL, and past
+    it, an answer is still used while the servers are asked again in the background, so a
+    request never waits for a name it has an answer for (Envoy's DNS cache and HAProxy's
+    resolvers refresh the same way); when the servers then fail, the old answer bridges the
+    outage for `stale_for` past its TTL, and the servers are asked again at most every
+    `min_ttl` meanwhile (HAProxy's `hold obsolete`). */
 #include "config/config.hpp"
 #include "proxy/net.hpp"
 
@@ -37,8 +39,9 @@ class address_cache {
 
   enum class state {
     fresh,    ///< within its TTL: use `addresses`
+    refresh,  ///< in the last tenth of its TTL: use `addresses`, and ask in the background
     bridged,  ///< past its TTL while the servers fail: use `addresses`, do not ask yet
-    expired,  ///< past its TTL: ask; `addresses` is what to use if the servers fail
+    expired,  ///< past its TTL: use `addresses` (until stale_for), and ask in the background
     absent,   ///< the name does not exist (or has no address): `why`
     unknown,  ///< never asked, or forgotten
   };
@@ -72,6 +75,7 @@ class address_cache {
     std::vector<net::ip::address> addresses;  ///< empty: the name is absent
     std::string why;                          ///< why it is absent
     clock::time_point expires;                ///< end of the TTL
+    clock::time_point refresh_at;             ///< when its last tenth begins
     clock::time_point ask_after{};            ///< while bridging: when to ask the servers again
     bool bridging = false;
   };

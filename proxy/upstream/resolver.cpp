@@ -126,22 +126,21 @@ net::awaitable<resolve_result> resolver_service::resolve(const std::string& host
     case address_cache::state::fresh:
     case address_cache::state::bridged:
       co_return resolve_result{*found.addresses, {}, {}};
+    case address_cache::state::refresh:
+    case address_cache::state::expired: {
+      // Used now; asked again in the background (copied first: an answer given at once by
+      // /etc/hosts replaces the cache entry).
+      resolve_result now_known{*found.addresses, {}, {}};
+      if (!pending_.contains(host)) ask(host);
+      co_return now_known;
+    }
     case address_cache::state::absent:
       co_return resolve_result{{}, http::error_type::dns_failure, lookup_failed(host, found.why)};
-    case address_cache::state::expired:
     case address_cache::state::unknown:
       break;
   }
-  std::shared_ptr<lookup> l;
-  if (auto it = pending_.find(host); it != pending_.end()) {
-    l = it->second;
-  } else {
-    l = std::make_shared<lookup>();
-    l->name = host;
-    l->gives_up = clock::now() + settings_.timeout;
-    pending_.emplace(host, l);
-    start(l);
-  }
+  auto const it = pending_.find(host);
+  auto l = it != pending_.end() ? it->second : ask(host);
   auto ex = co_await net::this_coro::executor;
   while (!l->done) {
     net::steady_timer wake(ex);
@@ -172,6 +171,15 @@ bool resolver_service::offers_another(const std::string& host, const std::vector
   return all && std::any_of(all->begin(), all->end(), [&tried](const net::ip::address& a) {
            return std::find(tried.begin(), tried.end(), a) == tried.end();
          });
+}
+
+std::shared_ptr<resolver_service::lookup> resolver_service::ask(const std::string& host) {
+  auto l = std::make_shared<lookup>();
+  l->name = host;
+  l->gives_up = clock::now() + settings_.timeout;
+  pending_.emplace(host, l);
+  start(l);
+  return l;
 }
 
 void resolver_service::start(const std::shared_ptr<lookup>& l) {

@@ -5,9 +5,9 @@
     worker queue behind each other, a slow DNS server stalls every new connection of the
     worker, and no TTL is known. This one is an io_context service (as Asio's own resolver
     is): each worker has its own, whose c-ares sockets the worker's reactor watches, with no
-    thread and no lock. Each answer is kept for its TTL (address_cache.hpp); concurrent
-    requests for a name wait for one lookup; a lookup that takes longer than `dns.timeout`
-    fails, or is bridged by the name's last answer within `dns.stale_for`.
+    thread and no lock. Each answer is kept for its TTL (address_cache.hpp) and asked again in
+    the background as it runs out, so only a request for a name with no usable answer waits
+    for the servers; concurrent requests for it wait for one lookup, for `dns.timeout` at most.
 
     A worker configures it at start and on reload (`configure`); an io_context nobody
     configured (the trace exporter's) resolves with /etc/resolv.conf and the defaults. */
@@ -67,6 +67,8 @@ class resolver_service : public net::execution_context::service {
 
   /// Lookups sent to the servers so far (tests: concurrent requests share one).
   std::size_t lookups_started() const { return lookups_started_; }
+  /// Lookups not yet settled, those in the background included.
+  std::size_t lookups_pending() const { return pending_.size(); }
 
  private:
   struct lookup;
@@ -74,6 +76,8 @@ class resolver_service : public net::execution_context::service {
   void shutdown() override;
   void open_channel();
   void close_channel();
+  /// A new lookup of `host`, pending until it settles (at once, from /etc/hosts).
+  std::shared_ptr<lookup> ask(const std::string& host);
   void start(const std::shared_ptr<lookup>& l);
   void finish(lookup& l, int status, std::vector<net::ip::address> addresses, std::chrono::seconds ttl);
   void give_up(lookup& l);

@@ -32,9 +32,10 @@ TEST(AddressCache, AnAnswerIsKeptForItsTtlAndThenAskedAgain) {
   address_cache c(settings());
   EXPECT_EQ(c.find("svc", t0).s, state::unknown);
   c.answered("svc", addrs({"10.0.0.1"}), 30s, t0);
-  auto const f = c.find("svc", t0 + 29s);
+  auto const f = c.find("svc", t0 + 26s);
   ASSERT_EQ(f.s, state::fresh);
   EXPECT_EQ(*f.addresses, addrs({"10.0.0.1"}));
+  EXPECT_EQ(c.find("svc", t0 + 27s).s, state::refresh);  // its last tenth: asked while still used
   EXPECT_EQ(c.find("svc", t0 + 30s).s, state::expired);
 }
 
@@ -44,7 +45,8 @@ TEST(AddressCache, TheTtlIsHeldBetweenMinTtlAndMaxTtl) {
   EXPECT_EQ(c.find("zero", t0 + 4s).s, state::fresh);  // a TTL of 0 would ask on every connection
   EXPECT_EQ(c.find("zero", t0 + 5s).s, state::expired);
   c.answered("week", addrs({"10.0.0.1"}), std::chrono::hours(24 * 7), t0);
-  EXPECT_EQ(c.find("week", t0 + 299s).s, state::fresh);
+  EXPECT_EQ(c.find("week", t0 + 269s).s, state::fresh);
+  EXPECT_EQ(c.find("week", t0 + 299s).s, state::refresh);
   EXPECT_EQ(c.find("week", t0 + 300s).s, state::expired);  // a moved service is found within max_ttl
 }
 

@@ -48,6 +48,12 @@ struct fixture {
     return out;
   }
   resolve_result resolve(const std::string& name) { return resolve_all({name}).front(); }
+  /// Runs the loop until the lookups made in the background have settled.
+  void settle() {
+    ioc.restart();
+    while (resolver.lookups_pending() > 0 && ioc.run_one_for(10s) > 0) {
+    }
+  }
 };
 
 std::vector<net::ip::address> addrs(std::initializer_list<const char*> list) {
@@ -63,18 +69,38 @@ TEST(Resolver, ANameIsAskedOnceAndKeptForItsTtl) {
   EXPECT_EQ(r.addresses, addrs({"fd00::2", "127.0.0.2"})) << r.message;
   auto const asked = f.dns.queries("svc.test");
   EXPECT_GE(asked, 2u);  // A and AAAA, together
-  f.now += 29s;
+  f.now += 26s;
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"fd00::2", "127.0.0.2"}));
   EXPECT_EQ(f.dns.queries("svc.test"), asked);
   EXPECT_EQ(f.resolver.lookups_started(), 1u);
 }
 
-TEST(Resolver, PastItsTtlANameIsAskedAgainAndANewAddressIsUsed) {
+TEST(Resolver, PastItsTtlANameIsAskedAgainInTheBackgroundAndItsNewAddressIsUsed) {
   fixture f;
   f.dns.set("svc.test", {{"127.0.0.2"}, 30});
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
   f.dns.set("svc.test", {{"127.0.0.3"}, 30});
   f.now += 31s;
+  // The request is not held up: it gets the answer at hand while the servers are asked.
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+  f.settle();
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.3"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+}
+
+TEST(Resolver, InTheLastTenthOfItsTtlANameIsRefreshedBeforeItRunsOut) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2"}, 30});
+  ASSERT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.dns.set("svc.test", {{"127.0.0.3"}, 30});
+  f.now += 26s;  // not yet
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 1u);
+  f.now += 2s;  // 28 s of 30: asked in the background
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.settle();
+  f.now += 3s;  // past the first TTL, within the refreshed one
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.3"}));
   EXPECT_EQ(f.resolver.lookups_started(), 2u);
 }
@@ -108,6 +134,10 @@ TEST(Resolver, AStalledServerDoesNotDelayANameItAnsweredBefore) {
   f.now += 30s;
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
   EXPECT_EQ(f.resolver.lookups_started(), 1u);  // nothing was asked, so nothing waited
+  f.now += 40s;  // past the TTL: asked in the background, the request answered at once
+  EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  EXPECT_EQ(f.resolver.lookups_started(), 2u);
+  EXPECT_EQ(f.resolver.lookups_pending(), 1u);  // still unanswered when the request had its answer
 }
 
 TEST(Resolver, AFailingServerIsBridgedByTheLastAnswerForStaleForThenTheLookupFails) {
@@ -119,6 +149,7 @@ TEST(Resolver, AFailingServerIsBridgedByTheLastAnswerForStaleForThenTheLookupFai
   f.dns.set("svc.test", {{}, 10, /*SERVFAIL*/ 2});
   f.now += 11s;
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
+  f.settle();  // the background lookup fails: the last answer bridges
   EXPECT_EQ(f.resolver.lookups_started(), 2u);
   f.now += 2s;  // within min_ttl of the failure: the bridge is used without asking
   EXPECT_EQ(f.resolve("svc.test").addresses, addrs({"127.0.0.2"}));
