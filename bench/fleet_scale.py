@@ -115,20 +115,39 @@ class Postgres:
         self.dir = os.path.join(base, "pg")
         os.mkdir(self.dir)
         give_to_server_user(self.dir)
-        self.port = free_port()
         self.max_connections = max_connections
         self.fsync = fsync
         self.naptime = naptime
         subprocess.run(server_user_cmd([f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-U", "rebound", "-A", "trust",
                                         "-E", "UTF8", "--locale=C", "--no-instructions"]),
                        check=True, stdout=subprocess.DEVNULL)
-        self.start()
+        # The port was free when probed; a test running beside this one may bind it (or take it
+        # as an outgoing connection's local port) before the server does: try another, as
+        # integration/pg_server.cpp does.
+        for tries in range(5):
+            self.port = free_port()
+            try:
+                self.start()
+                break
+            except subprocess.CalledProcessError:
+                if tries == 4:
+                    raise
         self.query("CREATE DATABASE rebound")
         self.query("CREATE EXTENSION pg_stat_statements", db="rebound")
 
     def ctl(self, *args):
-        subprocess.run(server_user_cmd([f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-w", "-t", "60"] + list(args)),
-                       check=True, stdout=subprocess.DEVNULL)
+        try:
+            subprocess.run(server_user_cmd([f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-w", "-t", "60"] + list(args)),
+                           check=True, stdout=subprocess.DEVNULL)
+        except subprocess.CalledProcessError:
+            # pg_ctl says only "could not start server"; the reason is in the server's log.
+            try:
+                with open(f"{self.dir}/server.log") as f:
+                    print(f"pg_ctl {' '.join(args[-1:])} failed; server.log ends:\n" + "".join(f.readlines()[-15:]),
+                          file=sys.stderr)
+            except OSError:
+                pass
+            raise
 
     def start(self):
         opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.dir} "
