@@ -161,6 +161,21 @@ struct concurrency_policy {
   bool operator==(const concurrency_policy&) const = default;
 };
 
+/** `outlier_detection:` (issue 50): passive ejection of one address of a dependency's name.
+    An address whose attempts fail `consecutive_failures` times in a row (a connect failure, a
+    reset or timeout before the answer, a 5xx) is passed over for `base_ejection` x the times
+    it was ejected, at most `max_ejection`; never more than `max_ejected_share` of the name's
+    addresses at once, so a name with one address is never ejected. Tracked per dependency,
+    beside the breaker, which it does not replace: an ejected address is not an open circuit. */
+struct outlier_policy {
+  bool enabled = true;
+  unsigned consecutive_failures = 5;
+  duration base_ejection = std::chrono::seconds(30);
+  duration max_ejection = std::chrono::seconds(300);
+  double max_ejected_share = 0.5;
+  bool operator==(const outlier_policy&) const = default;
+};
+
 /** `hedge:` (issue 22): a second copy of an idempotent request goes out when the first has
     not answered within `after`; the first good answer wins and the rest are cancelled.
     Hedges are attempts: they count against max_retries and spend the R-7 budget. */
@@ -205,6 +220,7 @@ struct policy {
   budget_policy budget;            ///< tracked per dependency
   breaker_policy circuit_breaker;  ///< tracked per dependency
   concurrency_policy concurrency;  ///< tracked per dependency; off unless written
+  outlier_policy outlier_detection;  ///< tracked per dependency, per address of its name
 };
 
 /** R-6's methods idempotent by themselves: GET, HEAD, OPTIONS, PUT, DELETE. They are retried

@@ -143,6 +143,18 @@ void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
       c.string("probe_interval", format_duration(cc.probe_interval));
     }
   }
+  if (with_guards) {
+    auto const& od = p.outlier_detection;
+    if (!od.enabled) {
+      w.string("outlier_detection", "off");
+    } else {
+      object_writer o(w.nested("outlier_detection"));
+      o.integer("consecutive_failures", od.consecutive_failures);
+      o.string("base_ejection", format_duration(od.base_ejection));
+      o.string("max_ejection", format_duration(od.max_ejection));
+      o.number("max_ejected_share", od.max_ejected_share);
+    }
+  }
   if (!p.approval.empty()) w.string("approval", p.approval);
   if (!p.dead_letter) w.boolean("dead_letter", false);
   if (p.grpc_streaming) w.boolean("grpc_streaming", true);

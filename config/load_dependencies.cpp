@@ -89,11 +89,11 @@ void reader::read_routes(const YAML::Node& n, const std::string& path, dependenc
     check_keys_list(body, rpath, keys);
     // R-7 tracks budgets and breakers per dependency, and issue 51 the concurrency limit: a
     // route cannot have its own.
-    for (auto const* key : {"budget", "circuit_breaker", "concurrency"})
+    for (auto const* key : {"budget", "circuit_breaker", "concurrency", "outlier_detection"})
       if (body[key])
         error(body[key], join(rpath, key),
               std::string(key) + " is tracked per dependency, not per route: set it on the dependency",
-              std::string_view(key) == "concurrency" ? "" : "R-7");
+              std::string_view(key) == "budget" || std::string_view(key) == "circuit_breaker" ? "R-7" : "");
     route r;
     if (auto m = body["match"]) read_match(m, join(rpath, "match"), r);
     auto const layer = read_policy_layer(body, rpath);
@@ -101,6 +101,7 @@ void reader::read_routes(const YAML::Node& n, const std::string& path, dependenc
     r.effective.budget = d.effective.budget;
     r.effective.circuit_breaker = d.effective.circuit_breaker;
     r.effective.concurrency = d.effective.concurrency;
+    r.effective.outlier_detection = d.effective.outlier_detection;
     check_hedged_methods(body, rpath, r, layer.hedge.has_value());
     d.routes.push_back(std::move(r));
   }

@@ -120,6 +120,7 @@ reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::s
   }
   if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
   if (auto c = n["concurrency"]) read_concurrency(c, join(path, "concurrency"), l.concurrency);
+  if (auto o = n["outlier_detection"]) read_outlier_detection(o, join(path, "outlier_detection"), l.outlier_detection);
   if (auto u = n["upgrades"]) {
     // The protocols a request may switch to through this route (issue 32): websocket, or none.
     auto const upath = join(path, "upgrades");
@@ -280,6 +281,48 @@ void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std
   if (diags_.size() == before) out = cp;
 }
 
+void reader::read_outlier_detection(const YAML::Node& o, const std::string& opath, std::optional<outlier_policy>& out) {
+  outlier_policy op;
+  if (o.IsScalar() && (o.Scalar() == "off" || o.Scalar() == "false")) {
+    op.enabled = false;
+    out = op;
+    return;
+  }
+  if (!o.IsMap()) {
+    error(o, opath, "expected `off` or a map like {consecutive_failures: 5, base_ejection: 30s}");
+    return;
+  }
+  check_keys(o, opath, {"consecutive_failures", "base_ejection", "max_ejection", "max_ejected_share"});
+  auto const before = diags_.size();
+  if (o["consecutive_failures"]) {
+    std::optional<unsigned> n;
+    optional_typed(o, "consecutive_failures", opath, n, parse_count);
+    if (n && (*n == 0 || *n > 1000))
+      error(o["consecutive_failures"], join(opath, "consecutive_failures"), "must be between 1 and 1000");
+    else if (n)
+      op.consecutive_failures = *n;
+  }
+  for (auto key : {"base_ejection", "max_ejection"}) {
+    if (!o[key]) continue;
+    std::optional<duration> d;
+    optional_typed(o, key, opath, d, parse_duration);
+    if (d && d->count() < 100)
+      error(o[key], join(opath, key), "must be at least 100ms");
+    else if (d)
+      (std::string_view(key) == "base_ejection" ? op.base_ejection : op.max_ejection) = *d;
+  }
+  if (op.max_ejection < op.base_ejection)
+    error(o, join(opath, "max_ejection"),
+          "max_ejection " + format_duration(op.max_ejection) + " is below base_ejection " +
+              format_duration(op.base_ejection));
+  if (o["max_ejected_share"]) {
+    std::optional<double> share;
+    optional_typed(o, "max_ejected_share", opath, share, parse_ratio);
+    if (share) op.max_ejected_share = *share;
+  }
+  if (diags_.size() == before) out = op;
+}
+
 void reader::check_concurrency_share(const policy_layer& l, unsigned workers) {
   if (!l.concurrency || l.concurrency->mode != concurrency_mode::fixed || l.concurrency->limit >= workers) return;
   warn(l.node["concurrency"], join(l.path, "concurrency.limit"),
@@ -329,6 +372,7 @@ policy reader::resolve(std::initializer_list<const policy_layer*> specific_first
   if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
   if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
   if (auto const* l = pick(&policy_layer::concurrency)) p.concurrency = *l->concurrency;
+  if (auto const* l = pick(&policy_layer::outlier_detection)) p.outlier_detection = *l->outlier_detection;
   if (auto const* l = pick(&policy_layer::websocket_upgrades)) p.websocket_upgrades = *l->websocket_upgrades;
   if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
   if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;

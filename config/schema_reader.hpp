@@ -58,12 +58,14 @@ class reader : public yaml_reader {
     std::optional<bool> cb_open_on_budget;
     std::optional<hedge_policy> hedge;
     std::optional<concurrency_policy> concurrency;
+    std::optional<outlier_policy> outlier_detection;
   };
 
   static std::vector<std::string_view> policy_keys() {
     return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
             "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
-            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades",        "concurrency"};
+            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades",        "concurrency",
+            "outlier_detection"};
   }
 
   template <class T, class Parse>
@@ -92,6 +94,9 @@ class reader : public yaml_reader {
   /** `concurrency: {mode: adaptive}` / `{mode: fixed, limit: 50}` / `off`: the whole map is
       one layer's (a dependency's over the defaults'), since its numbers belong together. */
   void read_concurrency(const YAML::Node& c, const std::string& cpath, std::optional<concurrency_policy>& out);
+  /** `outlier_detection: {consecutive_failures: 5, base_ejection: 30s, max_ejection: 5m,
+      max_ejected_share: 0.5}` or `off`: one layer's whole, as concurrency is. */
+  void read_outlier_detection(const YAML::Node& o, const std::string& opath, std::optional<outlier_policy>& out);
   /// A fixed limit written on `l` below the worker count lets more through than it says.
   void check_concurrency_share(const policy_layer& l, unsigned workers);
 

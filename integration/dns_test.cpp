@@ -243,6 +243,88 @@ TEST(Dns, ARetryAfterA503GoesToTheNamesOtherAddress) {
   EXPECT_TRUE(rb.wait_for_log("\"address\":\"127.0.0.2\""));
 }
 
+TEST(Dns, AnAddressThatKeepsFailingIsEjectedAndComesBack) {
+  DnsServer dns;
+  ScriptedUpstream failing("127.0.0.2", 0);
+  Script unavailable;
+  unavailable.status = 503;
+  failing.on("/", unavailable);
+  ScriptedUpstream healthy("127.0.0.3", failing.port());
+  Script fine;
+  fine.body = "the other host";
+  fine.close_after = true;  // only the failing host's connection stays pooled
+  healthy.on("/", fine);
+  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  ReboundProcess rb(resolving_with(
+      dns, "", "  max_retries: 2\n  outlier_detection: {consecutive_failures: 3, base_ejection: 1s, max_ejection: 2s}\n"));
+  auto const target = get("svc.test:" + std::to_string(failing.port()));
+  auto const attempts = [](const Response& r) { return r.header("Rebound-Attempts").value_or("1"); };
+  for (int i = 0; i < 3; ++i) {  // each fails once at 127.0.0.2, then succeeds at 127.0.0.3
+    auto const r = ask(rb, target);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+    EXPECT_EQ(attempts(*r), "2");
+  }
+  EXPECT_TRUE(rb.wait_for_log(R"("address_ejected")"));
+  auto const ejection_line = rb.stdout_text();
+  EXPECT_NE(ejection_line.find(R"("address":"127.0.0.2","consecutive_failures":3,"ejections":1,"ejected_for_ms":1000)"),
+            std::string::npos)
+      << ejection_line;
+  HttpClient admin(rb.admin_port());
+  auto const deps = admin.get("/dependencies").body;
+  EXPECT_NE(deps.find(R"("ejected_addresses":[{"address":"127.0.0.2","ejections":1,"remaining_ms":)"), std::string::npos)
+      << deps;
+  auto const metrics = admin.get("/metrics").body;
+  auto const series = metrics.find("\nupstream_address_ejections_total{");
+  ASSERT_NE(series, std::string::npos) << metrics;
+  auto const line = metrics.substr(series + 1, metrics.find('\n', series + 1) - series - 1);
+  EXPECT_NE(line.find(R"(dependency="svc.test:)"), std::string::npos) << line;
+  EXPECT_EQ(line.substr(line.rfind(' ') + 1), "1") << line;
+  // Ejected, it is passed over: the requests go straight to the other address, the pooled
+  // connection to the ejected one left where it is.
+  for (int i = 0; i < 3; ++i) {
+    auto const r = ask(rb, target);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+    EXPECT_EQ(attempts(*r), "1");
+  }
+  EXPECT_EQ(failing.request_count(), 3u);
+  // A second later it is back, and its next requests find it failing again.
+  auto const back_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (admin.get("/dependencies").body.find(R"("ejected_addresses":[])") == std::string::npos &&
+         std::chrono::steady_clock::now() < back_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto const back = ask(rb, target);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->status, 200u);
+  EXPECT_EQ(attempts(*back), "2");
+  EXPECT_EQ(failing.request_count(), 4u);
+  for (int i = 0; i < 2; ++i) ask(rb, target);
+  EXPECT_TRUE(rb.wait_for_log(R"("ejections":2,"ejected_for_ms":2000)"));  // the second lasts twice as long
+}
+
+TEST(Dns, AnAddressThatRefusesConnectionsIsEjectedTooAndTheBreakerStaysClosed) {
+  DnsServer dns;
+  ScriptedUpstream healthy("127.0.0.3", 0);
+  healthy.on("/", closing());  // each request connects: each tries the refusing address first
+  dns.set("svc.test", {{"127.0.0.4", "127.0.0.3"}, 60});  // nothing listens on 127.0.0.4
+  ReboundProcess rb(resolving_with(dns, "", "  outlier_detection: {consecutive_failures: 2}\n"));
+  auto const target = get("svc.test:" + std::to_string(healthy.port()));
+  for (int i = 0; i < 4; ++i) {
+    auto const r = ask(rb, target);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200u) << r->body;
+    EXPECT_EQ(r->header("Rebound-Attempts").value_or("1"), "1");  // Happy Eyeballs moved on within the attempt
+  }
+  EXPECT_TRUE(rb.wait_for_log(R"("address_ejected","dependency":"svc.test:)"));
+  EXPECT_NE(rb.stdout_text().find(R"("address":"127.0.0.4")"), std::string::npos);
+  HttpClient admin(rb.admin_port());
+  auto const deps = admin.get("/dependencies").body;
+  EXPECT_NE(deps.find(R"("ejected_addresses":[{"address":"127.0.0.4")"), std::string::npos) << deps;
+  EXPECT_NE(deps.find(R"("state":"closed")"), std::string::npos) << deps;  // an ejected address is not an open breaker
+  EXPECT_EQ(healthy.request_count(), 4u);
+}
+
 TEST(Dns, AResolverOutageIsBridgedByTheLastAnswerForStaleForThenFails) {
   DnsServer dns;
   ScriptedUpstream up("127.0.0.2", 0);

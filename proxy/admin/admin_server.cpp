@@ -54,6 +54,13 @@ std::string dependencies_json(const std::vector<retry::dependency_guard::snapsho
       }
     }
     w.close_object();
+    // Issue 50: the addresses of its names passed over now, and for how much longer.
+    w.key("ejected_addresses").open_array();
+    for (auto const& e : s.ejected) {
+      w.open_object().field("address", e.address.to_string()).field("ejections", e.times);
+      w.field("remaining_ms", std::chrono::duration_cast<std::chrono::milliseconds>(e.remaining).count()).close_object();
+    }
+    w.close_array();
     w.close_object();
   }
   w.close_array().close_object();

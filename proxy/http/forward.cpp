@@ -256,7 +256,8 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   http1_request const request{
       *ctx.pool,
       upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
-                            facts.may_retry, pass_interim ? &interim_out : nullptr, false, upgrade},
+                            facts.may_retry, pass_interim ? &interim_out : nullptr, false, upgrade, nullptr, nullptr,
+                            &guard},
       req, body, is_head};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
   auto result = co_await run_retry_loop(step, request, hooks, &hedge);

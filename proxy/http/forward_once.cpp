@@ -187,6 +187,7 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
                            false,
                            client_version >= 11 ? &interim_out : nullptr,
                            want_continue};
+  to.health = &guard;
   attempt_start = clock::now();
   auto attempt_deadline = attempt_start + policy.attempt_timeout;
   if (facts.deadline) {

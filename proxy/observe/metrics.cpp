@@ -67,6 +67,10 @@ constexpr counter_name limited_total{
     "requests_limited_total",
     "Requests the dependency's concurrency limit cut short: answered 503 concurrency_limited at once, or a retry "
     "not sent"};
+constexpr counter_name address_ejections_total{
+    "upstream_address_ejections_total",
+    "Addresses of the dependency's name ejected for failing outlier_detection.consecutive_failures times in a row "
+    "(each ejection counted once)"};
 constexpr counter_name dlq_total{"dlq_messages_total", "Messages moved to a dead-letter queue (R-8)"};
 constexpr counter_name requests_total{"proxy_requests_total", "Requests answered, by the status code the client got"};
 constexpr counter_name upgrades_total{
@@ -340,6 +344,10 @@ void dependency_metrics::limited() {
   lazily(limited_, owner_.limited_, owner_.labels(name_)).Increment();
 }
 
+void dependency_metrics::address_ejected() {
+  owner_.address_ejections_.Add(owner_.labels(name_)).Increment();  // rare: Family::Add's lock is fine
+}
+
 void dependency_metrics::set_concurrency(unsigned limit, unsigned in_flight) {
   owner_.concurrency_limit_.Add(owner_.labels(name_)).Set(limit);  // at a scrape: Family::Add's lock is fine
   owner_.in_flight_.Add(owner_.labels(name_)).Set(in_flight);
@@ -375,6 +383,7 @@ metrics::metrics(std::string service)
                          .Help("Circuit breaker state: 0 closed, 1 half-open, 2 open")
                          .Register(*registry_)),
       limited_(counter(limited_total, *registry_)),
+      address_ejections_(counter(address_ejections_total, *registry_)),
       concurrency_limit_(prometheus::BuildGauge()
                              .Name("dependency_concurrency_limit")
                              .Help("Attempts the dependency may have in flight at once, all workers' shares added up")
@@ -503,7 +512,7 @@ std::string metrics::scrape() const {
   // dead-lettered). Its HELP and TYPE lines still go out, so a dashboard or alert rule finds
   // the name from the first scrape on and no series has to be invented to carry it.
   for (auto const& c : {attempts_total, exhausted_total, declined_total, hedges_total, hedges_suppressed_total, dlq_total,
-                        requests_total, limited_total}) {
+                        requests_total, limited_total, address_ejections_total}) {
     bool const present =
         std::any_of(families.begin(), families.end(), [&](auto const& mf) { return mf.name == c.name; });
     if (!present) text += std::string("# HELP ") + c.name + " " + c.help + "\n# TYPE " + c.name + " counter\n";

@@ -57,6 +57,8 @@ class dependency_metrics {
   void answered(unsigned code);
   /// A request the concurrency limit cut short (issue 51): requests_limited_total.
   void limited();
+  /// An address of the dependency's name ejected (issue 50): upstream_address_ejections_total.
+  void address_ejected();
   /// The concurrency limit and the attempts in flight, all workers' lanes added up:
   /// dependency_concurrency_limit and dependency_requests_in_flight (series only for a
   /// dependency with a limit: they are made on the first call).
@@ -200,6 +202,7 @@ class metrics {
   prometheus::Family<prometheus::Counter>& dlq_messages_;
   prometheus::Family<prometheus::Gauge>& breaker_state_;
   prometheus::Family<prometheus::Counter>& limited_;
+  prometheus::Family<prometheus::Counter>& address_ejections_;
   prometheus::Family<prometheus::Gauge>& concurrency_limit_;
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Counter>& requests_;

@@ -29,6 +29,8 @@ dependency_guard::dependency_guard(std::string name, const config::policy& p, co
       budget_(p.budget),
       breaker_(p.circuit_breaker),
       concurrency_(p.concurrency),
+      outlier_(p.outlier_detection),
+      addresses_(p.outlier_detection),
       draws_(std::random_device{}()) {
   if (!concurrency_.enabled()) return;
   lanes = std::max(1u, lanes);
@@ -109,6 +111,40 @@ concurrency_lane::reading dependency_guard::lanes_reading() const {
   return sum;
 }
 
+void dependency_guard::address_failed(const net::ip::address& a, std::size_t name_addresses) {
+  if (!outlier_.enabled || name_addresses < 2) return;  // one address is never ejected: nothing to record
+  auto const now = clock::now();
+  std::optional<address_health::ejection> ejected;
+  {
+    std::lock_guard lock(addresses_mutex_);
+    ejected = addresses_.failed(a, name_addresses, now);
+    addresses_tracked_.store(addresses_.tracked(), std::memory_order_release);
+  }
+  if (!ejected) return;
+  metrics_.address_ejected();
+  auto const address = a.to_string();
+  log_.warn("address_ejected",
+            {{"dependency", name_},
+             {"address", address},
+             {"consecutive_failures", outlier_.consecutive_failures},
+             {"ejections", ejected->times},
+             {"ejected_for_ms",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(ejected->ejected_for).count())}});
+}
+
+void dependency_guard::address_answered(const net::ip::address& a) {
+  if (addresses_tracked_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(addresses_mutex_);
+  addresses_.answered(a, clock::now());
+  addresses_tracked_.store(addresses_.tracked(), std::memory_order_release);
+}
+
+void dependency_guard::ejected_addresses(std::vector<net::ip::address>& out) {
+  if (addresses_tracked_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(addresses_mutex_);
+  addresses_.ejected(clock::now(), out);
+}
+
 dependency_guard::snapshot dependency_guard::take_snapshot() const {
   auto const now = clock::now();
   snapshot s;
@@ -119,6 +155,8 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
   s.mode = mode_;
   s.concurrency = concurrency_.mode;
   if (!lanes_.empty()) s.limit = lanes_reading();
+  std::lock_guard lock(addresses_mutex_);
+  s.ejected = addresses_.read(now);
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/latency_tracker.hpp"
 #include "proxy/retry/loop_hooks.hpp"
+#include "proxy/retry/address_health.hpp"
 
 #include <atomic>
 #include <memory>
@@ -24,7 +25,7 @@
 
 namespace rebound::retry {
 
-class dependency_guard final : public dependency_gate, public attempt_observer {
+class dependency_guard final : public dependency_gate, public attempt_observer, public address_observer {
  public:
   /// `lanes`: the workers, each of which holds its share of the concurrency limit.
   dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
@@ -47,6 +48,13 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   }
   void declined(std::string_view reason) override { metrics_.declined(reason); }
   void limited() override { metrics_.limited(); }
+  /** Outlier ejection per address (address_health.hpp), shared by the workers: an
+      address failing on one worker is passed over by all. The lock is taken only while some
+      address has failures on record; a healthy dependency's requests never take it. */
+  void address_failed(const net::ip::address& a, std::size_t name_addresses) override;
+  void address_answered(const net::ip::address& a) override;
+  void ejected_addresses(std::vector<net::ip::address>& out) override;
+
   /// Worker `i`'s share of the concurrency limit (issue 51); null when `concurrency` is off.
   concurrency_lane* lane(std::size_t i) { return lanes_.empty() ? nullptr : lanes_[i % lanes_.size()].get(); }
   /// The client got `code`, from the upstream or from rebound (proxy_requests_total).
@@ -65,7 +73,8 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   const std::string& name() const { return name_; }
   /// Whether `p` sets this guard's budget and breaker as they are (a reload may keep it).
   bool same_settings(const config::policy& p) const {
-    return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker && concurrency_ == p.concurrency;
+    return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker && concurrency_ == p.concurrency &&
+           outlier_ == p.outlier_detection;
   }
 
   /// For GET /dependencies (SPEC 7).
@@ -78,6 +87,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
     /// The lanes added up; min_rtt the least any lane measured.
     config::concurrency_mode concurrency = config::concurrency_mode::off;
     concurrency_lane::reading limit;
+    std::vector<address_health::reading> ejected;  ///< the addresses ejected now
   };
   snapshot take_snapshot() const;
 
@@ -96,6 +106,10 @@ class dependency_guard final : public dependency_gate, public attempt_observer {
   latency_tracker latency_;
   config::concurrency_policy concurrency_;
   std::vector<std::unique_ptr<concurrency_lane>> lanes_;  ///< one per worker; none when off
+  config::outlier_policy outlier_;
+  mutable std::mutex addresses_mutex_;
+  address_health addresses_;
+  std::atomic<std::size_t> addresses_tracked_{0};  ///< addresses_.tracked(), read without the lock
   std::atomic<std::uint64_t> draws_;  ///< a lock-free source for the breaker's jitter (splitmix64)
 };
 

@@ -125,6 +125,32 @@ net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credentia
 
 namespace {
 
+/** The addresses of `to.host` this attempt passes over: those ejected now, and on a retry
+    those its request tried already (previous_hosts), as long as the name offers another;
+    else only those tried, if that leaves one; else none: a request that finds every address
+    ejected or tried goes to them anyway. */
+const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
+                                                        std::vector<net::ip::address>& scratch) {
+  if (to.health) to.health->ejected_addresses(scratch);
+  bool const retried = to.avoid && !to.avoid->empty();
+  if (scratch.empty() && !retried) return nullptr;  // the common case: no resolver asked
+  auto const* resolver = resolver_of(ex);
+  if (!resolver) return nullptr;
+  if (scratch.empty()) return resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
+  if (retried)
+    for (auto const& a : *to.avoid)
+      if (std::find(scratch.begin(), scratch.end(), a) == scratch.end()) scratch.push_back(a);
+  if (resolver->offers_another(to.host, scratch)) return &scratch;
+  return retried && resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
+}
+
+/// Tells the dependency's outlier ejection that `a` failed; an IP literal (no name, no
+/// answer kept) has one address, which is never ejected.
+void tell_failed(const destination& to, const net::any_io_executor& ex, const net::ip::address& a) {
+  if (!to.health || a.is_unspecified()) return;
+  if (auto const* resolver = resolver_of(ex)) to.health->address_failed(a, resolver->address_count(to.host));
+}
+
 /** The exchange both run_attempt overloads are: a body at hand goes in one write (and again,
     whole, on a fresh connection when a pooled one was dead); `send` streams one through once. */
 net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_request r, const request_sender* send,
@@ -140,12 +166,9 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     }
   }
   bool const may_reuse = to.may_reuse && !send;
-  // previous_hosts: only where the name offers an address this request has not tried.
-  std::vector<net::ip::address> const* avoid = nullptr;
-  if (to.avoid && !to.avoid->empty()) {
-    auto const* resolver = resolver_of(co_await net::this_coro::executor);
-    if (resolver && resolver->offers_another(to.host, *to.avoid)) avoid = to.avoid;
-  }
+  auto const ex = co_await net::this_coro::executor;
+  std::vector<net::ip::address> shunned;  // no allocation unless an address is ejected
+  auto const* avoid = addresses_to_avoid(ex, to, shunned);
   auto out = p.spare_exchange();
   std::string head;  // serialized once, after the credential: a resend sends the same bytes
   for (int round = 0; round < 2; ++round) {
@@ -164,6 +187,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
       // being refused.
       while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
         c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
+      for (auto const& a : c.failed) tell_failed(to, ex, a);
       if (!c.conn) co_return retry::attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
@@ -205,6 +229,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
           p.check(to.pool_key);  // its siblings are likely closed too
           continue;
         }
+        tell_failed(to, ex, up.peer());
         if (wec == beast::error::timeout)
           co_return retry::attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
         co_return retry::attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
@@ -212,13 +237,22 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     }
     auto failed = co_await read_final_head(*out, is_head, deadline, route);
     to.interim_to = route.client;
-    if (!failed) co_return std::move(out);
+    if (!failed) {
+      if (to.health) {
+        if (out->response->get().result_int() >= 500)
+          tell_failed(to, ex, up.peer());
+        else
+          to.health->address_answered(up.peer());
+      }
+      co_return std::move(out);
+    }
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
     auto const cancelled = (co_await net::this_coro::cancellation_state).cancelled() != net::cancellation_type::none;
     if (reused && round == 0 && nothing_received && failed->type != http::error_type::attempt_timeout && !cancelled) {
       p.check(to.pool_key);  // stale: its siblings are likely closed too; go again
       continue;
     }
+    if (!cancelled) tell_failed(to, ex, up.peer());  // a reset or a timeout before the answer
     co_return std::move(*failed);
   }
   co_return retry::attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};

@@ -6,6 +6,7 @@
 #include "proxy/http/wire/error_response.hpp"
 #include "proxy/net.hpp"
 #include "proxy/retry/attempt_failure.hpp"
+#include "proxy/retry/address_health.hpp"
 #include "proxy/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -89,6 +90,9 @@ struct destination {
   const std::vector<net::ip::address>* avoid = nullptr;
   /// Where the attempt's connection went (left as it was when none was made).
   net::ip::address* used = nullptr;
+  /** The dependency's outlier ejection (retry/address_health.hpp): told how each address did, and
+      asked which are ejected, to be passed over like those in `avoid`. Null: not tracked. */
+  retry::address_observer* health = nullptr;
 };
 
 struct interim_route;

@@ -57,6 +57,7 @@ struct connect_race {
   std::optional<tcp::socket> winner;
   std::size_t winner_at = 0;  ///< its index in the endpoints
   std::size_t failed = 0;
+  std::vector<bool> ended;    ///< by index in the endpoints: its connect failed
   error_code last_error;
   bool signalled = false;  ///< the wake-up came from an attempt, not from outside
 };
@@ -65,6 +66,7 @@ struct race_result {
   error_code ec;
   std::optional<tcp::socket> socket;
   net::ip::address peer;
+  std::vector<net::ip::address> failed;  ///< connect_result::failed
 };
 
 net::awaitable<race_result> connect_first(
@@ -72,6 +74,7 @@ net::awaitable<race_result> connect_first(
     std::chrono::steady_clock::duration stagger) {
   auto ex = co_await net::this_coro::executor;
   auto race = std::make_shared<connect_race>(ex);
+  race->ended.assign(endpoints.size(), false);
   std::size_t started = 0;
   auto next_start = std::chrono::steady_clock::now();
   error_code outcome;
@@ -87,6 +90,7 @@ net::awaitable<race_result> connect_first(
         } else if (ec) {
           ++race->failed;
           race->last_error = ec;
+          if (ec != net::error::operation_aborted) race->ended[at] = true;
         }
         race->signalled = true;
         race->wake.cancel();
@@ -115,9 +119,18 @@ net::awaitable<race_result> connect_first(
     error_code ignored;
     if (sock->is_open()) sock->close(ignored);  // the losers; their handlers hold `race`
   }
-  if (race->winner && race->winner->is_open())
-    co_return race_result{{}, std::move(race->winner), endpoints[race->winner_at].address()};
-  co_return race_result{outcome ? outcome : error_code(net::error::operation_aborted), std::nullopt, {}};
+  race_result out;
+  // Addresses that refused, and, when the deadline came first, those that never answered.
+  for (std::size_t i = 0; i < started; ++i)
+    if (race->ended[i] || (outcome == beast::error::timeout && !race->winner)) out.failed.push_back(endpoints[i].address());
+  if (race->winner && race->winner->is_open()) {
+    out.socket = std::move(race->winner);
+    out.peer = endpoints[race->winner_at].address();
+    co_return out;
+  }
+  out.ec = outcome ? outcome : error_code(net::error::operation_aborted);
+  if (out.ec == net::error::operation_aborted) out.failed.clear();  // cancelled: nobody's failure
+  co_return out;
 }
 
 std::string addresses_of(const std::vector<tcp::endpoint>& endpoints) {
@@ -166,10 +179,12 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
     stream->expires_at(deadline);
     std::tie(cec) = co_await stream->async_connect(endpoints.front(), use_tuple);
     out.peer = endpoints.front().address();
+    if (cec && cec != net::error::operation_aborted) out.failed.push_back(out.peer);
   } else {
     auto race = co_await connect_first(endpoints, deadline, stagger);
     cec = race.ec;
     out.peer = race.peer;
+    out.failed = std::move(race.failed);
     if (race.socket) stream.emplace(std::move(*race.socket));
   }
   if (cec) {
@@ -177,6 +192,7 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
     auto const where = host + ":" + std::to_string(port) + (ec ? " (" + addresses_of(endpoints) + ")" : "");
     out.error =
         cec != beast::error::timeout && out_of_sockets() ? http::error_type::overloaded : classify_connect_error(cec);
+    if (out.error == http::error_type::overloaded) out.failed.clear();  // rebound's shortage, not the addresses
     out.message = out.error == http::error_type::overloaded
                       ? "rebound is out of descriptors or memory for a connection to " + where + " (" +
                             cec.message() + ")"
@@ -196,6 +212,7 @@ net::awaitable<open_result> open_connection(const std::string& host, std::uint16
                                             const std::vector<net::ip::address>* avoid) {
   open_result out;
   auto c = co_await connect_to(host, port, deadline, avoid);
+  out.failed = std::move(c.failed);
   if (!c.stream) {
     out.error = c.error;
     out.message = std::move(c.message);

@@ -19,6 +19,9 @@ struct connect_result {
   net::ip::address peer;                    ///< the address it connected to
   http::error_type error = http::error_type::connect_refused;
   std::string message;  ///< why, for the client and the log
+  /// A name's addresses whose connect failed (refused, unreachable, or still pending when the
+  /// deadline came), for outlier ejection; those given up on because another won are not.
+  std::vector<net::ip::address> failed;
 };
 
 /** `host` is taken by reference: by-value arguments of a co_awaited call hit a GCC 12
@@ -34,6 +37,7 @@ struct open_result {
   std::optional<connection> conn;  ///< set on success
   http::error_type error = http::error_type::connect_refused;
   std::string message;
+  std::vector<net::ip::address> failed;  ///< connect_result::failed
 };
 
 /// A connection for a request: TCP, then the TLS handshake when `tls` is given (an https

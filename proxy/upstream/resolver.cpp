@@ -173,6 +173,11 @@ bool resolver_service::offers_another(const std::string& host, const std::vector
          });
 }
 
+std::size_t resolver_service::address_count(const std::string& host) const {
+  auto const* all = cache_->last_answer(host);
+  return all ? all->size() : 0;
+}
+
 std::shared_ptr<resolver_service::lookup> resolver_service::ask(const std::string& host) {
   auto l = std::make_shared<lookup>();
   l->name = host;

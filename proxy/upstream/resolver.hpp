@@ -65,6 +65,9 @@ class resolver_service : public net::execution_context::service {
   /// Whether the last answer for `host` has an address not in `tried` (no lookup is made).
   bool offers_another(const std::string& host, const std::vector<net::ip::address>& tried) const;
 
+  /// How many addresses the last answer for `host` had (0: none kept; no lookup is made).
+  std::size_t address_count(const std::string& host) const;
+
   /// Lookups sent to the servers so far (tests: concurrent requests share one).
   std::size_t lookups_started() const { return lookups_started_; }
   /// Lookups not yet settled, those in the background included.

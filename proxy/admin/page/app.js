@@ -52,6 +52,12 @@
     return text;
   }
 
+  // The addresses ejected for failing in a row (issue 50), each with the time it has left.
+  function ejected(list) {
+    if (!list || list.length === 0) return 'none';
+    return list.map(e => e.address + ' (' + duration(e.remaining_ms) + ' left)').join(', ');
+  }
+
   async function loadDependencies() {
     const body = await getJson('/dependencies');
     const rows = $('dependencies').tBodies[0];
@@ -68,6 +74,7 @@
       cell(tr, d.retries_in_window + ' / ' + d.retries_allowed, 'num');
       cell(tr, String(d.requests_in_window), 'num');
       cell(tr, concurrency(d.concurrency));
+      cell(tr, ejected(d.ejected_addresses));
       const option = document.createElement('option');
       option.value = d.name;
       names.appendChild(option);
