@@ -106,6 +106,13 @@ try:
                 return r.find_elements(By.TAG_NAME, "td")[6].text
         return None
     wait(lambda: concurrency() == "limit 8, 0 in flight", "the dependency's concurrency limit")
+
+    def ejected():
+        for r in rows("dependencies"):
+            if r.get_attribute("data-dependency") == args.dependency:
+                return r.find_elements(By.TAG_NAME, "td")[7].text
+        return None
+    wait(lambda: ejected() == "none", "the dependency's ejected addresses (its one address is never ejected)")
     wait(lambda: args.dependency in driver.find_element(By.ID, "config").text, "the running config shown")
     # retry_tasks is counted every 10 s: the page shows the count once it was taken.
     wait(lambda: driver.find_element(By.CSS_SELECTOR, '#tasks td[data-status="DEAD_LETTERED"]').text == "2",
