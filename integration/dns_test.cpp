@@ -243,6 +243,27 @@ TEST(Dns, ARetryAfterA503GoesToTheNamesOtherAddress) {
   EXPECT_TRUE(rb.wait_for_log("\"address\":\"127.0.0.2\""));
 }
 
+TEST(Dns, AHedgeGoesToAnotherAddressThanTheCopyItHedges) {
+  DnsServer dns;
+  ScriptedUpstream slow("127.0.0.2", 0);
+  Script late;
+  late.delay = std::chrono::milliseconds(800);
+  late.body = "slow host";
+  slow.on("/", late);
+  ScriptedUpstream fast("127.0.0.3", slow.port());
+  Script quick;
+  quick.body = "fast host";
+  fast.on("/", quick);
+  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  ReboundProcess rb(resolving_with(dns, "", "  hedge: {after: 50ms, max: 1}\n"));
+  auto const r = ask(rb, get("svc.test:" + std::to_string(slow.port())));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u) << r->body;
+  EXPECT_EQ(r->body, "fast host");  // the hedge did not join the first copy at the slow host
+  EXPECT_EQ(slow.request_count(), 1u);
+  EXPECT_EQ(fast.request_count(), 1u);
+}
+
 TEST(Dns, AnAddressThatKeepsFailingIsEjectedAndComesBack) {
   DnsServer dns;
   ScriptedUpstream failing("127.0.0.2", 0);

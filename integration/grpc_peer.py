@@ -4,6 +4,8 @@
   grpc_peer.py server PORT_FILE      serves until killed; writes its port to PORT_FILE
   grpc_peer.py server-tls PORT_FILE CERT KEY
                                      the same over TLS (PEM certificate chain and key files)
+  grpc_peer.py server-at PORT_FILE ADDRESS:PORT [unavailable]
+                                     on that address; `unavailable`: every call fails UNAVAILABLE
   grpc_peer.py call TARGET METHOD [--timeout S] [--meta k=v ...] [--payload TEXT]
                                 [--kind unary|server-stream|client-stream|bidi]
                                 [--messages a,b,c | --repeat N --size S] [--summary]
@@ -113,9 +115,15 @@ def _chat(request_iterator, context):
         yield b"echo:" + m
 
 
+_down = False  # server-at ... unavailable: every call fails UNAVAILABLE, as a host that is going down
+
+
 def _handle(request, context):
     method = context._rpc_event.call_details.method.decode() if hasattr(context, "_rpc_event") else ""
     meta, attempt, trailing = _begin(context)
+    if _down:
+        context.set_trailing_metadata(trailing)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "this host is unavailable")
     if method.endswith("/Fail") and "x-fail-times" not in meta:
         meta["x-fail-times"] = "1000000"
     if method.endswith("/Fail"):
@@ -145,7 +153,7 @@ class _Generic(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(_handle)
 
 
-def serve(port_file, cert_file=None, key_file=None):
+def serve(port_file, cert_file=None, key_file=None, bind="127.0.0.1:0"):
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     server.add_generic_rpc_handlers((_Generic(),))
     if cert_file:
@@ -153,9 +161,9 @@ def serve(port_file, cert_file=None, key_file=None):
             cert = f.read()
         with open(key_file, "rb") as f:
             key = f.read()
-        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(((key, cert),)))
+        port = server.add_secure_port(bind, grpc.ssl_server_credentials(((key, cert),)))
     else:
-        port = server.add_insecure_port("127.0.0.1:0")
+        port = server.add_insecure_port(bind)
     server.start()
     with open(port_file + ".tmp", "w") as f:
         f.write(str(port))
@@ -306,6 +314,9 @@ if __name__ == "__main__":
         serve(sys.argv[2])
     elif sys.argv[1] == "server-tls":
         serve(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "server-at":  # server-at PORT_FILE ADDRESS:PORT [unavailable]
+        _down = sys.argv[4:5] == ["unavailable"]
+        serve(sys.argv[2], bind=sys.argv[3])
     elif sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:

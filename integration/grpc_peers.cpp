@@ -44,6 +44,10 @@ std::uint16_t PortFilePeer::port() {
 
 GrpcServer::GrpcServer() : PortFilePeer({python, grpc_script, "server"}, {}) {}
 
+GrpcServer::GrpcServer(const std::string& bind, bool unavailable)
+    : PortFilePeer({python, grpc_script, "server-at"},
+                   unavailable ? std::vector<std::string>{bind, "unavailable"} : std::vector<std::string>{bind}) {}
+
 TlsGrpcServer::TlsGrpcServer(const IssuedCert& cert)
     : PortFilePeer({python, grpc_script, "server-tls"}, {cert.cert_file, cert.key_file}) {}
 

@@ -34,6 +34,8 @@ class PortFilePeer {
 class GrpcServer : public PortFilePeer {
  public:
   GrpcServer();
+  /// On `bind` (ADDRESS:PORT); `unavailable`: every call fails UNAVAILABLE (a host going down).
+  GrpcServer(const std::string& bind, bool unavailable);
 };
 
 /// The same over TLS (grpc_peer.py server-tls) with `cert`.

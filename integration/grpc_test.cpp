@@ -3,6 +3,7 @@
 // and the upstream reached over HTTP/2. gRPC's own retries are off in the client, so every
 // retry the server sees is rebound's.
 #include "client.hpp"
+#include "dns_server.hpp"
 #include "grpc_peers.hpp"
 
 #include <gtest/gtest.h>
@@ -331,6 +332,37 @@ TEST(Grpc, ABurstBeforeTheFirstConnectSharesOneUpstreamConnection) {
 
 // R-10: a gRPC call's correlation id follows the rule every way in follows (X-Request-ID,
 // then X-Correlation-ID, then traceparent); gRPC read only x-request-id before.
+// Issue 50 for gRPC: a retry leaves the connection to the address that failed for one to the
+// name's other address, and an address that keeps failing is ejected for every call.
+TEST(Grpc, ARetryGoesToTheNamesOtherAddressAndAFailingOneIsEjected) {
+  DnsServer dns;
+  GrpcServer down("127.0.0.2:0", true);
+  auto const port = std::to_string(down.port());
+  GrpcServer healthy("127.0.0.3:" + port, false);
+  healthy.port();
+  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  ReboundProcess rebound(with("dns:\n  servers: [\"" + dns.address() +
+                              "\"]\n"
+                              "dependencies:\n"
+                              "  peer:\n"
+                              "    hosts: [peer.test]\n"
+                              "    origin: http://svc.test:" +
+                              port +
+                              "\n"
+                              "    context: grpc\n"
+                              "    backoff: {base: 10ms, cap: 50ms}\n"));
+  for (int i = 0; i < 5; ++i) {  // each fails once at 127.0.0.2, then succeeds at 127.0.0.3
+    auto r = call(rebound.port(), "/test.Peer/Echo", {"--payload", "hi"});
+    ASSERT_EQ(r.code, 0) << r.raw;
+    EXPECT_EQ(r.body, "hi");
+    EXPECT_EQ(r.initial["rebound-attempts"], "2") << r.raw;
+  }
+  EXPECT_TRUE(rebound.wait_for_log(R"("address_ejected","dependency":"peer","address":"127.0.0.2")"));
+  auto r = call(rebound.port(), "/test.Peer/Echo", {"--payload", "hi"});
+  ASSERT_EQ(r.code, 0) << r.raw;
+  EXPECT_EQ(r.initial["rebound-attempts"], "1") << r.raw;  // straight to the address not ejected
+}
+
 TEST(Grpc, R10_CorrelationIdFollowsTheSameRuleAsHttp) {
   GrpcServer server;
   ReboundProcess rebound(with(dependency(server.port())));

@@ -155,7 +155,9 @@ upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
   plan.pool_key = http::pool_key(plan.target, plan.route.tls);
   auto* const source =
       upstream::credential_to_apply(plan.route.auth, h2::message::find_in(head, "authorization") != nullptr);
-  return upstream::destination{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls, source};
+  upstream::destination to{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls, source};
+  to.health = plan.route.guard.get();
+  return to;
 }
 
 h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {

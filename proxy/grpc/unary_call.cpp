@@ -5,6 +5,9 @@
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/status.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/upstream/attempt.hpp"
+
+#include <algorithm>
 
 namespace rebound::grpc {
 namespace {
@@ -27,18 +30,27 @@ class h2_attempt final : public retry::attempt_runner {
     attempt.body = request_.body;
     attempt.trailers = request_.trailers;
     attempt.budget = request_.budget;
+    // A retry prefers an address it has not tried (previous_hosts), on another connection.
+    if (!used_.is_unspecified() && std::find(tried_.begin(), tried_.end(), used_) == tried_.end())
+      tried_.push_back(used_);
+    if (!tried_.empty()) to_.avoid = &tried_;
     auto conn = co_await connect_attempt(pool_, to_, attempt.head, deadline);
     if (!conn) {
       s.failure = std::move(conn.error());
       co_return s;
     }
+    used_ = s.address = (*conn)->peer();
+    auto const ex = co_await net::this_coro::executor;
     auto answer = co_await (*conn)->exchange(attempt, max_response_body, deadline);
     if (!answer) {
       s.failure = failure_of(answer.error());
+      auto const cancelled = (co_await net::this_coro::cancellation_state).cancelled() != net::cancellation_type::none;
+      if (!cancelled) upstream::report_address(ex, to_, used_, true);
       co_return s;
     }
     last = std::move(*answer);
     summarize(last->head, last->trailers, s);
+    upstream::report_address(ex, to_, used_, retry::fails_address(s.outcome));
     co_return s;
   }
   void drop() override { last.reset(); }
@@ -52,6 +64,8 @@ class h2_attempt final : public retry::attempt_runner {
   const h2::message& request_;
   unsigned attempts_ = 0;
   std::string traceparent_;
+  net::ip::address used_;                ///< where the last attempt went
+  std::vector<net::ip::address> tried_;  ///< where the attempts before it went
 };
 
 }  // namespace

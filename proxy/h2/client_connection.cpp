@@ -8,6 +8,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <optional>
@@ -332,6 +333,8 @@ std::shared_ptr<client_connection> client_connection::start(upstream::connection
   return c;
 }
 
+net::ip::address client_connection::peer() const { return impl_->conn.peer(); }
+
 bool client_connection::can_take_stream() const {
   auto const& i = *impl_;
   if (i.closed || i.goaway || i.shutting_down || !i.session) return false;
@@ -461,12 +464,18 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
 
 net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::attempt_failure>> client_pool::get(
     const upstream::destination& to, clock::time_point deadline) {
+  auto const ex = co_await net::this_coro::executor;
+  std::vector<net::ip::address> shunned;
+  auto const* avoid = upstream::addresses_to_avoid(ex, to, shunned);
+  auto const avoided = [avoid](const client_connection& c) {
+    return avoid && std::find(avoid->begin(), avoid->end(), c.peer()) != avoid->end();
+  };
   for (;;) {
     // Looked up afresh after every wait: the map may have moved meanwhile.
     auto& open = conns_[to.pool_key];
     std::erase_if(open, [](const std::shared_ptr<client_connection>& c) { return c->closed(); });
     for (auto const& c : open)
-      if (c->can_take_stream()) co_return c;
+      if (c->can_take_stream() && !avoided(*c)) co_return c;
     auto it = connecting_.find(to.pool_key);
     if (it == connecting_.end()) break;
     if (clock::now() >= deadline)
@@ -486,9 +495,10 @@ net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::
   auto const pending = std::make_shared<pending_connect>();
   connecting_.emplace(to.pool_key, pending);
   std::string_view const alpn = to.tls ? std::string_view("h2") : std::string_view();
-  auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn);
+  auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn, avoid);
   connecting_.erase(to.pool_key);
   for (auto* waiter : pending->waiters) waiter->cancel();  // they look again: at the new connection, or connect
+  for (auto const& a : opened.failed) upstream::report_address(ex, to, a, true);
   if (!opened.conn) co_return retry::attempt_failure{opened.error, std::move(opened.message), false};
   auto c = client_connection::start(std::move(*opened.conn));
   conns_[to.pool_key].push_back(c);

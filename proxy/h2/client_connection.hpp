@@ -78,6 +78,8 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   clock::duration idle_for(clock::time_point now) const;
   /// The connection has ended: nothing more goes on it.
   bool closed() const;
+  /// The address it is connected to (upstream::connection::peer).
+  net::ip::address peer() const;
   /// Sends GOAWAY and closes once the streams in flight end.
   void shut_down();
 
@@ -98,7 +100,10 @@ class client_connection : public std::enable_shared_from_this<client_connection>
 class client_pool {
  public:
   /** The connection for `to`, opened (TCP, then TLS with ALPN `h2` for an https origin)
-      when there is none that can take a stream. A failure is the connect's error type. */
+      when there is none that can take a stream. A failure is the connect's error type. As
+      for HTTP/1.1 (upstream::addresses_to_avoid), a connection to an ejected address, or on a
+      retry to one the call tried, is passed over while the name offers another: a new one is
+      opened there, so a retry need not share the connection that just failed. */
   net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::attempt_failure>> get(
       const upstream::destination& to, clock::time_point deadline);
   /// Shuts every connection down (a drain).

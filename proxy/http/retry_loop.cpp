@@ -22,17 +22,25 @@ class http1_attempt final : public retry::attempt_runner {
   }
   http1_attempt(const http1_attempt&) = delete;  // to_.used points into this one
   http1_attempt& operator=(const http1_attempt&) = delete;
+  /// A hedged request's copies (run_hedged): each passes over the addresses the others went to.
+  void hedged_with(const std::vector<http1_attempt*>& copies) { copies_ = &copies; }
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     // What this attempt has left, not what the caller first gave: the time spent on earlier
     // attempts and waits is gone, and past this attempt's own timeout nobody reads the answer.
     if (sends_deadline_)
       out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
-    if (!used_.is_unspecified()) {  // a retry: it prefers an address not yet tried (previous_hosts)
-      if (std::find(tried_.begin(), tried_.end(), used_) == tried_.end()) tried_.push_back(used_);
-      to_.avoid = &tried_;
-      used_ = net::ip::address();
-    }
+    // A retry, or a hedge, prefers an address not yet tried (previous_hosts): neither by its
+    // own earlier attempts nor by the copies of a hedged request that went first.
+    remember(used_);
+    used_ = net::ip::address();
+    if (copies_)
+      for (auto const* c : *copies_)
+        if (c != this) {
+          remember(c->used_);
+          for (auto const& a : c->tried_) remember(a);
+        }
+    if (!tried_.empty()) to_.avoid = &tried_;
     auto attempt = co_await upstream::run_attempt(pool_, to_, out_, deadline);
     retry::attempt_summary s;
     s.address = used_;
@@ -60,12 +68,17 @@ class http1_attempt final : public retry::attempt_runner {
   std::unique_ptr<upstream::exchange> response;
 
  private:
+  void remember(const net::ip::address& a) {
+    if (!a.is_unspecified() && std::find(tried_.begin(), tried_.end(), a) == tried_.end()) tried_.push_back(a);
+  }
+
   upstream::pool& pool_;
   upstream::destination to_;
   upstream::outgoing_request out_;
   bool sends_deadline_;
   net::ip::address used_;                 ///< where the last attempt went
   std::vector<net::ip::address> tried_;  ///< where the attempts before it went
+  const std::vector<http1_attempt*>* copies_ = nullptr;
 };
 
 /// What the loop came to; `answered`: the runner holding the response, if one came back.
@@ -84,10 +97,15 @@ loop_result loop_result_from(retry::attempts_result r, http1_attempt* answered) 
 net::awaitable<loop_result> run_hedged(const retry::step_context& ctx, const http1_request& request,
                                        retry::loop_hooks hooks, const retry::hedge_plan& hedge) {
   bool const sends_deadline = ctx.facts.deadline.has_value();
-  auto make = [&request, sends_deadline] {
-    return std::make_unique<http1_attempt>(request.pool, request.to,
-                                           upstream::outgoing_request{request.req, request.body, request.is_head},
-                                           sends_deadline);
+  std::vector<http1_attempt*> copies;  // outlives `attempt`, which owns them
+  copies.reserve(retry::hedged_attempt::max_copies);
+  auto make = [&request, sends_deadline, &copies] {
+    auto a = std::make_unique<http1_attempt>(request.pool, request.to,
+                                             upstream::outgoing_request{request.req, request.body, request.is_head},
+                                             sends_deadline);
+    a->hedged_with(copies);
+    copies.push_back(a.get());
+    return a;
   };
   retry::hedged_attempt attempt(make, hedge, ctx);
   auto r = co_await retry::run_attempts(ctx, attempt, hooks);

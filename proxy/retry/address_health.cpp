@@ -16,6 +16,18 @@ bool forgiven(const config::outlier_policy& p, address_health::clock::time_point
 
 }  // namespace
 
+bool fails_address(const attempt_outcome& answer) {
+  if (answer.grpc_status) {
+    switch (*answer.grpc_status) {
+      case 2: case 4: case 12: case 13: case 14: case 15:
+        return true;
+      default:
+        break;
+    }
+  }
+  return answer.status && *answer.status >= 500;
+}
+
 std::size_t address_health::ejected_now(clock::time_point now) const {
   return static_cast<std::size_t>(
       std::count_if(entries_.begin(), entries_.end(), [&](auto const& kv) { return is_ejected(kv.second, now); }));

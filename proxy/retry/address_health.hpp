@@ -8,6 +8,7 @@
     the breaker it does not replace. */
 #include "config/config.hpp"
 #include "proxy/net.hpp"
+#include "proxy/retry/classify.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -30,6 +31,11 @@ class address_observer {
   /// Appends the addresses ejected now to `out`; nothing (and no lock) when none is.
   virtual void ejected_addresses(std::vector<net::ip::address>& out) = 0;
 };
+
+/** Whether an answer counts against the address it came from: a 5xx, or for gRPC a status
+    that maps to one (UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE,
+    DATA_LOSS, as Envoy maps them). Any other answer ends the address's run of failures. */
+bool fails_address(const attempt_outcome& answer);
 
 class address_health {
  public:

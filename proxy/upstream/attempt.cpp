@@ -123,12 +123,6 @@ net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credentia
   co_return std::nullopt;
 }
 
-namespace {
-
-/** The addresses of `to.host` this attempt passes over: those ejected now, and on a retry
-    those its request tried already (previous_hosts), as long as the name offers another;
-    else only those tried, if that leaves one; else none: a request that finds every address
-    ejected or tried goes to them anyway. */
 const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
                                                         std::vector<net::ip::address>& scratch) {
   if (to.health) to.health->ejected_addresses(scratch);
@@ -144,12 +138,13 @@ const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_execut
   return retried && resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
 }
 
-/// Tells the dependency's outlier ejection that `a` failed; an IP literal (no name, no
-/// answer kept) has one address, which is never ejected.
-void tell_failed(const destination& to, const net::any_io_executor& ex, const net::ip::address& a) {
+void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed) {
   if (!to.health || a.is_unspecified()) return;
+  if (!failed) return to.health->address_answered(a);
   if (auto const* resolver = resolver_of(ex)) to.health->address_failed(a, resolver->address_count(to.host));
 }
+
+namespace {
 
 /** The exchange both run_attempt overloads are: a body at hand goes in one write (and again,
     whole, on a fresh connection when a pooled one was dead); `send` streams one through once. */
@@ -187,7 +182,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
       // being refused.
       while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
         c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
-      for (auto const& a : c.failed) tell_failed(to, ex, a);
+      for (auto const& a : c.failed) report_address(ex, to, a, true);
       if (!c.conn) co_return retry::attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
@@ -229,7 +224,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
           p.check(to.pool_key);  // its siblings are likely closed too
           continue;
         }
-        tell_failed(to, ex, up.peer());
+        report_address(ex, to, up.peer(), true);
         if (wec == beast::error::timeout)
           co_return retry::attempt_failure{http::error_type::attempt_timeout, "sending the request timed out"};
         co_return retry::attempt_failure{classify_connect_error(wec), "sending the request failed: " + wec.message()};
@@ -238,12 +233,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     auto failed = co_await read_final_head(*out, is_head, deadline, route);
     to.interim_to = route.client;
     if (!failed) {
-      if (to.health) {
-        if (out->response->get().result_int() >= 500)
-          tell_failed(to, ex, up.peer());
-        else
-          to.health->address_answered(up.peer());
-      }
+      if (to.health) report_address(ex, to, up.peer(), retry::fails_address({out->response->get().result_int()}));
       co_return std::move(out);
     }
     bool const nothing_received = out->buffer.size() == 0 && !out->response->got_some();
@@ -252,7 +242,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
       p.check(to.pool_key);  // stale: its siblings are likely closed too; go again
       continue;
     }
-    if (!cancelled) tell_failed(to, ex, up.peer());  // a reset or a timeout before the answer
+    if (!cancelled) report_address(ex, to, up.peer(), true);  // a reset or a timeout before the answer
     co_return std::move(*failed);
   }
   co_return retry::attempt_failure{http::error_type::connect_reset, "upstream closed the connection before answering"};

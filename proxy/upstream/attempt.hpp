@@ -95,6 +95,18 @@ struct destination {
   retry::address_observer* health = nullptr;
 };
 
+/** The addresses of `to.host` an attempt passes over: those ejected now (`to.health`), and on
+    a retry those its request tried (`to.avoid`), as long as the name offers another; else
+    only those tried, if that leaves one; else none: a request that finds every address
+    ejected or tried goes to them anyway. Points at `to.avoid` or `scratch`, or is null (the
+    common case, which asks no resolver). The HTTP/1.1 exchange and the HTTP/2 pool both ask. */
+const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
+                                                        std::vector<net::ip::address>& scratch);
+
+/// Tells `to.health` how `a` did: `failed` (a connect failure, a reset or timeout before the
+/// answer, retry::fails_address) or answered. An IP literal's one address is never ejected.
+void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed);
+
 struct interim_route;
 
 /** How a request whose body is not at hand goes out on the open connection: the streaming

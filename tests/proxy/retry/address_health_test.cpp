@@ -132,5 +132,20 @@ TEST(AddressHealth, TheReadingShowsWhatIsEjectedAndForHowLong) {
   EXPECT_EQ(r[0].times, 1u);
 }
 
+TEST(AddressHealth, A5xxOrAGrpcStatusEnvoyMapsToOneFailsTheAddress) {
+  using rebound::retry::attempt_outcome;
+  using rebound::retry::fails_address;
+  EXPECT_TRUE(fails_address(attempt_outcome{503}));
+  EXPECT_TRUE(fails_address(attempt_outcome{500}));
+  EXPECT_FALSE(fails_address(attempt_outcome{429}));  // the host is alive and says so
+  EXPECT_FALSE(fails_address(attempt_outcome{404}));
+  EXPECT_FALSE(fails_address(attempt_outcome{200}));
+  EXPECT_TRUE(fails_address(attempt_outcome{200, std::nullopt, 14}));   // UNAVAILABLE
+  EXPECT_TRUE(fails_address(attempt_outcome{200, std::nullopt, 13}));   // INTERNAL
+  EXPECT_FALSE(fails_address(attempt_outcome{200, std::nullopt, 8}));   // RESOURCE_EXHAUSTED: 429
+  EXPECT_FALSE(fails_address(attempt_outcome{200, std::nullopt, 5}));   // NOT_FOUND
+  EXPECT_FALSE(fails_address(attempt_outcome{200, std::nullopt, 0}));
+}
+
 }  // namespace
 }  // namespace address_health_test
