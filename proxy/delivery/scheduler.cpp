@@ -379,9 +379,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   bool const is_head = req.method() == bhttp::verb::head;
   http::frame_whole_body(req, task.body.size());
   auto const key = http::pool_key(target, route.tls);
-  upstream::destination to{
-      key, target.connect_host, target.port, route.tls, http::credentials_for(req, route), true, nullptr, false};
-  to.health = &guard;
+  auto const to = http::destination_of(route, target, key, req);
 
   retry::request_facts facts;
   facts.may_retry = true;  // every task carries an idempotency key

@@ -153,11 +153,8 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
 
 upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
   plan.pool_key = http::pool_key(plan.target, plan.route.tls);
-  auto* const source =
-      upstream::credential_to_apply(plan.route.auth, h2::message::find_in(head, "authorization") != nullptr);
-  upstream::destination to{plan.pool_key, plan.target.connect_host, plan.target.port, plan.route.tls, source};
-  to.health = plan.route.guard.get();
-  return to;
+  return http::destination_of(plan.route, plan.target, plan.pool_key,
+                              h2::message::find_in(head, "authorization") != nullptr);
 }
 
 h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {

@@ -1,6 +1,8 @@
 #include "proxy/http/dependency_route.hpp"
 
 #include "proxy/retry/dependency_guard.hpp"
+#include "proxy/upstream/attempt.hpp"
+#include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/secure_origins.hpp"
 
 namespace rebound::http {
@@ -33,6 +35,14 @@ void attach_runtime(dependency_route& route, const session_context& ctx, const r
     if (t.scheme == "https") route.tls = origins->tls_for(route.name);
     route.auth = origins->auth_for(route.name);
   }
+}
+
+upstream::destination destination_of(const dependency_route& route, const request_target& t,
+                                     const std::string& pool_key, bool carries_authorization) {
+  upstream::destination to{pool_key, t.connect_host, t.port, route.tls,
+                           upstream::credential_to_apply(route.auth, carries_authorization)};
+  to.health = route.guard.get();
+  return to;
 }
 
 }  // namespace rebound::http

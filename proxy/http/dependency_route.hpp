@@ -18,6 +18,7 @@ class dependency_guard;
 namespace rebound::upstream {
 class credential_source;
 class tls_client;
+struct destination;
 }  // namespace rebound::upstream
 
 namespace rebound::http {
@@ -48,5 +49,14 @@ std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const 
 /// Adds the dependency's guard, TLS client and credential source, from the worker and the
 /// config generation the request runs on.
 void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t);
+
+/** Where a request of `route` goes, to `t` under the pool key `pool_key` (both kept alive by
+    the caller): the one place an upstream::destination is made (HTTP/1.1, its single-attempt
+    path, gRPC, delivery), so what the route supplies is set alike for every door: the TLS
+    client, rebound's credential unless the request carries an Authorization of its own
+    (SPEC 5, R-9), and the dependency's outlier ejection. The door then says how its request
+    may go (`may_reuse`, `interim_to`, `pass_100`, `upgrade`). */
+upstream::destination destination_of(const dependency_route& route, const request_target& t,
+                                     const std::string& pool_key, bool carries_authorization);
 
 }  // namespace rebound::http

@@ -1,5 +1,4 @@
 #include "proxy/http/forward.hpp"
-#include "proxy/upstream/credential_source.hpp"
 #include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
@@ -253,12 +252,11 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   bool const pass_interim = client_version >= 11 && hedge.max == 0;
   retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer, r.route.slots};
   interim_to_client interim_out{client, idle};
-  http1_request const request{
-      *ctx.pool,
-      upstream::destination{key, target.connect_host, target.port, route.tls, credentials_for(req, route),
-                            facts.may_retry, pass_interim ? &interim_out : nullptr, false, upgrade, nullptr, nullptr,
-                            &guard},
-      req, body, is_head};
+  auto to = destination_of(route, target, key, req);
+  to.may_reuse = facts.may_retry;
+  to.interim_to = pass_interim ? &interim_out : nullptr;
+  to.upgrade = upgrade;
+  http1_request const request{*ctx.pool, to, req, body, is_head};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), session.drain_slot(), &client.socket()};
   auto result = co_await run_retry_loop(step, request, hooks, &hedge);
   if (result.client_gone) co_return false;
@@ -471,9 +469,9 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 }  // namespace
 
-upstream::credential_source* credentials_for(const request_message<bhttp::buffer_body>& req,
-                                             const dependency_route& route) {
-  return upstream::credential_to_apply(route.auth, req.find(bhttp::field::authorization) != req.end());
+upstream::destination destination_of(const dependency_route& route, const request_target& t,
+                                     const std::string& pool_key, const request_message<bhttp::buffer_body>& req) {
+  return destination_of(route, t, pool_key, req.find(bhttp::field::authorization) != req.end());
 }
 
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {

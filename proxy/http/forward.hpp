@@ -66,10 +66,10 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
-/// rebound's credential source for the dependency, or nullptr: none configured, or the
-/// request carries its own Authorization, which is kept (SPEC 5).
-upstream::credential_source* credentials_for(const request_message<bhttp::buffer_body>& req,
-                                             const dependency_route& route);
+/// destination_of (dependency_route.hpp) for an HTTP/1.1 request: its own Authorization, if
+/// it carries one, is kept and rebound's credential stays off it (SPEC 5).
+upstream::destination destination_of(const dependency_route& route, const request_target& t,
+                                     const std::string& pool_key, const request_message<bhttp::buffer_body>& req);
 
 /// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
 /// on every path (forwarded or handed over).

@@ -179,15 +179,10 @@ net::awaitable<bool> forward_once(const client_request& r, const retry::request_
   // body streams through once, or R-6 forbids a repeat), and a pooled connection can turn
   // out dead only once the request is on it, when the upstream may have processed it.
   interim_to_client interim_out{client, idle};
-  upstream::destination to{key,
-                           target.connect_host,
-                           target.port,
-                           route.tls,
-                           credentials_for(req, route),
-                           false,
-                           client_version >= 11 ? &interim_out : nullptr,
-                           want_continue};
-  to.health = &guard;
+  auto to = destination_of(route, target, key, req);
+  to.may_reuse = false;
+  to.interim_to = client_version >= 11 ? &interim_out : nullptr;
+  to.pass_100 = want_continue;
   attempt_start = clock::now();
   auto attempt_deadline = attempt_start + policy.attempt_timeout;
   if (facts.deadline) {
