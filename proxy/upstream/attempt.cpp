@@ -146,6 +146,35 @@ void report_address(const net::any_io_executor& ex, const destination& to, const
 
 namespace {
 
+/** A new connection for an attempt. Out of descriptors while idle connections to other hosts
+    hold some, one of those (the least recently used) gives its descriptor to this call
+    instead of the call being refused. The addresses that failed to connect are reported. */
+net::awaitable<open_result> fresh_connection(pool& p, const destination& to, const net::any_io_executor& ex,
+                                             const std::vector<net::ip::address>* avoid, clock::time_point deadline) {
+  auto c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
+  while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
+    c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
+  for (auto const& a : c.failed) report_address(ex, to, a, true);
+  co_return c;
+}
+
+/** A request whose body is at hand as one gather write: its serialized `head`, then the body
+    as it is framed (whole, or as one chunk and the last), `size_line` holding a chunk's size. */
+std::array<net::const_buffer, 4> whole_request(const std::string& head, const http::request_message<bhttp::buffer_body>& req,
+                                               std::string_view body, std::array<char, 20>& size_line) {
+  std::array<net::const_buffer, 4> wire{net::buffer(head)};
+  if (!req.chunked()) {
+    wire[1] = net::buffer(body.data(), body.size());
+  } else if (!body.empty()) {
+    wire[1] = net::buffer(http::chunk_size_line(size_line, body.size()));
+    wire[2] = net::buffer(body.data(), body.size());
+    wire[3] = net::buffer("\r\n0\r\n\r\n", 7);
+  } else {
+    wire[1] = net::buffer(http::last_chunk);
+  }
+  return wire;
+}
+
 /** The exchange both run_attempt overloads are: a body at hand goes in one write (and again,
     whole, on a fresh connection when a pooled one was dead); `send` streams one through once. */
 net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_request r, const request_sender* send,
@@ -176,13 +205,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
     }
     bool const reused = out->stream.has_value();
     if (!out->stream) {
-      auto c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
-      // Out of descriptors while idle connections to other hosts hold some: one of those
-      // (the least recently used) gives its descriptor to this call instead of the call
-      // being refused.
-      while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())
-        c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
-      for (auto const& a : c.failed) report_address(ex, to, a, true);
+      auto c = co_await fresh_connection(p, to, ex, avoid, deadline);
       if (!c.conn) co_return retry::attempt_failure{c.error, c.message, false};
       out->stream.emplace(std::move(*c.conn));
     }
@@ -202,20 +225,8 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
       // one gather write.
       if (head.empty()) http::append_head(head, req.base());
       std::array<char, 20> size_line{};
-      std::array<net::const_buffer, 4> wire{net::buffer(head)};
-      if (req.chunked()) {
-        if (!body.empty()) {
-          wire[1] = net::buffer(http::chunk_size_line(size_line, body.size()));
-          wire[2] = net::buffer(body.data(), body.size());
-          wire[3] = net::buffer("\r\n0\r\n\r\n", 7);
-        } else {
-          wire[1] = net::buffer(http::last_chunk);
-        }
-      } else {
-        wire[1] = net::buffer(body.data(), body.size());
-      }
       up.expires_at(deadline);
-      auto [wec, wn] = co_await net::async_write(up, wire, use_tuple);
+      auto [wec, wn] = co_await net::async_write(up, whole_request(head, req, body, size_line), use_tuple);
       if (wec) {
         // A cancelled attempt (a hedge that lost, retry/hedge.hpp) is not sent again.
         if (wec == net::error::operation_aborted)
