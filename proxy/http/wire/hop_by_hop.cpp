@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -81,23 +82,37 @@ void strip_hop_by_hop(head_fields& f) {
 }
 
 void add_via(head_fields& f, unsigned received_version, std::string_view token) {
-  // RFC 9110 section 7.6.3: the protocol version this hop received the message in.
-  std::string entry = received_version >= 11 ? "1.1 rebound" : "1.0 rebound";
-  if (!token.empty()) {
-    entry += " (";
-    entry += token;
-    entry += ')';
-  }
-  // Several Via lines are one list; folding them into one keeps their order.
-  std::string via;
+  // Several Via lines are one list: folded into one in their order, then this hop's entry
+  // (RFC 9110 section 7.6.3: the protocol version this hop received the message in). Built on
+  // the stack while it fits, as it does unless the client sent long Via lines: this runs for
+  // both heads of every proxied request, and two strings here were two mallocs each time.
+  std::array<char, 256> stack;
+  std::size_t used = 0;
+  std::string spilled;  // the whole value, once it did not fit
+  auto put = [&](std::string_view s) {
+    if (spilled.empty() && used + s.size() <= stack.size()) {
+      std::memcpy(stack.data() + used, s.data(), s.size());
+      used += s.size();
+      return;
+    }
+    if (spilled.empty()) spilled.assign(stack.data(), used);
+    spilled += s;
+  };
+  bool folded = false;
   for (auto const& h : f) {
     if (h.name() != bhttp::field::via) continue;
-    if (!via.empty()) via += ", ";
-    via += h.value();
+    if (folded) put(", ");
+    put(h.value());
+    folded = true;
   }
-  if (!via.empty()) via += ", ";
-  via += entry;
-  f.set(bhttp::field::via, via);
+  if (folded) put(", ");
+  put(received_version >= 11 ? "1.1 rebound" : "1.0 rebound");
+  if (!token.empty()) {
+    put(" (");
+    put(token);
+    put(")");
+  }
+  f.set(bhttp::field::via, spilled.empty() ? std::string_view(stack.data(), used) : std::string_view(spilled));
 }
 
 bool forwardable_trailer(bhttp::field name, std::string_view name_string) {

@@ -53,6 +53,19 @@ TEST(HopByHop, ViaIsAddedOrAppended) {
   EXPECT_EQ(b[bhttp::field::via], "1.0 fred, 1.1 p.example, 1.1 rebound");
 }
 
+TEST(HopByHop, LongViaLinesAreFoldedWholeWithTheInstanceToken) {
+  rebound::http::head_fields f;
+  std::string const first(200, 'a'), second(300, 'b');
+  f.insert(bhttp::field::via, "1.1 " + first);
+  f.insert(bhttp::field::via, "1.1 " + second);
+  add_via(f, 11, "tok123");
+  EXPECT_EQ(f.count(bhttp::field::via), 1u);
+  EXPECT_EQ(f[bhttp::field::via], "1.1 " + first + ", 1.1 " + second + ", 1.1 rebound (tok123)");
+  rebound::http::head_fields g;
+  add_via(g, 11, "tok123");
+  EXPECT_EQ(g[bhttp::field::via], "1.1 rebound (tok123)");
+}
+
 TEST(HopByHop, ViaNamesTheVersionTheMessageWasReceivedIn) {
   rebound::http::head_fields f;
   add_via(f, 10);
