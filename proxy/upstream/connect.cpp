@@ -90,7 +90,9 @@ net::awaitable<race_result> connect_first(
         } else if (ec) {
           ++race->failed;
           race->last_error = ec;
-          if (ec != net::error::operation_aborted) race->ended[at] = true;
+          // A loser closed once another won, or rebound out of descriptors: not the address's doing.
+          if (ec != net::error::operation_aborted && classify_connect_error(ec) != http::error_type::overloaded)
+            race->ended[at] = true;
         }
         race->signalled = true;
         race->wake.cancel();
