@@ -93,26 +93,15 @@ try:
     wait(lambda: replay_row_cells()[1] == args.dependency and replay_row_cells()[2].startswith("POST /"),
          "the dead letter's dependency and request cells")
 
-    def breaker_state():
+    def dependency_cell(column):
+        """The text of the dependency's row in `column` (1 breaker, 6 concurrency, 7 ejected)."""
         for r in rows("dependencies"):
             if r.get_attribute("data-dependency") == args.dependency:
-                return r.find_elements(By.TAG_NAME, "td")[1].text
+                return r.find_elements(By.TAG_NAME, "td")[column].text
         return None
-    wait(lambda: breaker_state() in ("closed", "half_open", "open"), "the dependency's breaker state")
-
-    def concurrency():
-        for r in rows("dependencies"):
-            if r.get_attribute("data-dependency") == args.dependency:
-                return r.find_elements(By.TAG_NAME, "td")[6].text
-        return None
-    wait(lambda: concurrency() == "limit 8, 0 in flight", "the dependency's concurrency limit")
-
-    def ejected():
-        for r in rows("dependencies"):
-            if r.get_attribute("data-dependency") == args.dependency:
-                return r.find_elements(By.TAG_NAME, "td")[7].text
-        return None
-    wait(lambda: ejected() == "none", "the dependency's ejected addresses (its one address is never ejected)")
+    wait(lambda: dependency_cell(1) in ("closed", "half_open", "open"), "the dependency's breaker state")
+    wait(lambda: dependency_cell(6) == "limit 8, 0 in flight", "the dependency's concurrency limit")
+    wait(lambda: dependency_cell(7) == "none", "the dependency's ejected addresses (its one address is never ejected)")
     wait(lambda: args.dependency in driver.find_element(By.ID, "config").text, "the running config shown")
     # retry_tasks is counted every 10 s: the page shows the count once it was taken.
     wait(lambda: driver.find_element(By.CSS_SELECTOR, '#tasks td[data-status="DEAD_LETTERED"]').text == "2",

@@ -109,6 +109,24 @@ struct ipv6_host {
 
 }  // namespace
 
+/** svc.test with two addresses: 127.0.0.2 answers every request 503, 127.0.0.3 answers 200
+    "the other host" and closes, so only the failing host's connection is pooled between requests. */
+struct failing_and_healthy {
+  DnsServer dns;
+  ScriptedUpstream failing{"127.0.0.2", 0};
+  ScriptedUpstream healthy{"127.0.0.3", failing.port()};
+  failing_and_healthy() {
+    Script unavailable;
+    unavailable.status = 503;
+    failing.on("/", unavailable);
+    Script fine;
+    fine.body = "the other host";
+    fine.close_after = true;
+    healthy.on("/", fine);
+    dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  }
+};
+
 TEST(Dns, ANameIsResolvedByTheConfiguredServerAndAnUnknownOneFailsAsR4Says) {
   DnsServer dns;
   ScriptedUpstream up("127.0.0.2", 0);
@@ -215,17 +233,8 @@ TEST(Dns, IPv6IsTriedFirstAndARefusedAddressGivesWayAtOnce) {
 }
 
 TEST(Dns, ARetryAfterA503GoesToTheNamesOtherAddress) {
-  DnsServer dns;
-  ScriptedUpstream failing("127.0.0.2", 0);
-  Script unavailable;
-  unavailable.status = 503;
-  failing.on("/", unavailable);
-  ScriptedUpstream healthy("127.0.0.3", failing.port());
-  Script fine;
-  fine.body = "the other host";
-  fine.close_after = true;  // so only the failing host's connection is pooled between requests
-  healthy.on("/", fine);
-  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  failing_and_healthy hosts;
+  auto& [dns, failing, healthy] = hosts;
   ReboundProcess rb(resolving_with(dns, "", "  max_retries: 2\n"));
   auto const target = get("svc.test:" + std::to_string(failing.port()));
   for (int i = 0; i < 3; ++i) {
@@ -265,17 +274,8 @@ TEST(Dns, AHedgeGoesToAnotherAddressThanTheCopyItHedges) {
 }
 
 TEST(Dns, AnAddressThatKeepsFailingIsEjectedAndComesBack) {
-  DnsServer dns;
-  ScriptedUpstream failing("127.0.0.2", 0);
-  Script unavailable;
-  unavailable.status = 503;
-  failing.on("/", unavailable);
-  ScriptedUpstream healthy("127.0.0.3", failing.port());
-  Script fine;
-  fine.body = "the other host";
-  fine.close_after = true;  // only the failing host's connection stays pooled
-  healthy.on("/", fine);
-  dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  failing_and_healthy hosts;
+  auto& [dns, failing, healthy] = hosts;
   ReboundProcess rb(resolving_with(
       dns, "", "  max_retries: 2\n  outlier_detection: {consecutive_failures: 3, base_ejection: 1s, max_ejection: 2s}\n"));
   auto const target = get("svc.test:" + std::to_string(failing.port()));
