@@ -7,8 +7,6 @@
 #include "proxy/http/forward.hpp"
 #include "proxy/upstream/attempt.hpp"
 
-#include <algorithm>
-
 namespace rebound::grpc {
 namespace {
 
@@ -31,8 +29,7 @@ class h2_attempt final : public retry::attempt_runner {
     attempt.trailers = request_.trailers;
     attempt.budget = request_.budget;
     // A retry prefers an address it has not tried (previous_hosts), on another connection.
-    if (!used_.is_unspecified() && std::find(tried_.begin(), tried_.end(), used_) == tried_.end())
-      tried_.push_back(used_);
+    upstream::remember_tried(tried_, used_);
     if (!tried_.empty()) to_.avoid = &tried_;
     auto conn = co_await connect_attempt(pool_, to_, attempt.head, deadline);
     if (!conn) {

@@ -32,13 +32,13 @@ class http1_attempt final : public retry::attempt_runner {
       out_.req.set(retry::request_timeout_header, retry::format_request_timeout(deadline, clock::now()));
     // A retry, or a hedge, prefers an address not yet tried (previous_hosts): neither by its
     // own earlier attempts nor by the copies of a hedged request that went first.
-    remember(used_);
+    upstream::remember_tried(tried_, used_);
     used_ = net::ip::address();
     if (copies_)
       for (auto const* c : *copies_)
         if (c != this) {
-          remember(c->used_);
-          for (auto const& a : c->tried_) remember(a);
+          upstream::remember_tried(tried_, c->used_);
+          for (auto const& a : c->tried_) upstream::remember_tried(tried_, a);
         }
     if (!tried_.empty()) to_.avoid = &tried_;
     auto attempt = co_await upstream::run_attempt(pool_, to_, out_, deadline);
@@ -68,10 +68,6 @@ class http1_attempt final : public retry::attempt_runner {
   std::unique_ptr<upstream::exchange> response;
 
  private:
-  void remember(const net::ip::address& a) {
-    if (!a.is_unspecified() && std::find(tried_.begin(), tried_.end(), a) == tried_.end()) tried_.push_back(a);
-  }
-
   upstream::pool& pool_;
   upstream::destination to_;
   upstream::outgoing_request out_;

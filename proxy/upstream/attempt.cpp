@@ -138,6 +138,10 @@ const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_execut
   return retried && resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
 }
 
+void remember_tried(std::vector<net::ip::address>& tried, const net::ip::address& a) {
+  if (!a.is_unspecified() && std::find(tried.begin(), tried.end(), a) == tried.end()) tried.push_back(a);
+}
+
 void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed) {
   if (!to.health || a.is_unspecified()) return;
   if (!failed) return to.health->address_answered(a);

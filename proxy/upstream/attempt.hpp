@@ -103,6 +103,10 @@ struct destination {
 const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
                                                         std::vector<net::ip::address>& scratch);
 
+/// Adds `a` to the addresses a request tried (`destination::avoid`), once; an unspecified
+/// address (no connection was made) is not one.
+void remember_tried(std::vector<net::ip::address>& tried, const net::ip::address& a);
+
 /// Tells `to.health` how `a` did: `failed` (a connect failure, a reset or timeout before the
 /// answer, retry::fails_address) or answered. An IP literal's one address is never ejected.
 void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed);
