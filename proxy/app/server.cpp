@@ -355,11 +355,11 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   state.guards = &guards;
   state.metrics = &metrics;
   state.cfg = cfg;
-  net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), report_failure{&log, "admin"});
+  net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), observe::report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   control_state cs{workers, state, guards, log, options, origins, control, metrics};
-  net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), report_failure{&log, "signals"});
-  net::co_spawn(control, watch_config_file(control, cs), report_failure{&log, "watch_config"});
+  net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), observe::report_failure{&log, "signals"});
+  net::co_spawn(control, watch_config_file(control, cs), observe::report_failure{&log, "watch_config"});
 
   for (auto& w : workers) {
     http::session_context ctx{running,           &w->running,      &w->pool,    &log,
@@ -369,11 +369,11 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     ctx.h2_pool = &w->h2_pool;
     ctx.kept_bodies = &kept_bodies;
     ctx.tracer = tracer.get();
-    net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), report_failure{&log, "accept"});
+    net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), observe::report_failure{&log, "accept"});
     if (w->inbound_acceptor) {
       auto inbound_ctx = ctx;
       inbound_ctx.inbound = true;
-      net::co_spawn(w->ioc, accept_loop(*w, *w->inbound_acceptor, inbound_ctx), report_failure{&log, "accept"});
+      net::co_spawn(w->ioc, accept_loop(*w, *w->inbound_acceptor, inbound_ctx), observe::report_failure{&log, "accept"});
     }
     // Deliveries run on the first worker: one scheduler claims for the process.
     if (task_store && w == workers.front()) {
@@ -387,9 +387,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
         so.lease = std::chrono::duration_cast<std::chrono::seconds>(cfg->store.lease);
         so.poll = std::chrono::seconds(1);
       }
-      net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), report_failure{&log, "delivery"});
+      net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), observe::report_failure{&log, "delivery"});
     }
-    net::co_spawn(w->ioc, sweep_pool(*w, workers.size()), report_failure{&log, "pool_sweep"});
+    net::co_spawn(w->ioc, sweep_pool(*w, workers.size()), observe::report_failure{&log, "pool_sweep"});
   }
   for (auto& w : workers) {
     worker* wp = w.get();

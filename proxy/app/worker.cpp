@@ -76,7 +76,7 @@ void start_session(worker& w, const http::session_context& ctx, tcp::socket sock
   auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
   auto const cap = std::min(cfg.limits.max_connections, descriptor_cap(nofile));
   if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cap) {
-    net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), report_failure{ctx.log, "refuse_connection"});
+    net::co_spawn(w.ioc, http::refuse_connection(std::move(socket)), observe::report_failure{ctx.log, "refuse_connection"});
     return;
   }
   // The proxy port also speaks HTTP/2 (gRPC); the inbound listener sends every request to the app.
@@ -85,8 +85,7 @@ void start_session(worker& w, const http::session_context& ctx, tcp::socket sock
     doors.inbound = inbound::serve_request;
   else
     doors.http2 = grpc::serve_if_http2;
-  net::co_spawn(w.ioc, http::run_client_session(ctx, doors, std::move(socket)),
-                report_failure{ctx.log, "client_session"});
+  http::serve_client(ctx, doors, std::move(socket));
 }
 
 /// Connections taken at once, without waiting, after each accept that waited.

@@ -53,21 +53,6 @@ struct worker {
   std::thread thread;
 };
 
-/// Logs what escaped a coroutine instead of losing it (co_spawn's detached would).
-struct report_failure {
-  const observe::logger* log;
-  const char* what;
-  void operator()(std::exception_ptr e) const {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      log->error("internal_error", {{"task", what}, {"message", x.what()}});
-    } catch (...) {
-      log->error("internal_error", {{"task", what}, {"message", "unknown exception"}});
-    }
-  }
-};
 
 /// Runs `ioc` until it stops, logging (and surviving) what a handler throws.
 void run_guarded(net::io_context& ioc, const observe::logger& log, const char* what);

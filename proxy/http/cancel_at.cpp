@@ -1,5 +1,7 @@
 #include "proxy/http/cancel_at.hpp"
 
+#include <boost/asio/bind_allocator.hpp>
+
 namespace rebound::http {
 
 connection_deadline::connection_deadline(tcp::socket& socket) : state_(std::make_shared<state>(socket)) {}
@@ -24,7 +26,8 @@ void connection_deadline::sleep_until(const std::shared_ptr<state>& st, std::chr
   // Re-arming cancels the pending wait; its handler then sees operation_aborted and leaves
   // the new wait alone.
   st->timer.expires_at(t);
-  st->timer.async_wait([st](error_code ec) {
+  // Pending while the connection idles: its own size from malloc (net.hpp).
+  st->timer.async_wait(net::bind_allocator(exact_allocator<void>(), [st](error_code ec) {
     if (ec || !st->socket) return;
     // A wait already complete when a re-arm came runs here too; it judges by the deadline
     // now in force, so it is harmless.
@@ -34,7 +37,7 @@ void connection_deadline::sleep_until(const std::shared_ptr<state>& st, std::chr
     st->fired = true;
     error_code ignored;
     st->socket->cancel(ignored);
-  });
+  }));
 }
 
 }  // namespace rebound::http

@@ -11,12 +11,17 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/observe/correlation.hpp"
+#include "proxy/observe/log.hpp"
+
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/co_spawn.hpp>
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 namespace rebound::http {
 namespace {
@@ -213,104 +218,205 @@ net::awaitable<void> refuse_connection(tcp::socket socket) {
   co_await lingering_close(client);
 }
 
-net::awaitable<void> run_client_session(session_context ctx, session_doors doors, tcp::socket socket) {
-  connection_slot slot(ctx.open_connections);
-  beast::tcp_stream client(std::move(socket));
-  error_code ignored;
-  client.socket().set_option(tcp::no_delay(true), ignored);
-  session_guard guard(*ctx.sessions, client);
-  beast::flat_buffer buffer;
-  connection_deadline deadline(client.socket());
-  bool first = doors.http2 != nullptr;
+namespace {
 
-  for (;;) {
+/** A client connection for its whole life, whether a session coroutine serves it or it waits
+    parked for its next bytes. On the heap once per connection, so the registry's pointer to
+    its stream and the deadline's to its socket stay valid across both states. */
+struct client_connection {
+  client_connection(session_context c, session_doors d, tcp::socket s)
+      : ctx(std::move(c)),
+        doors(d),
+        slot(ctx.open_connections),
+        stream(std::move(s)),
+        guard(*ctx.sessions, stream),
+        deadline(stream.socket()),
+        first(doors.http2 != nullptr) {}
+  session_context ctx;
+  session_doors doors;
+  connection_slot slot;
+  beast::tcp_stream stream;
+  session_guard guard;
+  beast::flat_buffer buffer;
+  connection_deadline deadline;
+  bool first;  ///< no byte read yet: they may be HTTP/2's preface
+};
+using connection_ptr = std::unique_ptr<client_connection>;
+
+net::awaitable<void> serve_requests(connection_ptr conn);
+
+/// Takes the worker's current config for what comes next, if a reload changed it; a request
+/// in flight keeps the one it started with.
+void take_latest_config(session_context& ctx) {
+  if (ctx.latest && ctx.running != *ctx.latest) ctx.running = *ctx.latest;
+}
+
+/** Waits for the connection's next bytes holding no coroutine and no read buffer: the
+    socket, its idle deadline (`idle_end`) and the record above. A session starts when bytes
+    arrive; the idle timeout or a drain closes the socket, which ends the wait and frees the
+    record. */
+void park(connection_ptr conn, std::chrono::steady_clock::time_point idle_end) {
+  auto& c = *conn;
+  c.guard.set_idle(true);
+  c.buffer.shrink_to_fit();
+  c.deadline.arm(idle_end);
+  // Pending while the connection idles: its own size from malloc (net.hpp).
+  auto on_bytes = [conn = std::move(conn)](error_code ec) mutable {
+    // Disarmed at once (the timer stays pending, lazily): the session's first read cannot
+    // wait, and an HTTP/2 connection taken over keeps its own deadlines.
+    conn->deadline.disarm();
+    if (ec) return;  // the idle timeout or a drain closed it: no request started
+    // Bytes wait: from here on a drain lets this request finish. Said before the session's
+    // read takes them off the socket, where the drain looks for them.
+    conn->guard.set_idle(false);
+    auto ex = conn->stream.get_executor();
+    auto const* log = conn->ctx.log;
+    net::co_spawn(ex, serve_requests(std::move(conn)), observe::report_failure{log, "client_session"});
+  };
+  c.stream.socket().async_wait(tcp::socket::wait_read, net::bind_allocator(exact_allocator<void>(), std::move(on_bytes)));
+}
+
+/** How long a session waits for the next request in its coroutine before it parks. A busy
+    client's next request comes sooner and finds the session still there, so it pays nothing
+    (a park and a new session are about five allocations more per request, bench/README.md);
+    an idle one gives the coroutine's frames back after this. */
+constexpr std::chrono::seconds park_after{1};
+
+/// Where waiting for the next request begins: parked at once, or in the session for a moment.
+struct idle_wait {
+  std::chrono::steady_clock::time_point idle_end;
+  bool park_now;
+};
+
+/** Starts the wait for the next request. Plain functions, these two: their temporaries stay
+    off the session's coroutine frame. */
+idle_wait begin_idle_wait(client_connection& c) {
+  take_latest_config(c.ctx);
+  auto const now = std::chrono::steady_clock::now();
+  auto const idle_end = now + c.ctx.cfg().limits.idle_timeout;
+  if (now + park_after >= idle_end) return {idle_end, true};
+  // An idle connection holds no read buffer: its room goes back between requests and is
+  // taken again once bytes wait, as nginx does. (Trying a read before waiting, to skip the
+  // wait when a request is already here, measured slower: a keep-alive client's next request
+  // is rarely here yet.)
+  c.guard.set_idle(true);
+  c.buffer.shrink_to_fit();
+  c.deadline.arm(now + park_after);
+  return {idle_end, false};
+}
+
+/** Bounds the parser and the buffer by the config and arms the head's deadline: true when it
+    is head_timeout's (then a 408) rather than idle_timeout's. */
+bool begin_head_read(client_connection& c, request_parser& parser, const config::config& cfg) {
+  parser.header_limit(static_cast<std::uint32_t>(cfg.limits.max_request_head));
+  // What the buffer may hold bounds a chunk-size line and a trailer section, which Beast
+  // otherwise buffers without limit while it looks for their end.
+  c.buffer.max_size(cfg.limits.max_request_head + read_slack);
+  if (cfg.limits.max_request_body > 0)
+    parser.body_limit(cfg.limits.max_request_body);
+  else
+    parser.body_limit(boost::none);
+  // A stalled head is dropped at idle_timeout. A head already in the buffer, the common
+  // case, keeps only the idle bound, which is later than the timer's pending wake-up and so
+  // costs nothing.
+  c.stream.expires_never();
+  auto const now = std::chrono::steady_clock::now();
+  auto const head_by = now + cfg.limits.head_timeout;
+  auto const idle_by = now + cfg.limits.idle_timeout;
+  bool const head_bound = head_incomplete(c.buffer) && head_by < idle_by;
+  c.deadline.arm(head_bound ? head_by : idle_by);
+  return head_bound;
+}
+
+/** Serves requests while they keep coming: a request already read past the last one's end
+    (pipelined) is served at once, otherwise the connection parks again and this coroutine
+    ends, so its frame (the parser, the routed target) is not held between requests. */
+net::awaitable<void> serve_requests(connection_ptr conn) {
+  auto& c = *conn;
+  auto& client = c.stream;
+  auto& buffer = c.buffer;
+  for (bool woken = true;; woken = false) {
     // A drain ends a connection between requests, unless the next request has already
     // arrived: pipelined behind an answer whose head went out before the drain (so it could
     // not say Connection: close), or sent as the drain began. That one is answered, with
     // Connection: close; closing would drop it unanswered.
-    if (ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
-    if (ctx.latest) ctx.running = *ctx.latest;
-    auto const& cfg = ctx.cfg();
-    auto const idle = cfg.limits.idle_timeout;
-    guard.set_idle(true);
-    request_parser parser;
-    parser.header_limit(static_cast<std::uint32_t>(cfg.limits.max_request_head));
-    // What the buffer may hold bounds a chunk-size line and a trailer section, which Beast
-    // otherwise buffers without limit while it looks for their end.
-    buffer.max_size(cfg.limits.max_request_head + read_slack);
-    if (cfg.limits.max_request_body > 0)
-      parser.body_limit(cfg.limits.max_request_body);
-    else
-      parser.body_limit(boost::none);
-    // Waiting for a request is bounded by idle_timeout; once its first byte is here, the
-    // rest of the head must follow within head_timeout (slow heads hold a slot each).
+    if (c.ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
     if (buffer.size() == 0) {
-      // An idle connection holds no read buffer: its room goes back between requests and is
-      // taken again once bytes wait, as nginx does, so a thousand idle keep-alive clients do
-      // not each keep the last request's. (Trying a read before waiting, to skip the wait
-      // when a request is already here, measured slower: a keep-alive client's next request
-      // is rarely here yet.)
-      buffer.shrink_to_fit();
-      deadline.arm(std::chrono::steady_clock::now() + idle);
-      auto [wec] = co_await client.socket().async_wait(tcp::socket::wait_read, use_tuple);
-      // Disarmed at once (the timer stays pending, lazily): the read below cannot wait, and
-      // an HTTP/2 connection taken over next keeps its own deadlines.
-      deadline.disarm();
-      if (wec) break;  // idle timeout, or a drain closed it: no request started
-      // Bytes wait: from here on a drain lets this request finish. Said before the read,
-      // which takes them off the socket where the drain looks for them.
-      guard.set_idle(false);
-      // Bytes are there, so this read does not wait.
+      if (!woken) {
+        auto const wait = begin_idle_wait(c);
+        if (wait.park_now) {
+          park(std::move(conn), wait.idle_end);
+          co_return;
+        }
+        auto [wec] = co_await client.socket().async_wait(tcp::socket::wait_read, use_tuple);
+        bool const quiet = c.deadline.fired();
+        c.deadline.disarm();
+        if (wec) {
+          // The moment passed without a request: park for the rest of the idle timeout. A
+          // drain closed the socket otherwise: no request started.
+          if (quiet && client.socket().is_open() && !c.ctx.sessions->draining()) park(std::move(conn), wait.idle_end);
+          co_return;
+        }
+        c.guard.set_idle(false);  // before the read takes the bytes off the socket (the drain looks there)
+      }
+      // Bytes wait, so this read does not.
       client.expires_never();
       auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
       buffer.commit(rn);
       if (rec) break;  // the client closed: no request started
     }
-    if (first) {
-      first = false;
+    if (c.first) {
+      c.first = false;
       // Made first, then awaited: GCC 12 destroys a by-value argument inside a co_await twice.
-      auto http2 = doors.http2(ctx, client, buffer, guard);
+      auto http2 = c.doors.http2(c.ctx, client, buffer, c.guard);
       if (co_await std::move(http2)) co_return;
     }
-    // The head must be whole within head_timeout (then a 408), and a stalled one is dropped
-    // at idle_timeout. A head already in the buffer, the common case, keeps only the idle
-    // bound, which is later than the timer's pending wake-up and so costs nothing.
-    client.expires_never();
-    auto const now = std::chrono::steady_clock::now();
-    auto const head_by = now + cfg.limits.head_timeout;
-    bool const head_bound = head_incomplete(buffer) && head_by < now + idle;
-    deadline.arm(head_bound ? head_by : now + idle);
+    take_latest_config(c.ctx);
+    auto const& cfg = c.ctx.cfg();
+    auto const idle = cfg.limits.idle_timeout;
+    request_parser parser;
+    bool const head_bound = begin_head_read(c, parser, cfg);
     auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, use_tuple);
-    bool const head_late = head_bound && deadline.fired();
-    deadline.disarm();
-    guard.set_idle(false);
+    bool const head_late = head_bound && c.deadline.fired();
+    c.deadline.disarm();
     if (ec) {
       co_await answer_unread_head(client, ec, head_late, idle);
       break;
     }
     vetted v;
-    bool const vetted_ok = ctx.inbound ? vet_inbound_request(v, parser, cfg, ctx.instance_token)
-                                       : vet_request(v, parser, cfg, ctx.instance_token);
+    bool const vetted_ok = c.ctx.inbound ? vet_inbound_request(v, parser, cfg, c.ctx.instance_token)
+                                         : vet_request(v, parser, cfg, c.ctx.instance_token);
     if (!vetted_ok) {
       co_await send_error(client, *v.refusal, v.keep_after_refusal, idle);
       if (!v.keep_after_refusal) break;
       continue;
     }
     auto const& t = v.target;
-    attach_runtime(v.dependency, ctx, t);
+    attach_runtime(v.dependency, c.ctx, t);
     if (v.is_connect) {
-      co_await serve_connect(ctx, client, buffer, parser, v);
+      co_await serve_connect(c.ctx, client, buffer, parser, v);
       co_return;
     }
-    client_request const request{ctx, client, buffer, parser, t, v.dependency};
+    client_request const request{c.ctx, client, buffer, parser, t, v.dependency};
     bool keep = false;
-    if (doors.inbound)
-      keep = co_await doors.inbound(request, guard);
+    if (c.doors.inbound)
+      keep = co_await c.doors.inbound(request, c.guard);
     else
-      keep = co_await forward(request, guard);
+      keep = co_await forward(request, c.guard);
     if (!keep) break;
   }
   co_await lingering_close(client);
+}
+
+}  // namespace
+
+void serve_client(session_context ctx, session_doors doors, tcp::socket socket) {
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto conn = std::make_unique<client_connection>(std::move(ctx), doors, std::move(socket));
+  take_latest_config(conn->ctx);
+  auto const idle_end = std::chrono::steady_clock::now() + conn->ctx.cfg().limits.idle_timeout;
+  park(std::move(conn), idle_end);
 }
 
 }  // namespace rebound::http

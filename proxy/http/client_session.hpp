@@ -24,7 +24,10 @@ struct session_doors {
   net::awaitable<bool> (*inbound)(const client_request& request, session_guard& guard) = nullptr;
 };
 
-net::awaitable<void> run_client_session(session_context ctx, session_doors doors, tcp::socket socket);
+/** Takes an accepted client connection. Until its first bytes arrive, and between requests,
+    it waits parked: its socket, its idle deadline and a small record, with no coroutine and
+    no read buffer. A session coroutine serves it while requests keep coming. */
+void serve_client(session_context ctx, session_doors doors, tcp::socket socket);
 
 /// Answers a connection over limits.max_connections with 503 `overloaded` and closes it.
 net::awaitable<void> refuse_connection(tcp::socket socket);

@@ -11,6 +11,7 @@
     worker made to wait; dropped() counts them. */
 #include <spdlog/logger.h>
 
+#include <exception>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -72,6 +73,23 @@ class logger {
  private:
   std::shared_ptr<batch_sink> batch_;  ///< null when writing to a caller's spdlog logger
   std::shared_ptr<spdlog::logger> sink_;
+};
+
+/// Logs what escaped a coroutine instead of losing it (co_spawn's detached would): the
+/// completion token of every coroutine a worker spawns.
+struct report_failure {
+  const logger* log;
+  const char* what;
+  void operator()(std::exception_ptr e) const {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      log->error("internal_error", {{"task", what}, {"message", x.what()}});
+    } catch (...) {
+      log->error("internal_error", {{"task", what}, {"message", "unknown exception"}});
+    }
+  }
 };
 
 }  // namespace rebound::observe

@@ -7,8 +7,11 @@
 #include "proxy/http/loop_guard.hpp"
 #include "tests/proxy/http/session_rig.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
+
+#include <optional>
 
 namespace client_session_test {
 namespace {
@@ -130,6 +133,79 @@ TEST(ClientSession, ADrainClosesAnIdleConnection) {
       &closed);
   EXPECT_EQ(count(in, "HTTP/1.1 200 OK"), 1u) << in;
   EXPECT_TRUE(closed) << "an idle session ends at once when a drain begins";
+  EXPECT_EQ(r.sessions.active(), 0u);
+}
+
+/** A client that sends request /a, reads its answer, stays quiet for `quiet` (long enough for
+    the session to park), then calls `after_quiet` and sends /b, and reads until the session
+    closes or 8 s pass. Returns what came back; `closed_after` is how long after /b's answer
+    the session closed (none: it did not). */
+std::string quiet_then_again(rig& r, std::chrono::milliseconds quiet, const std::function<bool()>& after_quiet,
+                             std::optional<std::chrono::milliseconds>* closed_after) {
+  std::string in;
+  net::co_spawn(
+      r.ioc,
+      [&]() -> net::awaitable<void> {
+        beast::tcp_stream c(r.ioc);
+        c.expires_after(8s + quiet);
+        auto [cec] = co_await c.async_connect(r.acceptor.local_endpoint(), use_tuple);
+        if (cec) co_return;
+        std::array<char, 4096> chunk;
+        auto const read_until = [&](std::string_view end) -> net::awaitable<error_code> {
+          while (!in.ends_with(end)) {
+            auto [rec, n] = co_await c.async_read_some(net::buffer(chunk), use_tuple);
+            in.append(chunk.data(), n);
+            if (rec) co_return rec;
+          }
+          co_return error_code{};
+        };
+        co_await net::async_write(c, net::buffer(std::string_view("GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\n\r\n")),
+                                  use_tuple);
+        if (co_await read_until("/a")) co_return;
+        net::steady_timer pause(r.ioc, quiet);
+        co_await pause.async_wait(use_tuple);
+        if (!after_quiet()) co_return;
+        co_await net::async_write(c, net::buffer(std::string_view("GET http://svc.test/b HTTP/1.1\r\nHost: svc.test\r\n\r\n")),
+                                  use_tuple);
+        auto const answered = std::chrono::steady_clock::now();
+        if (co_await read_until("/b")) co_return;
+        auto const rec = co_await read_until("never");
+        if (rec == net::error::eof || rec == net::error::connection_reset)
+          *closed_after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - answered);
+      },
+      [&r](std::exception_ptr) { r.ioc.stop(); });
+  r.ioc.restart();
+  r.ioc.run();
+  return in;
+}
+
+TEST(ClientSession, AConnectionQuietLongerThanAMomentParksAndKeepsTheRestOfItsIdleTimeout) {
+  // Quiet for 1.3 s, past the moment a session waits in its coroutine (1 s): the connection is
+  // parked, serves its next request when it comes, and is closed idle_timeout after that.
+  rig r("limits:\n  idle_timeout: 2s\n");
+  r.serve({nullptr, echo_target_door});
+  std::optional<std::chrono::milliseconds> closed_after;
+  auto const in = quiet_then_again(r, 1300ms, [] { return true; }, &closed_after);
+  EXPECT_EQ(count(in, "HTTP/1.1 200 OK"), 2u) << in;
+  ASSERT_TRUE(closed_after) << "the idle timeout closes a parked connection too";
+  // Not at the park, and not a whole idle_timeout after it either: the deadline runs on.
+  EXPECT_GE(*closed_after, 1500ms);
+  EXPECT_EQ(r.sessions.active(), 0u);
+}
+
+TEST(ClientSession, ADrainClosesAParkedConnection) {
+  rig r;
+  r.serve({nullptr, echo_target_door});
+  std::optional<std::chrono::milliseconds> closed_after;
+  // Parked, then drained before /b is sent: closed, /b never answered.
+  auto const in = quiet_then_again(
+      r, 1300ms,
+      [&r] {
+        r.sessions.begin_drain();
+        return true;
+      },
+      &closed_after);
+  EXPECT_EQ(count(in, "HTTP/1.1 200 OK"), 1u) << in;
   EXPECT_EQ(r.sessions.active(), 0u);
 }
 

@@ -59,7 +59,7 @@ struct rig {
         ioc,
         [this, doors]() -> net::awaitable<void> {
           auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
-          if (!ec) co_await http::run_client_session(ctx, doors, std::move(socket));
+          if (!ec) http::serve_client(ctx, doors, std::move(socket));
         },
         net::detached);
   }
