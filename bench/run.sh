@@ -417,7 +417,9 @@ idle_measure() {  # idle_measure PROXY MODE
     sleep 0.1
   done
   [[ -e $tmp/$name.ready ]] || die "idle client for $proxy ($mode) did not get ready: $(tail -n 5 "$tmp/$name.client.log")"
-  sleep 2   # let the proxy finish accepting and settle
+  # Let the proxy finish accepting and settle: rebound parks a connection after a second
+  # without a request and gives freed pages back every five (bench/README.md, idle memory).
+  sleep 6
   rss_after=$(status_kib "$pid" VmRSS)
   fds_after=$(fd_count "$pid")
   touch "$tmp/$name.stop"

@@ -293,6 +293,18 @@ std::unique_ptr<store::task_store> open_store(const config::config& cfg, observe
   return std::make_unique<store::postgres_store>(std::move(o));
 }
 
+/// Start-up: an admin token file that cannot be read refuses the start (throws).
+void check_admin_token_file(const config::config& cfg, observe::logger& log) {
+  if (cfg.admin_token_file.empty()) return;
+  if (::access(cfg.admin_token_file.c_str(), R_OK) != 0)
+    throw std::runtime_error("admin.token_file " + cfg.admin_token_file + " cannot be read");
+  // A secret others can read is no secret: said at start, where an operator looks.
+  if (struct stat st{}; ::stat(cfg.admin_token_file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+    log.warn("admin_token_file_exposed",
+             {{"file", cfg.admin_token_file},
+              {"message", "admin.token_file can be read by other users than its owner; chmod 600 it"}});
+}
+
 }  // namespace
 
 int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const run_options& options) {
@@ -317,14 +329,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     tracer = std::make_unique<observe::tracer>(
         app::trace_settings_for(*cfg), cfg->tracing.service_name.empty() ? cfg->service : cfg->tracing.service_name,
         &metrics);
-  if (!cfg->admin_token_file.empty() && ::access(cfg->admin_token_file.c_str(), R_OK) != 0)
-    throw std::runtime_error("admin.token_file " + cfg->admin_token_file + " cannot be read");
-  // A secret others can read is no secret: said at start, where an operator looks.
-  if (struct stat st{}; !cfg->admin_token_file.empty() && ::stat(cfg->admin_token_file.c_str(), &st) == 0 &&
-                        (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-    log.warn("admin_token_file_exposed",
-             {{"file", cfg->admin_token_file},
-              {"message", "admin.token_file can be read by other users than its owner; chmod 600 it"}});
+  check_admin_token_file(*cfg, log);
   std::string admin_base;
   std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
@@ -360,6 +365,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   control_state cs{workers, state, guards, log, options, origins, control, metrics};
   net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), observe::report_failure{&log, "signals"});
   net::co_spawn(control, watch_config_file(control, cs), observe::report_failure{&log, "watch_config"});
+  net::co_spawn(control, return_freed_memory(control), observe::report_failure{&log, "trim"});
 
   for (auto& w : workers) {
     http::session_context ctx{running,           &w->running,      &w->pool,    &log,

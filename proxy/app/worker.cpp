@@ -7,6 +7,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -146,6 +148,16 @@ net::awaitable<void> sweep_pool(worker& w, std::size_t workers) {
     if (ec) co_return;
     w.pool.sweep();
     w.h2_pool.sweep(pool_idle_timeout);
+  }
+}
+
+net::awaitable<void> return_freed_memory(net::io_context& control) {
+  net::steady_timer timer(control);
+  for (;;) {
+    timer.expires_after(std::chrono::seconds(5));
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) co_return;
+    ::malloc_trim(0);
   }
 }
 

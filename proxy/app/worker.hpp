@@ -64,6 +64,12 @@ std::optional<rlim_t> nofile_limit();
 
 /// Accepts on `acceptor` and starts a session per client, until the acceptor closes.
 net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx);
+/** Gives the pages a burst freed back to the system every few seconds (glibc's malloc_trim,
+    as HAProxy trims its pools): a thousand clients served at once leave their coroutine
+    frames, buffers and heads freed but resident, scattered between what the connections
+    that stay still hold, where glibc returns nothing of its own. Runs on the control thread;
+    a trim locks each arena for about a millisecond. */
+net::awaitable<void> return_freed_memory(net::io_context& control);
 /// Closes idle upstream connections that outlived their welcome, every few seconds.
 net::awaitable<void> sweep_pool(worker& w, std::size_t workers);
 
