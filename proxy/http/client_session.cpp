@@ -14,6 +14,7 @@
 #include "proxy/observe/log.hpp"
 
 #include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 
 #include <boost/beast/http/error.hpp>
@@ -252,9 +253,9 @@ void take_latest_config(session_context& ctx) {
 }
 
 /** Waits for the connection's next bytes holding no coroutine and no read buffer: the
-    socket, its idle deadline (`idle_end`) and the record above. A session starts when bytes
-    arrive; the idle timeout or a drain closes the socket, which ends the wait and frees the
-    record. */
+    socket, its idle deadline (`idle_end`) and the record above. The buffer's room is taken
+    again once bytes wait, as nginx does. A session starts when bytes arrive; the idle timeout
+    or a drain closes the socket, which ends the wait and frees the record. */
 void park(connection_ptr conn, std::chrono::steady_clock::time_point idle_end) {
   auto& c = *conn;
   c.guard.set_idle(true);
@@ -295,12 +296,9 @@ idle_wait begin_idle_wait(client_connection& c) {
   auto const now = std::chrono::steady_clock::now();
   auto const idle_end = now + c.ctx.cfg().limits.idle_timeout;
   if (now + park_after >= idle_end) return {idle_end, true};
-  // An idle connection holds no read buffer: its room goes back between requests and is
-  // taken again once bytes wait, as nginx does. (Trying a read before waiting, to skip the
-  // wait when a request is already here, measured slower: a keep-alive client's next request
-  // is rarely here yet.)
-  c.guard.set_idle(true);
-  c.buffer.shrink_to_fit();
+  // The read that waits keeps the first read's room for the moment; whatever a large head or
+  // a pipelined burst grew it to goes back first.
+  if (c.buffer.capacity() > first_read) c.buffer.shrink_to_fit();
   c.deadline.arm(now + park_after);
   return {idle_end, false};
 }
@@ -341,29 +339,34 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
     // not say Connection: close), or sent as the drain began. That one is answered, with
     // Connection: close; closing would drop it unanswered.
     if (c.ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
-    if (buffer.size() == 0) {
-      if (!woken) {
-        auto const wait = begin_idle_wait(c);
-        if (wait.park_now) {
-          park(std::move(conn), wait.idle_end);
-          co_return;
-        }
-        auto [wec] = co_await client.socket().async_wait(tcp::socket::wait_read, use_tuple);
-        bool const quiet = c.deadline.fired();
-        c.deadline.disarm();
-        if (wec) {
-          // The moment passed without a request: park for the rest of the idle timeout. A
-          // drain closed the socket otherwise: no request started.
-          if (quiet && client.socket().is_open() && !c.ctx.sessions->draining()) park(std::move(conn), wait.idle_end);
-          co_return;
-        }
-        c.guard.set_idle(false);  // before the read takes the bytes off the socket (the drain looks there)
-      }
-      // Bytes wait, so this read does not.
+    if (buffer.size() == 0 && woken) {
+      // The park woke on bytes, so this read does not wait.
       client.expires_never();
       auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
       buffer.commit(rn);
       if (rec) break;  // the client closed: no request started
+    } else if (buffer.size() == 0) {
+      auto const wait = begin_idle_wait(c);
+      if (wait.park_now) {
+        park(std::move(conn), wait.idle_end);
+        co_return;
+      }
+      // A read, not a wait for readability: Asio re-arms epoll (an epoll_ctl) for every wait,
+      // while a read queued after one that drained the socket costs no system call until the
+      // bytes come, so a keep-alive request costs four (bench/README.md). A drain cancels it;
+      // a request it already read is answered, with Connection: close.
+      auto [rec, rn] = co_await client.socket().async_read_some(
+          buffer.prepare(first_read), net::bind_cancellation_slot(c.guard.drain_slot(), use_tuple));
+      bool const quiet = c.deadline.fired();
+      c.deadline.disarm();
+      buffer.commit(rn);
+      if (rec) {
+        // The moment passed without a request: park for the rest of the idle timeout. Else
+        // the client closed or a drain began: no request started.
+        if (quiet && rec == net::error::operation_aborted && !c.ctx.sessions->draining())
+          park(std::move(conn), wait.idle_end);
+        co_return;
+      }
     }
     if (c.first) {
       c.first = false;
