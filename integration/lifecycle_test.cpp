@@ -1,7 +1,10 @@
 // Admin endpoints, graceful drain on SIGTERM/SIGINT, robustness against garbage.
 #include "helpers.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 namespace itest::lifecycle_test {
@@ -23,6 +26,40 @@ TEST(Admin, HealthzAndReadyzAnswer200WhileServing) {
   ReboundProcess rb;
   EXPECT_EQ(admin_get_status(rb.admin_port(), "/healthz"), 200u);
   EXPECT_EQ(admin_get_status(rb.admin_port(), "/readyz"), 200u);
+}
+
+/// The environment the running process `pid` started with, one entry a line. glibc splits
+/// GLIBC_TUNABLES at its colons in place, so its second tunable shows as a line of its own.
+std::string environment_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::replace(all.begin(), all.end(), '\0', '\n');
+  return "\n" + all;
+}
+
+TEST(Startup, ItRunsWithADeeperMallocCacheAndKeepsAnOperatorsOwnTunables) {
+  // Started again with the cache depth set (same process id), serving as before.
+  ScriptedUpstream up;
+  ReboundProcess rb;
+  auto const env = environment_of(rb.pid());
+  EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=64\n"), std::string::npos) << env;
+  auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/t"));
+  ASSERT_TRUE(r) << last_exchange_error();
+  EXPECT_EQ(r->status, 200u);
+  // An operator's other tunables are kept beside it; their own depth wins.
+  ReboundOptions other;
+  other.env = {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"};
+  ReboundProcess with_other(other);
+  auto const other_env = environment_of(with_other.pid());
+  EXPECT_NE(other_env.find("\nGLIBC_TUNABLES=glibc.malloc.arena_max=2\nglibc.malloc.tcache_count=64\n"),
+            std::string::npos)
+      << other_env;
+  ReboundOptions own;
+  own.env = {"GLIBC_TUNABLES=glibc.malloc.tcache_count=16"};
+  ReboundProcess with_own(own);
+  auto const own_env = environment_of(with_own.pid());
+  EXPECT_NE(own_env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=16\n"), std::string::npos) << own_env;
+  EXPECT_EQ(own_env.find("tcache_count=64"), std::string::npos) << own_env;
 }
 
 TEST(Startup, ListenAddressInUseExits1WithAClearMessage) {
