@@ -326,6 +326,20 @@ bool begin_head_read(client_connection& c, request_parser& parser, const config:
   return head_bound;
 }
 
+enum class after_wait { serve, park, close };
+
+/** Where a session goes when its read for the next request ended without bytes: the moment
+    passed (`quiet`), so it parks for the rest of the idle timeout; a drain began, and a
+    request already waits in the socket, so it serves that one; or the client closed, or a
+    drain began with nothing waiting, so it closes. */
+after_wait after_quiet_read(client_connection& c, error_code ec, bool quiet) {
+  bool const cancelled = ec == net::error::operation_aborted;
+  bool const draining = c.ctx.sessions->draining();
+  if (cancelled && draining && request_waiting(c.buffer, c.stream.socket())) return after_wait::serve;
+  if (cancelled && quiet && !draining) return after_wait::park;
+  return after_wait::close;
+}
+
 /** Serves requests while they keep coming: a request already read past the last one's end
     (pipelined) is served at once, otherwise the connection parks again and this coroutine
     ends, so its frame (the parser, the routed target) is not held between requests. */
@@ -339,34 +353,35 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
     // not say Connection: close), or sent as the drain began. That one is answered, with
     // Connection: close; closing would drop it unanswered.
     if (c.ctx.sessions->draining() && !request_waiting(buffer, client.socket())) break;
-    if (buffer.size() == 0 && woken) {
-      // The park woke on bytes, so this read does not wait.
-      client.expires_never();
-      auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
-      buffer.commit(rn);
-      if (rec) break;  // the client closed: no request started
-    } else if (buffer.size() == 0) {
+    if (buffer.size() == 0 && !woken) {
       auto const wait = begin_idle_wait(c);
       if (wait.park_now) {
         park(std::move(conn), wait.idle_end);
         co_return;
       }
-      // A read, not a wait for readability: Asio re-arms epoll (an epoll_ctl) for every wait,
-      // while a read queued after one that drained the socket costs no system call until the
-      // bytes come, so a keep-alive request costs four (bench/README.md). A drain cancels it;
-      // a request it already read is answered, with Connection: close.
+      // A read, not a wait: Asio re-arms epoll (epoll_ctl) for each wait; a read queued after
+      // one that drained the socket costs no syscall until bytes come (bench/README.md). A
+      // drain cancels it; a request already read or waiting is answered, Connection: close.
       auto [rec, rn] = co_await client.socket().async_read_some(
           buffer.prepare(first_read), net::bind_cancellation_slot(c.guard.drain_slot(), use_tuple));
       bool const quiet = c.deadline.fired();
       c.deadline.disarm();
       buffer.commit(rn);
-      if (rec) {
-        // The moment passed without a request: park for the rest of the idle timeout. Else
-        // the client closed or a drain began: no request started.
-        if (quiet && rec == net::error::operation_aborted && !c.ctx.sessions->draining())
-          park(std::move(conn), wait.idle_end);
+      if (auto const next = rec ? after_quiet_read(c, rec, quiet) : after_wait::serve; next == after_wait::park) {
+        park(std::move(conn), wait.idle_end);
         co_return;
+      } else if (next == after_wait::close) {
+        co_return;
+      } else {
+        woken = buffer.size() == 0;  // a drain found its request in the socket: read below
       }
+    }
+    if (buffer.size() == 0 && woken) {
+      // Bytes wait (the park woke on them), so this read does not.
+      client.expires_never();
+      auto [rec, rn] = co_await client.async_read_some(buffer.prepare(first_read), use_tuple);
+      buffer.commit(rn);
+      if (rec) break;  // the client closed: no request started
     }
     if (c.first) {
       c.first = false;
