@@ -424,10 +424,7 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
 
   // whether this request may be sent more than once (idempotency/key.hpp).
   auto const& key_header = policy.idempotency.header;
-  auto const sent = req.find(key_header);
-  auto key = idempotency::plan_key(
-      {sent == req.end() ? std::nullopt : std::optional<std::string_view>(sent->value()), req.count(key_header) > 1},
-      req.method(), policy.idempotency.inject);
+  auto key = idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), policy.idempotency.inject);
   if (key.refusal) {
     plan.how = forward_plan::route::refuse;
     plan.refusal = error_reply{400, error_type::bad_request, std::move(*key.refusal), std::string(dependency), 0};

@@ -102,10 +102,8 @@ net::awaitable<bool> hand_over(const client_request& r) {
   // A delivery goes again after any failure, so it always carries a key: the app's,
   // else one made now and stored with the task.
   auto const& key_header = route.policy->idempotency.header;
-  auto const sent = req.find(key_header);
-  auto key = idempotency::plan_key(
-      {sent == req.end() ? std::nullopt : std::optional<std::string_view>(sent->value()), req.count(key_header) > 1},
-      req.method(), true, idempotency::key_need::always);
+  auto key =
+      idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), true, idempotency::key_need::always);
   if (key.refusal) {
     error_reply const bad{400, error_type::bad_request, *key.refusal, {}, 0};
     co_return co_await refuse(bad, parser.is_done() && keep);

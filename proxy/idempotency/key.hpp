@@ -42,6 +42,14 @@ struct sent_key {
   bool repeated = false;                  ///< more than one such field: two keys, refused
 };
 
+/// What an HTTP/1.1 head sends of the key field `name`: the one place a Beast head's key is read.
+template <class Fields>
+sent_key sent_key_in(const Fields& head, std::string_view name) {
+  auto const it = head.find(name);
+  if (it == head.end()) return {};
+  return {std::string_view(it->value().data(), it->value().size()), head.count(name) > 1};
+}
+
 /// R-6 for one request, decided before anything is sent; the caller sets `key` on the
 /// request when `made`.
 struct key_plan {

@@ -1,5 +1,6 @@
 #include "proxy/idempotency/key.hpp"
 
+#include <boost/beast/http/fields.hpp>
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -89,6 +90,19 @@ TEST(Idempotency, R6_PlanRefusesAMalformedOrRepeatedKeyBeforeAnythingIsSent) {
   EXPECT_TRUE(plan_key(sent(std::string(65, 'k')), bhttp::verb::post, true).refusal);
   EXPECT_TRUE(plan_key(sent("a,b"), bhttp::verb::get, true).refusal) << "refused whatever the method";
   EXPECT_TRUE(plan_key({std::string_view("k1"), true}, bhttp::verb::post, true).refusal) << "two key fields";
+}
+
+TEST(Idempotency, R6_AHeadsKeyFieldIsReadByTheNameThePolicyGivesAndTwoAreSeen) {
+  bhttp::fields head;
+  EXPECT_FALSE(sent_key_in(head, "Idempotency-Key").value) << "absent";
+  head.insert("idempotency-key", "\"k1\"");  // names match case-insensitively
+  auto const one = sent_key_in(head, "Idempotency-Key");
+  ASSERT_TRUE(one.value);
+  EXPECT_EQ(*one.value, "\"k1\"") << "as sent: unquoting is key_in_field's";
+  EXPECT_FALSE(one.repeated);
+  EXPECT_FALSE(sent_key_in(head, "X-Request-Key").value) << "another policy's field name";
+  head.insert("Idempotency-Key", "k2");
+  EXPECT_TRUE(sent_key_in(head, "Idempotency-Key").repeated);
 }
 
 TEST(Idempotency, R6_AHandedOverCallAlwaysCarriesAKey) {
