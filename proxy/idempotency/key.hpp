@@ -42,6 +42,9 @@ struct sent_key {
   bool repeated = false;                  ///< more than one such field: two keys, refused
 };
 
+/// The IETF draft's name of the field (and Stripe's): the inbound gate's, and a policy's default.
+inline constexpr std::string_view standard_key_field = "Idempotency-Key";
+
 /// What an HTTP/1.1 head sends of the key field `name`: the one place a Beast head's key is read.
 template <class Fields>
 sent_key sent_key_in(const Fields& head, std::string_view name) {

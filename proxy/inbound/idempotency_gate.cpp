@@ -55,13 +55,10 @@ struct held_key {
   bool event = false;  ///< an event id (dedupe), not an Idempotency-Key
 };
 
-/// The inbound gate reads the IETF draft's field (a policy may name another for outbound calls).
-constexpr std::string_view key_field = "Idempotency-Key";
-
 /** The key as sent, by R-6's one rule (idempotency/key.hpp): a Structured Field string or a
     bare value, never two fields. Empty when absent; nullopt when malformed. */
 std::optional<std::string> key_of(const http::request_message<bhttp::buffer_body>& req) {
-  auto const sent = idempotency::sent_key_in(req, key_field);
+  auto const sent = idempotency::sent_key_in(req, idempotency::standard_key_field);
   if (!sent.value) return std::string();
   auto const key = idempotency::key_in_field(*sent.value);
   if (sent.repeated || idempotency::key_problem(key)) return std::nullopt;
@@ -299,7 +296,7 @@ gate_use gate_for(const config::inbound_route& r, const http::request_parser& pa
   if (event) return gate_use::gate;
   if (!r.idempotency.enabled || !r.keeps_keys_for(method)) return gate_use::none;
   // A key that is there (well-formed or not: a malformed one is the gate's 400) or required.
-  if (r.idempotency.require || req.count(key_field) > 0) return gate_use::gate;
+  if (r.idempotency.require || req.count(idempotency::standard_key_field) > 0) return gate_use::gate;
   return gate_use::unkeyed;
 }
 
