@@ -135,8 +135,8 @@ int health(int argc, char** argv) {
 
 /** glibc keeps 7 freed blocks per size for each thread to reuse. With dozens of requests in
     flight, a worker frees and takes more coroutine frames of one size than that between
-    requests, and the rest go through malloc's bins: 10% more user-space instructions per
-    request at 64 connections than with 64 (bench/README.md). The depth is a tunable glibc
+    requests, and the rest go through malloc's bins: 7% more user-space instructions per
+    request at 64 connections than with 64 kept (bench/README.md). The depth is a tunable glibc
     reads only when a process starts, so rebound starts itself again once, with it set,
     unless the operator set it. Without /proc it runs on glibc's default. */
 void deepen_malloc_cache(char** argv) {
