@@ -41,4 +41,12 @@ struct exact_allocator {
   }
 };
 
+/** Whether bytes wait unread in the kernel's buffer of this socket: a request that arrived
+    and must not be lost when its connection is about to be closed (a drain, a park). */
+inline bool has_unread_bytes(tcp::socket& socket) {
+  error_code ec;
+  auto const n = socket.available(ec);
+  return !ec && n > 0;
+}
+
 }  // namespace rebound

@@ -139,10 +139,7 @@ bool head_incomplete(const beast::flat_buffer& buffer) {
 /// Whether the client's next request has begun to arrive: bytes already read into `buffer`
 /// (pipelined), or bytes waiting unread in the socket.
 bool request_waiting(const beast::flat_buffer& buffer, tcp::socket& socket) {
-  if (buffer.size() > 0) return true;
-  error_code ec;
-  auto const n = socket.available(ec);
-  return !ec && n > 0;
+  return buffer.size() > 0 || has_unread_bytes(socket);
 }
 
 // The two coroutines below hold what only an error or a CONNECT needs. In the session's

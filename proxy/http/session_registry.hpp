@@ -4,6 +4,8 @@
     A drain closes connections that sit idle between requests at once and lets busy ones
     finish their current exchange (they then close instead of reading another request).
     Used only on its worker's thread; `active()` alone is read from the control thread. */
+#include "proxy/net.hpp"
+
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
@@ -55,12 +57,6 @@ class session_registry {
   std::size_t active() const { return active_.load(std::memory_order_relaxed); }
 
  private:
-  static bool has_unread_bytes(boost::asio::ip::tcp::socket& s) {
-    boost::system::error_code ec;
-    auto const n = s.available(ec);
-    return !ec && n > 0;
-  }
-
   std::list<entry> entries_;
   std::atomic<std::size_t> active_{0};
   bool draining_ = false;
