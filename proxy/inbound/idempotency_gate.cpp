@@ -9,6 +9,7 @@
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
+#include "proxy/inbound/gate_step.hpp"
 #include "proxy/inbound/gate_trace.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
@@ -29,12 +30,10 @@ using wall = store::wall_clock;
 /// An answer without a Content-Length is read whole (to pin it) up to this; larger: 502. One
 /// whose Content-Length passes inbound.max_body is streamed instead, never held.
 constexpr std::size_t max_answer = 64 << 20;
-/// Marks a key whose request completed with an answer too large to keep (inbound.max_body):
-/// what is pinned is only its status, and a duplicate is refused rather than run again.
-constexpr std::string_view not_kept_field = "Rebound-Answer-Not-Kept";
-
 /// One request through the gate: what each of its steps reads.
 struct gate_call {
+  const http::client_request& request;
+  gate_trace& trace;
   const http::session_context& ctx;
   beast::tcp_stream& client;
   const http::dependency_route& route;
@@ -45,36 +44,6 @@ struct gate_call {
   bool is_head;
   std::chrono::milliseconds idle;
 };
-
-/// What a request holds in the key store: its scope (the store's key), the key or event id
-/// the client sent, and the payload's fingerprint (keys only).
-struct held_key {
-  std::string scope;
-  std::string key;
-  std::string hash;
-  bool event = false;  ///< an event id (dedupe), not an Idempotency-Key
-};
-
-/** The key as sent, by R-6's one rule (idempotency/key.hpp): a Structured Field string or a
-    bare value, never two fields. Empty when absent; nullopt when malformed. */
-std::optional<std::string> key_of(const http::request_message<bhttp::buffer_body>& req) {
-  auto const sent = idempotency::sent_key_in(req, idempotency::standard_key_field);
-  if (!sent.value) return std::string();
-  auto const key = idempotency::key_in_field(*sent.value);
-  if (sent.repeated || idempotency::key_problem(key)) return std::nullopt;
-  return std::string(key);
-}
-
-/** Who is asking: a hash of the field that names the caller (inbound.principal_header,
-    Authorization by default), never its value (keys are the caller's own). nullopt when the
-    field comes more than once: repeated fields are one list (RFC 9110 5.3), and behind a
-    gateway that appends the identity instead of replacing it the first may be the caller's
-    forgery. */
-std::optional<std::string> principal_of(const http::request_message<bhttp::buffer_body>& req, const std::string& field) {
-  if (req.count(field) > 1) return std::nullopt;
-  auto const who = req[field];
-  return who.empty() ? std::string("anonymous") : sha256_hex(who).substr(0, 32);
-}
 
 /// seed 004's error codes in SPEC 6's shape.
 /// The gate's own refusals, in the shape of every rebound error (http::make_error_response):
@@ -240,40 +209,6 @@ net::awaitable<bool> relay_unkept(const gate_call& c, app_answer& answer) {
   co_return co_await http::relay_final_response(c.ctx, c.client, *answer.too_large, last);
 }
 
-void log_move(const gate_call& c, const held_key& k, std::string_view from, std::string_view to) {
-  c.ctx.log->info("idempotency", {{"dependency", c.route.name},
-                                  {"idempotency_key", k.key},
-                                  {"payload_hash", k.hash},
-                                  {"from_state", from},
-                                  {"to_state", to}});
-}
-
-/** What the app's answer does to a held key. 5xx and 429 say "try again": pinning them would
-    answer every retry with the failure, so the key is freed; an event is kept only once the
-    app took it (2xx). Any other answer completes the key: pinned whole when `whole` (it fits
-    inbound.max_body), else only its status under `not_kept_field`, so that a duplicate is
-    refused instead of run again. Returns the answer's Idempotency-Status. */
-net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& k, const store::pinned_response& pinned,
-                                            bool whole) {
-  bool const pin = k.event ? pinned.status / 100 == 2 : pinned.status < 500 && pinned.status != 429;
-  bool done = false;
-  if (pin) {
-    auto const ttl = k.event ? c.ir.dedupe.ttl : c.ir.idempotency.ttl;
-    auto [ce, completed] =
-        co_await store::async_complete_key(*c.ctx.store, k.scope, pinned, wall::now() + ttl, use_tuple);
-    done = !ce && completed;
-  }
-  if (!done) {
-    auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
-    log_move(c, k, "pending", "absent");
-    c.route.guard->idempotent("not_stored");
-    co_return "not-stored";
-  }
-  log_move(c, k, "pending", "complete");
-  c.route.guard->idempotent(whole ? "stored" : "not_kept");
-  co_return whole ? "stored" : "not-stored";
-}
-
 /// The app's span (gate_trace): its status, the status of an answer too large to keep, or why none came.
 void app_call_ended(gate_trace& trace, const app_answer& a) {
   if (a.response)
@@ -282,6 +217,169 @@ void app_call_ended(gate_trace& trace, const app_answer& a) {
     trace.app_call_ended(a.too_large->response->get().result_int(), {});
   else
     trace.app_call_ended(std::nullopt, http::to_string(a.failure.type));
+}
+
+/// The status the client got, for the dependency's counts and the span.
+void answered(const gate_call& c, unsigned status) {
+  c.route.guard->answered(status);
+  c.trace.answered(status);
+}
+
+/// Sends one of the gate's own answers (gate_step.hpp). Unread body bytes would be taken for
+/// the next request: only a whole request keeps the connection.
+net::awaitable<bool> refuse(const gate_call& c, const gate_refusal& r) {
+  c.route.guard->idempotent(r.outcome);
+  answered(c, r.status);
+  c.trace.status(r.trace_status);
+  auto res = gate_error(c, r.status, r.type, r.message, c.keep && c.request.parser.is_done());
+  if (r.retry_after_s) res.set(bhttp::field::retry_after, std::to_string(*r.retry_after_s));
+  co_return co_await send(c.client, res, c.idle);
+}
+
+void log_move(const gate_call& c, const held_key& k, key_move m) {
+  c.ctx.log->info("idempotency", {{"dependency", c.route.name},
+                                  {"idempotency_key", k.key},
+                                  {"payload_hash", k.hash},
+                                  {"from_state", m.from},
+                                  {"to_state", m.to}});
+}
+
+/** Reads the body whole before anything else: the fingerprint needs it, and the app gets it
+    in one piece. A declared length past max_body is refused before a byte of it is read.
+    nullopt once read; otherwise whether the connection stays open, the request answered. */
+net::awaitable<std::optional<bool>> take_body(const gate_call& c, std::string& body) {
+  auto const max_body = c.ctx.cfg().inbound.max_body;
+  auto& parser = c.request.parser;
+  auto const too_large = body_too_large();
+  if (auto const cl = parser.content_length(); cl && *cl > max_body) co_return co_await refuse(c, too_large);
+  if (parser.is_done()) co_return std::nullopt;
+  if (c.version >= 11 && c.req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(c.client, c.idle))
+    co_return false;
+  auto kept = co_await http::read_whole_body(c.request, body, max_body);
+  if (kept.problem) {
+    if (kept.problem->status != 0) co_await http::send_error(c.client, *kept.problem, false, c.idle);
+    co_return false;
+  }
+  if (kept.overflow || body.size() > max_body) co_return co_await refuse(c, too_large);
+  co_return std::nullopt;
+}
+
+/// The request as the app gets it: rewritten as every proxied request is, its body framed
+/// whole, its span started.
+void prepare_for_app(const gate_call& c, std::size_t body_size) {
+  http::prepare_upstream_request(c.req, c.request.parser, c.request.target, c.ctx.instance_token);
+  http::frame_whole_body(c.req, body_size);
+  c.trace.app_call_starts(c.req);
+}
+
+/// Completes the key with the app's answer, or frees it (gate_step's settle_with and
+/// after_settle). Returns the answer's Idempotency-Status.
+net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& k, const store::pinned_response& answer,
+                                            bool whole) {
+  auto const plan = settle_with(k, c.ir, answer, whole);
+  bool completed = false;
+  if (plan.pin) {
+    auto [ce, done] =
+        co_await store::async_complete_key(*c.ctx.store, k.scope, *plan.pin, wall::now() + plan.ttl, use_tuple);
+    completed = !ce && done;
+  }
+  if (!completed) {
+    auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
+  }
+  auto const end = after_settle(completed, whole);
+  log_move(c, k, end.move);
+  c.route.guard->idempotent(end.outcome);
+  co_return end.word;
+}
+
+/// A request that holds no key: the app's answer is relayed as it is, and the caller's retry
+/// is the only one.
+net::awaitable<bool> answer_unheld(const gate_call& c, const std::string& body,
+                                   std::chrono::steady_clock::time_point answer_by) {
+  prepare_for_app(c, body.size());
+  auto answer = co_await ask_app(c, c.request.target, body, answer_by);
+  app_call_ended(c.trace, answer);
+  if (answer.too_large) co_return co_await relay_unkept(c, answer);
+  if (!answer.response) {
+    answered(c, answer.failure.status);
+    co_await http::send_error(c.client, answer.failure, c.keep, c.idle);
+    co_return c.keep;
+  }
+  answered(c, answer.response->status);
+  auto res = from_pinned(*answer.response, {}, c.version, c.keep, c.is_head);
+  res.erase("Idempotency-Status");
+  co_return co_await send(c.client, res, c.idle);
+}
+
+/** A request that holds its key: it waits for the app's answer as long as the key is held,
+    the client getting a 504 at attempt_timeout meanwhile and its retry a 409 until the
+    answer is pinned. */
+net::awaitable<bool> answer_held(const gate_call& c, const held_key& k, const std::string& body,
+                                 std::chrono::steady_clock::time_point started) {
+  prepare_for_app(c, body.size());
+  answer_on_timeout on_timeout(c.client,
+                               http::error_reply{504, http::error_type::attempt_timeout,
+                                                 "the app did not answer within attempt_timeout; the key stays held "
+                                                 "until it does, and its answer is pinned",
+                                                 c.route.name, 1},
+                               c.idle, started + c.route.policy->attempt_timeout);
+  auto answer = co_await ask_app(c, c.request.target, body, started + c.ctx.cfg().inbound.claim_lease);
+  app_call_ended(c.trace, answer);
+  bool const client_answered = co_await on_timeout.settle();
+  if (client_answered) answered(c, 504);
+  if (answer.too_large) {
+    // Streamed, never held: what the key keeps is that it completed, and with which status.
+    store::pinned_response const status_only{answer.too_large->response->get().result_int(), {}, {}};
+    c.trace.status(co_await settle_key(c, k, status_only, false));
+    if (client_answered) co_return false;
+    co_return co_await relay_unkept(c, answer);
+  }
+  if (!answer.response) {
+    auto const step = after_app_failure(answer.may_have_reached);
+    if (step.release) {
+      auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
+    }
+    log_move(c, k, step.move);
+    c.trace.status("not-stored");
+    if (client_answered) co_return false;
+    answered(c, answer.failure.status);
+    co_await http::send_error(c.client, answer.failure, c.keep, c.idle);
+    co_return c.keep;
+  }
+  auto const& r = *answer.response;
+  auto const word = co_await settle_key(c, k, r, r.body.size() <= c.ctx.cfg().inbound.max_body);
+  c.trace.status(word);
+  if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
+  answered(c, r.status);
+  auto res = from_pinned(r, word, c.version, c.keep, c.is_head);
+  co_return co_await send(c.client, res, c.idle);
+}
+
+/// Claims the key and does what the claim found (gate_step's after_claim): refuse, replay
+/// what is pinned, or ask the app.
+net::awaitable<bool> answer_claimed(const gate_call& c, const held_key& k, const std::string& body,
+                                    std::chrono::steady_clock::time_point started) {
+  auto const now = wall::now();
+  // The key is held while its request may be at the app: a crash mid-request frees it
+  // only once the lease has run out.
+  auto const lease = now + c.ctx.cfg().inbound.claim_lease;
+  auto [e, claim] = co_await store::async_claim_key(*c.ctx.store, k.scope, k.hash, now, lease, use_tuple);
+  if (e) {
+    if (e->full && e->first) c.ctx.log->warn("store_full", {{"dependency", c.route.name}, {"message", e->message}});
+    auto const refusal = claim_failed(*e);
+    co_return co_await refuse(c, refusal);
+  }
+  auto const step = after_claim(k, claim, c.ir.idempotency.mismatch_status);
+  log_move(c, k, step.move);
+  if (auto const* refusal = std::get_if<gate_refusal>(&step.next)) co_return co_await refuse(c, *refusal);
+  if (auto const* pinned = std::get_if<replay>(&step.next)) {
+    c.route.guard->idempotent("replayed");
+    c.trace.status("replayed");
+    answered(c, pinned->answer.status);
+    auto res = from_pinned(pinned->answer, "replayed", c.version, c.keep, c.is_head);
+    co_return co_await send(c.client, res, c.idle);
+  }
+  co_return co_await answer_held(c, k, body, started);
 }
 
 }  // namespace
@@ -301,232 +399,42 @@ gate_use gate_for(const config::inbound_route& r, const http::request_parser& pa
 }
 
 net::awaitable<bool> answer_through_gate(const http::client_request& request, const config::inbound_route& ir) {
-  auto const& ctx = request.ctx;
-  auto& client = request.client;
-  auto& parser = request.parser;
+  auto& req = request.parser.get();
   auto const& route = request.route;
-  auto const& cfg = ctx.cfg();
-  auto const idle = cfg.limits.idle_timeout;
-  auto& req = parser.get();
-  gate_call const c{ctx, client, route, ir, req, req.version(), req.keep_alive(), req.method() == bhttp::verb::head,
-                    idle};
-  unsigned const version = c.version;
-  bool const keep = c.keep;
-  bool const is_head = c.is_head;
   std::string const method(req.method_string());
-  bool const keyed = ir.idempotency.enabled && ir.keeps_keys_for(method);
-  auto& guard = *route.guard;
   retry::request_facts facts;
   facts.dependency = route.name;
   facts.method = method;
   http::describe_target(facts, request.target, false);
-  gate_trace trace(ctx.tracer, *ctx.rng, http::traceparent_of(req), facts);
-  auto const answered = [&guard, &trace](unsigned status) {
-    guard.answered(status);
-    trace.answered(status);
-  };
-  // Messages are literals or named strings, never temporaries built in the co_await
-  // expression: GCC 12 destroys those twice.
-  auto refuse = [&](unsigned status, std::string_view type, std::string_view outcome,
-                    std::string_view message) -> net::awaitable<bool> {
-    guard.idempotent(outcome);
-    answered(status);
-    trace.status(type == "idempotency.in_flight"          ? "in_flight"
-                 : type == "idempotency.payload_mismatch" ? "mismatch"
-                                                          : "refused");
-    // Unread body bytes would be taken for the next request: only a whole request keeps the connection.
-    auto res = gate_error(c, status, type, message, keep && parser.is_done());
-    if (type == "idempotency.in_flight") res.set(bhttp::field::retry_after, "1");
-    if (type == "store_full") res.set(bhttp::field::retry_after, std::to_string(store::full_retry_after_s));
-    co_return co_await send(client, res, idle);
-  };
-
-  // A reload can add keyed routes to a process that opened no store at start-up: such a
-  // route is refused until a restart opens one, never let through unprotected.
-  if (!ctx.store)
-    co_return co_await refuse(503, "store_unavailable", "missing",
-                              "this route keeps idempotency keys or event ids, but rebound started without a store: "
-                              "restart it to open one");
-
-  held_key k;
-  auto& key = k.key;
-  auto& scope = k.scope;
-  if (keyed) {
-    auto k = key_of(req);
-    if (!k)
-      co_return co_await refuse(400, "idempotency.key_invalid", "missing",
-                                "Idempotency-Key must be one value of 1 to 64 printable characters, no commas");
-    if (k->empty() && ir.idempotency.require) {
-      std::string const why = "this route requires an Idempotency-Key on " + method + " (R-6)";
-      co_return co_await refuse(400, "idempotency.key_missing", "missing", why);
-    }
-    key = std::move(*k);
-    trace.key(key);
-    auto const principal =
-        ir.idempotency.scope_principal ? principal_of(req, cfg.inbound.principal_header) : std::string("*");
-    if (!principal) {
-      std::string const why = cfg.inbound.principal_header +
-                              " (inbound.principal_header) names the caller and must come once: which one is meant "
-                              "is unknown";
-      co_return co_await refuse(400, "bad_request", "missing", why);
-    }
-    if (!key.empty()) scope = "key\n" + *principal + "\n" + ir.match.path_prefix + "\n" + key;
+  gate_trace trace(request.ctx.tracer, *request.ctx.rng, http::traceparent_of(req), facts);
+  gate_call const c{request,
+                    trace,
+                    request.ctx,
+                    request.client,
+                    route,
+                    ir,
+                    req,
+                    req.version(),
+                    req.keep_alive(),
+                    req.method() == bhttp::verb::head,
+                    request.ctx.cfg().limits.idle_timeout};
+  if (!c.ctx.store) {
+    auto const refusal = no_store();
+    co_return co_await refuse(c, refusal);
   }
-  k.event = scope.empty() && !ir.dedupe.header.empty() && req.count(ir.dedupe.header) > 0;
-  bool const event = k.event;
-  if (event) {
-    key = std::string(req[ir.dedupe.header]);
-    if (key.empty() || key.size() > 256) {
-      std::string const why = ir.dedupe.header + " must be 1 to 256 characters";
-      co_return co_await refuse(400, "idempotency.key_invalid", "missing", why);
-    }
-    scope = "event\n" + ir.match.path_prefix + "\n" + key;
-    trace.key(key);
-  }
-
-  // The body is read whole before anything else: the fingerprint needs it, and the app gets
-  // it in one piece.
+  auto hold = key_to_hold(req, method, ir, c.ctx.cfg().inbound.principal_header);
+  if (auto const* refusal = std::get_if<gate_refusal>(&hold)) co_return co_await refuse(c, *refusal);
+  auto& k = std::get<held_key>(hold);
+  if (k.holds()) trace.key(k.key);
   std::string body;
-  // A declared length past max_body is refused before a byte of it is read.
-  if (auto const cl = parser.content_length(); cl && *cl > cfg.inbound.max_body)
-    co_return co_await refuse(413, "bad_request", "missing", "body larger than inbound.max_body");
-  if (!parser.is_done()) {
-    if (version >= 11 && req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(client, idle))
-      co_return false;
-    auto kept = co_await http::read_whole_body(request, body, cfg.inbound.max_body);
-    if (kept.problem) {
-      if (kept.problem->status == 0) co_return false;
-      co_await http::send_error(client, *kept.problem, false, idle);
-      co_return false;
-    }
-    if (kept.overflow || body.size() > cfg.inbound.max_body)
-      co_return co_await refuse(413, "bad_request", "missing", "body larger than inbound.max_body");
-  }
-
-  if (scope.empty()) {  // a keyed route, a request without a key, none required: forwarded as it is
-    guard.idempotent("unkeyed");
-  }
-  if (!scope.empty() && !event)
-    k.hash = payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
+  if (auto const answered = co_await take_body(c, body)) co_return *answered;
   auto const started = std::chrono::steady_clock::now();
-  if (!scope.empty()) {
-    auto const now = wall::now();
-    // The key is held while its request may be at the app: a crash mid-request frees it
-    // only once the lease has run out.
-    auto const lease = now + cfg.inbound.claim_lease;
-    auto [e, claim] = co_await store::async_claim_key(*ctx.store, scope, k.hash, now, lease, use_tuple);
-    if (e && e->full) {
-      // No room to remember the key: the request is not let through unprotected.
-      if (e->first) ctx.log->warn("store_full", {{"dependency", route.name}, {"message", e->message}});
-      co_return co_await refuse(507, "store_full", "not_stored", e->message);
-    }
-    if (e) {
-      std::string const why = "the key store is unavailable: " + e->message;
-      co_return co_await refuse(503, "store_unavailable", "conflict", why);
-    }
-    switch (claim.state) {
-      case store::key_state::claimed:
-        log_move(c, k, "absent", "pending");
-        break;
-      case store::key_state::in_flight:
-        log_move(c, k, "pending", "pending");
-        co_return co_await refuse(409, "idempotency.in_flight", "conflict",
-                                  "a request with this key is still being processed; retry later");
-      case store::key_state::mismatch:
-        log_move(c, k, "held", "mismatch");
-        co_return co_await refuse(ir.idempotency.mismatch_status, "idempotency.payload_mismatch", "mismatch",
-                                  "this key was used with another payload; a new request needs a new key");
-      case store::key_state::replay: {
-        if (!event && std::any_of(claim.response.headers.begin(), claim.response.headers.end(),
-                                  [](const auto& f) { return beast::iequals(f.first, not_kept_field); })) {
-          // The app ran it; its answer could not be kept. Running it again is what R-6 forbids.
-          log_move(c, k, "complete", "mismatch");
-          std::string const why = "a request with this key completed with status " +
-                                  std::to_string(claim.response.status) +
-                                  ", but its answer was larger than inbound.max_body and was not kept; a new request "
-                                  "needs a new key";
-          co_return co_await refuse(409, "idempotency.answer_not_kept", "conflict", why);
-        }
-        log_move(c, k, "complete", "replayed");
-        guard.idempotent("replayed");
-        trace.status("replayed");
-        // A repeated event is acknowledged, not answered again: the app already took it.
-        auto pinned =
-            event ? store::pinned_response{200, {{"Content-Type", "application/json"}}, "{\"duplicate\":true}\n"}
-                  : claim.response;
-        answered(pinned.status);
-        auto res = from_pinned(pinned, "replayed", version, keep, is_head);
-        co_return co_await send(client, res, idle);
-      }
-    }
+  if (!k.holds()) {  // a keyed route, a request without a key, none required: forwarded as it is
+    route.guard->idempotent("unkeyed");
+    co_return co_await answer_unheld(c, body, started + route.policy->attempt_timeout);
   }
-
-  http::prepare_upstream_request(req, parser, request.target, ctx.instance_token);
-  http::frame_whole_body(req, body.size());
-  auto const answer_by = started + route.policy->attempt_timeout;
-  trace.app_call_starts(req);
-  if (scope.empty()) {  // nothing is held for it: the caller's retry is the only one
-    auto answer = co_await ask_app(c, request.target, body, answer_by);
-    app_call_ended(trace, answer);
-    if (answer.too_large) co_return co_await relay_unkept(c, answer);
-    if (!answer.response) {
-      answered(answer.failure.status);
-      co_await http::send_error(client, answer.failure, keep, idle);
-      co_return keep;
-    }
-    answered(answer.response->status);
-    auto res = from_pinned(*answer.response, {}, version, keep, is_head);
-    res.erase("Idempotency-Status");
-    co_return co_await send(client, res, idle);
-  }
-
-  // A held key waits for the app's answer as long as it is held; the client gets a 504 at
-  // attempt_timeout meanwhile, and its retry a 409 until the answer is pinned.
-  answer_on_timeout on_timeout(client,
-                               http::error_reply{504, http::error_type::attempt_timeout,
-                                                 "the app did not answer within attempt_timeout; the key stays held "
-                                                 "until it does, and its answer is pinned",
-                                                 route.name, 1},
-                               idle, answer_by);
-  auto const held_until = started + cfg.inbound.claim_lease;
-  auto answer = co_await ask_app(c, request.target, body, held_until);
-  app_call_ended(trace, answer);
-  bool const client_answered = co_await on_timeout.settle();
-  if (client_answered) answered(504);
-  if (answer.too_large) {
-    // Streamed, never held: what the key keeps is that it completed, and with which status.
-    // Named, not a temporary in the co_await expression: GCC 12 destroys those twice.
-    store::pinned_response const status_only{
-        answer.too_large->response->get().result_int(), {{std::string(not_kept_field), "1"}}, {}};
-    trace.status(co_await settle_key(c, k, status_only, false));
-    if (client_answered) co_return false;
-    co_return co_await relay_unkept(c, answer);
-  }
-  if (!answer.response) {
-    if (answer.may_have_reached) {
-      // The app may have acted on it: a duplicate must not run it again before the lease ends.
-      log_move(c, k, "pending", "pending");
-    } else {
-      auto [re, released] = co_await store::async_release_key(*ctx.store, scope, use_tuple);
-      log_move(c, k, "pending", "absent");
-    }
-    trace.status("not-stored");
-    if (client_answered) co_return false;
-    answered(answer.failure.status);
-    co_await http::send_error(client, answer.failure, keep, idle);
-    co_return keep;
-  }
-  auto& r = *answer.response;
-  bool const fits = r.body.size() <= cfg.inbound.max_body;
-  store::pinned_response status_only;
-  if (!fits) status_only = {r.status, {{std::string(not_kept_field), "1"}}, {}};
-  auto const& kept_answer = fits ? r : status_only;
-  auto const word = co_await settle_key(c, k, kept_answer, fits);
-  trace.status(word);
-  if (client_answered) co_return false;  // it had its 504; its retry gets what was pinned
-  answered(r.status);
-  auto res = from_pinned(r, word, version, keep, is_head);
-  co_return co_await send(client, res, idle);
+  if (!k.event) k.hash = payload_fingerprint(method, req.target(), req[bhttp::field::content_type], body);
+  co_return co_await answer_claimed(c, k, body, started);
 }
 
 }  // namespace rebound::inbound
