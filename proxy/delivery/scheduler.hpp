@@ -16,7 +16,7 @@ class metrics;
 namespace rebound::delivery {
 
 struct scheduler_options {
-  std::string owner;                    ///< this process in the leases it takes
+  std::string owner;  ///< this process in the leases it takes
   /// How often the store is asked for due tasks: each wait drawn from [3/4, 5/4] of it, so
   /// the instances of a fleet that came up together do not ask the database in step.
   std::chrono::milliseconds poll{100};

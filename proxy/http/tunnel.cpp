@@ -2,6 +2,7 @@
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/connect.hpp"
