@@ -225,11 +225,8 @@ net::awaitable<void> attempt_task(const delivery_call& d, const http::request_ta
   auto req = request_of(task, target);
   auto const key = http::pool_key(target, route.tls);
   auto const to = http::destination_of(route, target, key, req);
-  retry::request_facts facts;
+  auto facts = http::facts_of(route, task.method, target);
   facts.may_retry = true;  // every task carries an idempotency key
-  facts.dependency = route.name;
-  facts.method = task.method;
-  http::describe_target(facts, target, route.tls != nullptr);
   // A copy: a traced attempt replaces the traceparent field a correlation id may be read from.
   std::string const correlation(http::correlation_id_of(req));
   facts.correlation_id = correlation.empty() ? std::string_view(task.id) : std::string_view(correlation);

@@ -86,9 +86,7 @@ void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& he
   auto const& policy = *plan.route.policy;
 
   auto& facts = plan.facts;
-  facts.dependency = plan.route.name;
-  facts.method = plan.method;
-  http::describe_target(facts, plan.target, plan.route.tls != nullptr);
+  facts = http::facts_of(plan.route, plan.method, plan.target);
   facts.path = plan.path;  // a gRPC path is the method's name: no query to hide
   facts.grpc = true;
   // the client's id (the rule HTTP/1.1 follows), else one rebound makes and sends on.

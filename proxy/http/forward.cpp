@@ -280,11 +280,15 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
 
 }  // namespace
 
-void describe_target(retry::request_facts& facts, const request_target& t, bool tls) {
+retry::request_facts facts_of(const dependency_route& route, std::string_view method, const request_target& t) {
+  retry::request_facts facts;
+  facts.dependency = route.name;
+  facts.method = method;
   facts.path = loggable_path(t.origin_form);
-  facts.tls = tls;
+  facts.tls = route.tls != nullptr;
   facts.server_address = t.connect_host;
   facts.server_port = t.port;
+  return facts;
 }
 
 namespace {
@@ -300,8 +304,8 @@ struct forward_plan {
   /// The caller's traceparent, copied: a traced attempt replaces that field, and facts (its
   /// traceparent, a correlation id read from it) must not view what it frees.
   std::string caller_traceparent;
-  std::string_view sent_once_why;   ///< with route::once
-  bool upgrade = false;             ///< a WebSocket handshake (http/wire/upgrade.hpp)
+  std::string_view sent_once_why;  ///< with route::once
+  bool upgrade = false;            ///< a WebSocket handshake (http/wire/upgrade.hpp)
 
   forward_plan() = default;
   forward_plan(const forward_plan&) = delete;  // facts views its strings: it stays where it was made
@@ -385,9 +389,8 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
   }
 
   auto& facts = plan.facts;
-  facts.dependency = dependency;
-  facts.method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
-  describe_target(facts, target, r.route.tls != nullptr);
+  facts =
+      facts_of(r.route, req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension", target);
   correlate(plan, req, rng);
   if (auto refusal = take_caller_deadline(facts, req, dependency, now)) {
     plan.how = forward_plan::route::refuse;

@@ -23,10 +23,11 @@ namespace rebound::http {
 namespace bhttp = boost::beast::http;
 class session_guard;
 
-/** What a request's facts say of its target, the same for every way in: the loggable path
-    (R-9) and the upstream its attempts go to (`tls`: rebound speaks TLS to it), which traces
-    name. Views into `t`, which must outlive the facts. */
-void describe_target(retry::request_facts& facts, const request_target& t, bool tls);
+/** A request's facts as every way in starts them (HTTP/1.1, gRPC, delivery, the inbound
+    gate): its dependency, its method, the loggable path (R-9) and the upstream its attempts go
+    to (TLS or not, host, port), which traces name. Views into `route`, `method` and `t`, which
+    must outlive the facts; each door then adds what only it knows (R-6, correlation, deadline). */
+retry::request_facts facts_of(const dependency_route& route, std::string_view method, const request_target& t);
 
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection

@@ -33,6 +33,7 @@ constexpr std::size_t max_answer = 64 << 20;
 /// One request through the gate: what each of its steps reads.
 struct gate_call {
   const http::client_request& request;
+  const retry::request_facts& facts;  ///< what logs and traces name it by
   gate_trace& trace;
   const http::session_context& ctx;
   beast::tcp_stream& client;
@@ -200,12 +201,8 @@ const std::string no_pool;
 /// Streams an answer too large to keep (ask_app's `too_large`) to the client, as the
 /// forwarding path streams any answer.
 net::awaitable<bool> relay_unkept(const gate_call& c, app_answer& answer) {
-  retry::request_facts facts;
-  facts.dependency = c.route.name;
-  facts.method = c.req.method_string();
-  facts.path = http::loggable_path(c.req.target());
   c.route.guard->answered(answer.too_large->response->get().result_int());
-  http::final_answer const last{facts, {c.is_head, c.version, c.keep, 1, false}, no_pool};
+  http::final_answer const last{c.facts, {c.is_head, c.version, c.keep, 1, false}, no_pool};
   co_return co_await http::relay_final_response(c.ctx, c.client, *answer.too_large, last);
 }
 
@@ -402,12 +399,10 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   auto& req = request.parser.get();
   auto const& route = request.route;
   std::string const method(req.method_string());
-  retry::request_facts facts;
-  facts.dependency = route.name;
-  facts.method = method;
-  http::describe_target(facts, request.target, false);
+  auto const facts = http::facts_of(route, method, request.target);
   gate_trace trace(request.ctx.tracer, *request.ctx.rng, http::traceparent_of(req), facts);
   gate_call const c{request,
+                    facts,
                     trace,
                     request.ctx,
                     request.client,
