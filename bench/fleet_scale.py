@@ -216,18 +216,33 @@ pidfile = {self.dir}/pgbouncer.pid
             give_to_server_user(f"{self.dir}/{name}")
         subprocess.run(server_user_cmd(["/usr/sbin/pgbouncer", "-d", f"{self.dir}/pgbouncer.ini"]), check=True,
                        stdout=subprocess.DEVNULL)
-        for _ in range(100):
-            if os.path.exists(f"{self.dir}/pgbouncer.pid") and can_connect(self.port):
+        # pgbouncer creates its pidfile before it writes the pid: the file is read until it
+        # holds one (an empty read failed this test under load), and the port until it answers.
+        self.pid = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            self.pid = self.pid or read_pid(f"{self.dir}/pgbouncer.pid")
+            if self.pid and can_connect(self.port):
                 break
             time.sleep(0.05)
-        with open(f"{self.dir}/pgbouncer.pid") as f:
-            self.pid = int(f.read())
+        else:
+            raise RuntimeError(f"pgbouncer did not start within 30 s; see {self.dir}/pgbouncer.log")
 
     def stop(self):
         try:
             os.kill(self.pid, signal.SIGTERM)
         except OSError:
             pass
+
+
+def read_pid(path):
+    """The pid in a daemon's pidfile, or None while it is absent or not yet written whole."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text) if text.strip().isdigit() else None
 
 
 def can_connect(port):
