@@ -62,101 +62,112 @@ void retry_step::end(call_end how) {
 
 next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt_start, step_time at, bool draining) {
   auto& failure = summary.failure;
-  auto& result = result_;
   auto const& facts = ctx_.facts;
-  auto const& policy = ctx_.policy;
-  auto const& log = ctx_.log;
   // when the request's deadline, not the attempt's, cut the attempt short, the whole
   // request is out of time.
   if (failure && failure->type == error_type::attempt_timeout &&
-      std::min(attempt_start + policy.attempt_timeout, deadline_) == deadline_)
+      std::min(attempt_start + ctx_.policy.attempt_timeout, deadline_) == deadline_)
     failure = retry::attempt_failure{error_type::deadline_exceeded,
                                      facts.deadline && *facts.deadline == deadline_
                                          ? "the caller's deadline passed (grpc-timeout or X-Request-Timeout)"
                                          : "total_timeout reached"};
   attempt_outcome const outcome = failure ? attempt_outcome{std::nullopt, failure->type} : summary.outcome;
-  result.failure = failure;
+  result_.failure = failure;
   auto const took =
       std::chrono::duration_cast<std::chrono::microseconds>(at.now - summary.started.value_or(attempt_start));
   // A hedged run (hedge.hpp) sent result.attempts - hedges + 1 .. result.attempts; the
   // others' reports were made by the hedging.
-  record_attempt(ctx_.gate, ctx_.observer, {result.attempts - summary.hedges + summary.answered_by, outcome, took});
+  record_attempt(ctx_.gate, ctx_.observer, {result_.attempts - summary.hedges + summary.answered_by, outcome, took});
+  auto const d = decide(ctx_.policy, decision_input(summary, outcome, at));
+  if (auto const* s = std::get_if<stop>(&d)) return stopped(*s, summary, outcome, draining);
+  if (draining) return {};
+  return retrying(std::get<retry_in>(d), summary, outcome, took);
+}
 
+attempt_facts retry_step::decision_input(const attempt_summary& summary, const attempt_outcome& outcome, step_time at) {
   attempt_facts af;
   af.outcome = outcome;
-  if (!failure) {
+  if (!summary.failure) {
     af.retry_after = summary.retry_after;
     af.grpc_pushback = summary.grpc_pushback;
     af.below = summary.below;
   }
-  af.attempts = result.attempts;
-  af.may_repeat = facts.may_retry && summary.repeatable;
+  af.attempts = result_.attempts;
+  af.may_repeat = ctx_.facts.may_retry && summary.repeatable;
   af.previous_wait = previous_wait_;
   af.now = at.now;
   af.deadline = deadline_;
   af.wall_now = at.wall_now;
-  af.credential_expires = facts.credential_expires;
+  af.credential_expires = ctx_.facts.credential_expires;
   af.u = std::uniform_real_distribution<double>(0.0, 1.0)(ctx_.rng);
-  auto const d = decide(policy, af);
+  return af;
+}
 
-  if (auto const* s = std::get_if<stop>(&d)) {
-    result.gave_up = gave_up_after_retrying(s->reason, result.attempts);
-    next_step const stopped{false, duration{0}, s->reason, {}};
-    switch (s->reason) {
-      case stop_reason::final:
-        return stopped;
-      case stop_reason::not_repeatable:
-        if (policy.max_retries > 0 && result.attempts == 1)
-          log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
-                                     {"dependency", facts.dependency},
-                                     {"method", facts.method},
-                                     {"path", facts.path},
-                                     {"error_type", outcome_name(outcome)},
-                                     {"reason", summary.repeatable ? facts.why_not
-                                                                   : std::string_view("the streamed request outgrew "
-                                                                                      "max_retry_body: sent once")}});
-        return stopped;
-      case stop_reason::exhausted:
-        log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
-                                     {"dependency", facts.dependency},
-                                     {"attempts", result.attempts},
-                                     {"max_attempts", max_attempts_},
-                                     {"error_type", outcome_name(outcome)},
-                                     {"idempotency_key", facts.idempotency_key}});
-        ctx_.observer.exhausted();
-        return stopped;
-      case stop_reason::layered:
-      case stop_reason::overloaded:
-        ctx_.observer.declined(to_string(s->reason));
-        break;  // logged as retry_stopped with its reason, below
-      default:
-        break;
-    }
-    if (draining) return stopped;
-    log.warn("retry_stopped",
-             {{"correlation_id", facts.correlation_id},
-              {"dependency", facts.dependency},
-              {"attempts", result.attempts},
-              {"error_type", outcome_name(outcome)},
-              {"reason", to_string(s->reason)},
-              {"retry_after_ms", static_cast<long long>(s->retry_after ? s->retry_after->count() : -1)}});
-    // a Retry-After past the deadline returns that response at once. Without a
-    // response to return, the client learns why from the error type.
-    if (failure && s->error) result.failure = retry::attempt_failure{*s->error, "no time left for another attempt"};
-    return stopped;
+next_step retry_step::stopped(const stop& s, const attempt_summary& summary, const attempt_outcome& outcome,
+                              bool draining) {
+  auto const& facts = ctx_.facts;
+  auto const& log = ctx_.log;
+  result_.gave_up = gave_up_after_retrying(s.reason, result_.attempts);
+  next_step const stopped{false, duration{0}, s.reason, {}};
+  switch (s.reason) {
+    case stop_reason::final:
+      return stopped;
+    case stop_reason::not_repeatable:
+      if (ctx_.policy.max_retries > 0 && result_.attempts == 1)
+        log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
+                                   {"dependency", facts.dependency},
+                                   {"method", facts.method},
+                                   {"path", facts.path},
+                                   {"error_type", outcome_name(outcome)},
+                                   {"reason", summary.repeatable ? facts.why_not
+                                                                 : std::string_view("the streamed request outgrew "
+                                                                                    "max_retry_body: sent once")}});
+      return stopped;
+    case stop_reason::exhausted:
+      log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
+                                   {"dependency", facts.dependency},
+                                   {"attempts", result_.attempts},
+                                   {"max_attempts", max_attempts_},
+                                   {"error_type", outcome_name(outcome)},
+                                   {"idempotency_key", facts.idempotency_key}});
+      ctx_.observer.exhausted();
+      return stopped;
+    case stop_reason::layered:
+    case stop_reason::overloaded:
+      ctx_.observer.declined(to_string(s.reason));
+      break;  // logged as retry_stopped with its reason, below
+    default:
+      break;
   }
-  if (draining) return {};
-  auto const& go = std::get<retry_in>(d);
+  if (draining) return stopped;
+  log.warn("retry_stopped", {{"correlation_id", facts.correlation_id},
+                             {"dependency", facts.dependency},
+                             {"attempts", result_.attempts},
+                             {"error_type", outcome_name(outcome)},
+                             {"reason", to_string(s.reason)},
+                             {"retry_after_ms", static_cast<long long>(s.retry_after ? s.retry_after->count() : -1)}});
+  // a Retry-After past the deadline returns that response at once. Without a response
+  // to return, the client learns why from the error type.
+  if (summary.failure && s.error)
+    result_.failure = retry::attempt_failure{*s.error, "no time left for another attempt"};
+  return stopped;
+}
+
+next_step retry_step::retrying(const retry_in& go, const attempt_summary& summary, const attempt_outcome& outcome,
+                               std::chrono::microseconds took) {
+  auto const& facts = ctx_.facts;
+  auto const& log = ctx_.log;
+  auto const& failure = summary.failure;
   if (ctx_.asks_budget) {
     if (auto const permit = permit_retry(); !permit.granted) {
       log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
                                     {"dependency", facts.dependency},
-                                    {"attempts", result.attempts},
+                                    {"attempts", result_.attempts},
                                     {"error_type", outcome_name(outcome)},
                                     {"reason", permit.why}});
-      result.gave_up = result.attempts > 1;
+      result_.gave_up = result_.attempts > 1;
       if (failure)
-        result.failure =
+        result_.failure =
             retry::attempt_failure{permit.refusal, std::string(permit.why) + "; last attempt: " + failure->message};
       return {};
     }
@@ -166,7 +177,7 @@ next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt
   auto const address = summary.address.is_unspecified() ? std::string() : summary.address.to_string();
   log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
                              {"dependency", facts.dependency},
-                             {"attempt", result.attempts + 1},
+                             {"attempt", result_.attempts + 1},
                              {"max_attempts", max_attempts_},
                              {"backoff_ms", static_cast<long long>(go.wait.count())},
                              {"error_type", outcome_name(outcome)},

@@ -41,7 +41,7 @@ struct request_facts {
   bool tls = false;  ///< rebound speaks TLS to the upstream
   std::uint16_t server_port = 0;
   std::string_view server_address;  ///< IPv6 without brackets
-  std::string_view why_not;  ///< for the log, when !may_retry
+  std::string_view why_not;         ///< for the log, when !may_retry
   std::string_view dependency;
   std::string_view method;
   std::string_view path;  ///< without the query (R-9); a gRPC call's is its method
@@ -57,10 +57,10 @@ struct request_facts {
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.
 struct attempt_summary {
-  std::optional<retry::attempt_failure> failure;     ///< set when no response came back
-  attempt_outcome outcome;                           ///< the response's status (and grpc-status)
-  std::optional<std::string_view> retry_after;       ///< R-5: Retry-After
-  std::optional<std::string_view> grpc_pushback;     ///< R-5 for gRPC: grpc-retry-pushback-ms
+  std::optional<retry::attempt_failure> failure;  ///< set when no response came back
+  attempt_outcome outcome;                        ///< the response's status (and grpc-status)
+  std::optional<std::string_view> retry_after;    ///< R-5: Retry-After
+  std::optional<std::string_view> grpc_pushback;  ///< R-5 for gRPC: grpc-retry-pushback-ms
   /// Whether the request can still be sent again: false once a streamed request body has
   /// outgrown what is kept of it (max_retry_body).
   bool repeatable = true;
@@ -84,8 +84,8 @@ inline bool measures_load(const attempt_summary& s) {
 
 struct attempts_result {
   unsigned attempts = 0;
-  std::optional<retry::attempt_failure> failure;     ///< set when no response is left to return
-  bool client_gone = false;                          ///< the client hung up during a backoff
+  std::optional<retry::attempt_failure> failure;  ///< set when no response is left to return
+  bool client_gone = false;                       ///< the client hung up during a backoff
   bool gave_up = false;  ///< retried and gave up: the answer says `Rebound-Retried: exhausted` (layers.hpp)
 };
 
@@ -170,6 +170,13 @@ class retry_step {
 
   next_step judge(attempt_summary& summary, std::chrono::steady_clock::time_point attempt_start, step_time at,
                   bool draining);
+  /// What decide() reads of this attempt (and the run so far).
+  attempt_facts decision_input(const attempt_summary& summary, const attempt_outcome& outcome, step_time at);
+  /// decide() said stop: the log line its reason calls for, and what the client is told.
+  next_step stopped(const stop& s, const attempt_summary& summary, const attempt_outcome& outcome, bool draining);
+  /// decide() said retry: R-7's permit, then the wait and its `retry_attempt` line.
+  next_step retrying(const retry_in& go, const attempt_summary& summary, const attempt_outcome& outcome,
+                     std::chrono::microseconds took);
   /// Room in the concurrency limit, then R-7's budget and breaker, for a retry about to be scheduled.
   retry_permit permit_retry();
   void end(call_end how);

@@ -168,7 +168,10 @@ net::awaitable<resolve_result> resolver_service::resolve(const std::string& host
 
 bool resolver_service::offers_another(const std::string& host, const std::vector<net::ip::address>& tried) const {
   auto const* all = cache_->last_answer(host);
-  return all && std::any_of(all->begin(), all->end(), [&tried](const net::ip::address& a) {
+  // Not asked on this worker yet: its connect will ask, and try the addresses in `tried`
+  // last. Saying no here let a worker's first call go straight to an ejected address.
+  if (!all) return true;
+  return std::any_of(all->begin(), all->end(), [&tried](const net::ip::address& a) {
            return std::find(tried.begin(), tried.end(), a) == tried.end();
          });
 }

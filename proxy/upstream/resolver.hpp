@@ -62,7 +62,8 @@ class resolver_service : public net::execution_context::service {
       keeps it alive across the await (a GCC 12 coroutine bug destroys by-value arguments twice). */
   net::awaitable<resolve_result> resolve(const std::string& host, clock::time_point deadline);
 
-  /// Whether the last answer for `host` has an address not in `tried` (no lookup is made).
+  /** Whether the last answer for `host` has an address not in `tried` (no lookup is made); true
+      while this worker has no answer for it yet, since the connect that asks puts `tried` last. */
   bool offers_another(const std::string& host, const std::vector<net::ip::address>& tried) const;
 
   /// How many addresses the last answer for `host` had (0: none kept; no lookup is made).

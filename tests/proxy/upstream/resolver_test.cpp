@@ -62,6 +62,19 @@ std::vector<net::ip::address> addrs(std::initializer_list<const char*> list) {
   return out;
 }
 
+// Issue 50: a worker that has not asked for a name yet still passes an ejected address over:
+// its connect asks and tries that address last. It said "no other address" before, so a
+// worker's first call went to the ejected address (Grpc.ARetryGoesToTheNamesOtherAddress...
+// failed when the calls before it had all landed on the other worker).
+TEST(Resolver, ANameNotAskedYetMayOfferAnotherAddressAndAnAnswerSaysWhetherItDoes) {
+  fixture f;
+  f.dns.set("svc.test", {{"127.0.0.2", "127.0.0.3"}, 60});
+  EXPECT_TRUE(f.resolver.offers_another("svc.test", addrs({"127.0.0.2"})));
+  ASSERT_EQ(f.resolve("svc.test").addresses.size(), 2u);
+  EXPECT_TRUE(f.resolver.offers_another("svc.test", addrs({"127.0.0.2"})));
+  EXPECT_FALSE(f.resolver.offers_another("svc.test", addrs({"127.0.0.2", "127.0.0.3"})));
+}
+
 TEST(Resolver, ANameIsAskedOnceAndKeptForItsTtl) {
   fixture f;
   f.dns.set("svc.test", {{"127.0.0.2", "fd00::2"}, 30});
