@@ -34,146 +34,166 @@ reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::s
   if (auto a = n["approval"]) {
     if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
   }
-  if (auto b = n["backoff"]) {
-    auto const bpath = join(path, "backoff");
-    if (expect_map(b, bpath)) {
-      check_keys(b, bpath, {"base", "cap", "jitter"});
-      optional_typed(b, "base", bpath, l.base, parse_duration);
-      optional_typed(b, "cap", bpath, l.cap, parse_duration);
-      optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
-      if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
-    }
-  }
-  if (auto sch = n["schedule"]) {
-    auto const spath = join(path, "schedule");
-    if (!sch.IsSequence() || sch.size() == 0 || sch.size() > 32) {
-      error(sch, spath, "must be a list of 1 to 32 durations, e.g. [1s, 5s, 30s, 2m]");
-    } else {
-      std::vector<duration> steps;
-      auto const before = diags_.size();
-      for (std::size_t i = 0; i < sch.size(); ++i) {
-        auto const step_path = spath + "[" + std::to_string(i) + "]";
-        auto const v = scalar(sch[i], step_path);
-        if (!v) continue;
-        auto const d = parse_duration(*v);
-        if (!d.value)
-          error(sch[i], step_path, d.error);
-        else
-          steps.push_back(*d.value);
-      }
-      if (diags_.size() == before) l.schedule = std::move(steps);
-    }
-  }
-  if (auto i = n["idempotency"]) {
-    auto const ipath = join(path, "idempotency");
-    if (expect_map(i, ipath)) {
-      check_keys(i, ipath, {"header", "inject"});
-      typed(i, "header", ipath, l.idempotency_header, parse_header_name);
-      optional_typed(i, "inject", ipath, l.inject, parse_bool);
-    }
-  }
-  if (auto b = n["budget"]) {
-    auto const bpath = join(path, "budget");
-    if (b.IsScalar() && (b.Scalar() == "off" || b.Scalar() == "false" || b.Scalar() == "none")) {
-      error(b, bpath, "the retry budget may not be disabled: without it, retries multiply an outage", "R-7");
-    } else if (expect_map(b, bpath)) {
-      check_keys(b, bpath, {"ratio", "window", "min_retries"});
-      optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
-      if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
-        error(b["ratio"], join(bpath, "ratio"),
-              *l.budget_ratio == 0
-                  ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
-                  : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
-              "R-7");
-        l.budget_ratio.reset();
-      }
-      optional_typed(b, "window", bpath, l.budget_window, parse_duration);
-      optional_typed(b, "min_retries", bpath, l.budget_min_retries, parse_count);
-    }
-  }
-  if (auto cb = n["circuit_breaker"]) {
-    auto const cpath = join(path, "circuit_breaker");
-    if (expect_map(cb, cpath)) {
-      check_keys(cb, cpath,
-                 {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
-                  "half_open_probes"});
-      optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
-      optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
-      if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
-        error(cb["failure_ratio"], join(cpath, "failure_ratio"), "must be greater than 0");
-        l.cb_failure_ratio.reset();
-      }
-      optional_typed(cb, "min_requests", cpath, l.cb_min_requests, parse_count);
-      optional_typed(cb, "window", cpath, l.cb_window, parse_duration);
-      optional_typed(cb, "open_on_budget_exhausted", cpath, l.cb_open_on_budget, parse_bool);
-      optional_typed(cb, "open_for", cpath, l.cb_open_for, parse_duration);
-      optional_typed(cb, "half_open_probes", cpath, l.cb_probes, parse_count);
-      for (auto key : {"min_requests", "half_open_probes"}) {
-        auto const& v = std::string_view(key) == "min_requests" ? l.cb_min_requests : l.cb_probes;
-        if (v && *v == 0) error(cb[key], join(cpath, key), "must be at least 1");
-      }
-      for (auto key : {"window", "open_for"}) {
-        auto const& v = std::string_view(key) == "window" ? l.cb_window : l.cb_open_for;
-        if (v && v->count() == 0) error(cb[key], join(cpath, key), "must be greater than 0");
-      }
-    }
-  }
+  if (auto b = n["backoff"]) read_backoff(b, path, l);
+  if (auto sch = n["schedule"]) read_schedule(sch, path, l);
+  if (auto i = n["idempotency"]) read_idempotency(i, path, l);
+  if (auto b = n["budget"]) read_budget(b, path, l);
+  if (auto cb = n["circuit_breaker"]) read_circuit_breaker(cb, path, l);
   if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
   if (auto c = n["concurrency"]) read_concurrency(c, join(path, "concurrency"), l.concurrency);
   if (auto o = n["outlier_detection"]) read_outlier_detection(o, join(path, "outlier_detection"), l.outlier_detection);
-  if (auto u = n["upgrades"]) {
-    // The protocols a request may switch to through this route (issue 32): websocket, or none.
-    auto const upath = join(path, "upgrades");
-    if (!u.IsSequence()) {
-      error(u, upath, "must be a list: [websocket] lets WebSocket handshakes through, [] refuses them");
-    } else {
-      bool websocket = false, ok = true;
-      for (std::size_t i = 0; i < u.size(); ++i) {
-        auto const item_path = upath + "[" + std::to_string(i) + "]";
-        auto const v = scalar(u[i], item_path);
-        if (!v) {
-          ok = false;
-        } else if (*v == "websocket") {
-          websocket = true;
-        } else {
-          ok = false;
-          error(u[i], item_path,
-                *v == "h2c" ? "h2c is not relayed: the proxy port speaks HTTP/2 by prior knowledge, and an h2c "
-                              "offer is dropped so the request goes on as HTTP/1.1"
-                            : "unknown protocol \"" + *v + "\" (expected websocket)");
-        }
-      }
-      if (ok) l.websocket_upgrades = websocket;
-    }
-  }
-  if (auto r = n["retry_on"]) {
-    auto const rpath = join(path, "retry_on");
-    if (r.IsScalar() && r.Scalar() == "default") {
-      l.retry_on = retry::retry_on::r4_default();
-    } else if (r.IsSequence()) {
-      retry::retry_on set = retry::retry_on::none();
-      bool ok = true;
-      for (std::size_t k = 0; k < r.size(); ++k) {
-        auto const epath = rpath + "[" + std::to_string(k) + "]";
-        auto const v = scalar(r[k], epath);
-        if (!v) {
-          ok = false;
-          continue;
-        }
-        auto const c = retry::retry_on::parse(*v);
-        if (!c.value) {
-          error(r[k], epath, c.error, "R-4");
-          ok = false;
-          continue;
-        }
-        set.add(*c.value);
-      }
-      if (ok) l.retry_on = set;
-    } else {
-      error(r, rpath, "expected `default` or a list of retry classes");
-    }
-  }
+  if (auto u = n["upgrades"]) read_upgrades(u, path, l);
+  if (auto r = n["retry_on"]) read_retry_on(r, path, l);
   return l;
+}
+
+/// `backoff: {base, cap, jitter}` (R-1).
+void reader::read_backoff(const YAML::Node& b, const std::string& path, policy_layer& l) {
+  auto const bpath = join(path, "backoff");
+  if (expect_map(b, bpath)) {
+    check_keys(b, bpath, {"base", "cap", "jitter"});
+    optional_typed(b, "base", bpath, l.base, parse_duration);
+    optional_typed(b, "cap", bpath, l.cap, parse_duration);
+    optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
+    if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
+  }
+}
+
+/// `schedule: [1s, 5s, 30s, 2m]`: R-3's fixed waits, 1 to 32 of them.
+void reader::read_schedule(const YAML::Node& sch, const std::string& path, policy_layer& l) {
+  auto const spath = join(path, "schedule");
+  if (!sch.IsSequence() || sch.size() == 0 || sch.size() > 32) {
+    error(sch, spath, "must be a list of 1 to 32 durations, e.g. [1s, 5s, 30s, 2m]");
+  } else {
+    std::vector<duration> steps;
+    auto const before = diags_.size();
+    for (std::size_t i = 0; i < sch.size(); ++i) {
+      auto const step_path = spath + "[" + std::to_string(i) + "]";
+      auto const v = scalar(sch[i], step_path);
+      if (!v) continue;
+      auto const d = parse_duration(*v);
+      if (!d.value)
+        error(sch[i], step_path, d.error);
+      else
+        steps.push_back(*d.value);
+    }
+    if (diags_.size() == before) l.schedule = std::move(steps);
+  }
+}
+
+/// `idempotency: {header, inject}` (R-6).
+void reader::read_idempotency(const YAML::Node& i, const std::string& path, policy_layer& l) {
+  auto const ipath = join(path, "idempotency");
+  if (expect_map(i, ipath)) {
+    check_keys(i, ipath, {"header", "inject"});
+    typed(i, "header", ipath, l.idempotency_header, parse_header_name);
+    optional_typed(i, "inject", ipath, l.inject, parse_bool);
+  }
+}
+
+/// `budget: {ratio, window, min_retries}` (R-7): never off, at most 20% of requests.
+void reader::read_budget(const YAML::Node& b, const std::string& path, policy_layer& l) {
+  auto const bpath = join(path, "budget");
+  if (b.IsScalar() && (b.Scalar() == "off" || b.Scalar() == "false" || b.Scalar() == "none")) {
+    error(b, bpath, "the retry budget may not be disabled: without it, retries multiply an outage", "R-7");
+  } else if (expect_map(b, bpath)) {
+    check_keys(b, bpath, {"ratio", "window", "min_retries"});
+    optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
+    if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
+      error(b["ratio"], join(bpath, "ratio"),
+            *l.budget_ratio == 0
+                ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
+                : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
+            "R-7");
+      l.budget_ratio.reset();
+    }
+    optional_typed(b, "window", bpath, l.budget_window, parse_duration);
+    optional_typed(b, "min_retries", bpath, l.budget_min_retries, parse_count);
+  }
+}
+
+/// `circuit_breaker: {...}` (R-7).
+void reader::read_circuit_breaker(const YAML::Node& cb, const std::string& path, policy_layer& l) {
+  auto const cpath = join(path, "circuit_breaker");
+  if (expect_map(cb, cpath)) {
+    check_keys(cb, cpath,
+               {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
+                "half_open_probes"});
+    optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
+    optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
+    if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
+      error(cb["failure_ratio"], join(cpath, "failure_ratio"), "must be greater than 0");
+      l.cb_failure_ratio.reset();
+    }
+    optional_typed(cb, "min_requests", cpath, l.cb_min_requests, parse_count);
+    optional_typed(cb, "window", cpath, l.cb_window, parse_duration);
+    optional_typed(cb, "open_on_budget_exhausted", cpath, l.cb_open_on_budget, parse_bool);
+    optional_typed(cb, "open_for", cpath, l.cb_open_for, parse_duration);
+    optional_typed(cb, "half_open_probes", cpath, l.cb_probes, parse_count);
+    for (auto key : {"min_requests", "half_open_probes"}) {
+      auto const& v = std::string_view(key) == "min_requests" ? l.cb_min_requests : l.cb_probes;
+      if (v && *v == 0) error(cb[key], join(cpath, key), "must be at least 1");
+    }
+    for (auto key : {"window", "open_for"}) {
+      auto const& v = std::string_view(key) == "window" ? l.cb_window : l.cb_open_for;
+      if (v && v->count() == 0) error(cb[key], join(cpath, key), "must be greater than 0");
+    }
+  }
+}
+
+/// `upgrades: [websocket]` or `[]`: the protocols a request may switch to through this route (issue 32).
+void reader::read_upgrades(const YAML::Node& u, const std::string& path, policy_layer& l) {
+  auto const upath = join(path, "upgrades");
+  if (!u.IsSequence()) {
+    error(u, upath, "must be a list: [websocket] lets WebSocket handshakes through, [] refuses them");
+  } else {
+    bool websocket = false, ok = true;
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      auto const item_path = upath + "[" + std::to_string(i) + "]";
+      auto const v = scalar(u[i], item_path);
+      if (!v) {
+        ok = false;
+      } else if (*v == "websocket") {
+        websocket = true;
+      } else {
+        ok = false;
+        error(u[i], item_path,
+              *v == "h2c" ? "h2c is not relayed: the proxy port speaks HTTP/2 by prior knowledge, and an h2c "
+                            "offer is dropped so the request goes on as HTTP/1.1"
+                          : "unknown protocol \"" + *v + "\" (expected websocket)");
+      }
+    }
+    if (ok) l.websocket_upgrades = websocket;
+  }
+}
+
+/// `retry_on: default` or a list of R-4's retry classes.
+void reader::read_retry_on(const YAML::Node& r, const std::string& path, policy_layer& l) {
+  auto const rpath = join(path, "retry_on");
+  if (r.IsScalar() && r.Scalar() == "default") {
+    l.retry_on = retry::retry_on::r4_default();
+  } else if (r.IsSequence()) {
+    retry::retry_on set = retry::retry_on::none();
+    bool ok = true;
+    for (std::size_t k = 0; k < r.size(); ++k) {
+      auto const epath = rpath + "[" + std::to_string(k) + "]";
+      auto const v = scalar(r[k], epath);
+      if (!v) {
+        ok = false;
+        continue;
+      }
+      auto const c = retry::retry_on::parse(*v);
+      if (!c.value) {
+        error(r[k], epath, c.error, "R-4");
+        ok = false;
+        continue;
+      }
+      set.add(*c.value);
+    }
+    if (ok) l.retry_on = set;
+  } else {
+    error(r, rpath, "expected `default` or a list of retry classes");
+  }
 }
 
 /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
@@ -239,7 +259,8 @@ void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std
       if (s == "off") return parsed<concurrency_mode>::ok(concurrency_mode::off);
       if (s == "fixed") return parsed<concurrency_mode>::ok(concurrency_mode::fixed);
       if (s == "adaptive") return parsed<concurrency_mode>::ok(concurrency_mode::adaptive);
-      return parsed<concurrency_mode>::fail("invalid mode \"" + std::string(s) + "\" (expected off, fixed or adaptive)");
+      return parsed<concurrency_mode>::fail("invalid mode \"" + std::string(s) +
+                                            "\" (expected off, fixed or adaptive)");
     });
   } else {
     error(c, join(cpath, "mode"), "is required: off, fixed (with limit) or adaptive");
@@ -271,10 +292,10 @@ void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std
     else if (d)
       cp.probe_interval = *d;
   }
-  if (cp.mode == concurrency_mode::fixed && !c["limit"])
-    error(c, join(cpath, "limit"), "is required with mode: fixed");
+  if (cp.mode == concurrency_mode::fixed && !c["limit"]) error(c, join(cpath, "limit"), "is required with mode: fixed");
   if (cp.mode != concurrency_mode::fixed && c["limit"])
-    error(c["limit"], join(cpath, "limit"), "applies to mode: fixed only; adaptive moves between min_limit and max_limit");
+    error(c["limit"], join(cpath, "limit"),
+          "applies to mode: fixed only; adaptive moves between min_limit and max_limit");
   if (cp.min_limit > cp.max_limit)
     error(c, join(cpath, "min_limit"),
           "min_limit " + std::to_string(cp.min_limit) + " is above max_limit " + std::to_string(cp.max_limit));

@@ -62,10 +62,10 @@ class reader : public yaml_reader {
   };
 
   static std::vector<std::string_view> policy_keys() {
-    return {"context",     "max_retries",    "backoff",       "schedule", "total_timeout", "attempt_timeout",
-            "retry_on",    "max_retry_body", "idempotency",   "approval", "budget",        "circuit_breaker",
-            "dead_letter", "grpc_streaming", "retry_layered", "hedge",    "upgrades",        "concurrency",
-            "outlier_detection"};
+    return {"context",         "max_retries",     "backoff",        "schedule",         "total_timeout",
+            "attempt_timeout", "retry_on",        "max_retry_body", "idempotency",      "approval",
+            "budget",          "circuit_breaker", "dead_letter",    "grpc_streaming",   "retry_layered",
+            "hedge",           "upgrades",        "concurrency",    "outlier_detection"};
   }
 
   template <class T, class Parse>
@@ -86,6 +86,14 @@ class reader : public yaml_reader {
 
   /// Reads the policy keys of `n` (the caller has checked the keys).
   policy_layer read_policy_layer(const YAML::Node& n, const std::string& path);
+  // One reader per concept of a policy layer (`path` is the layer's), called with its key's node.
+  void read_backoff(const YAML::Node& b, const std::string& path, policy_layer& l);
+  void read_schedule(const YAML::Node& sch, const std::string& path, policy_layer& l);
+  void read_idempotency(const YAML::Node& i, const std::string& path, policy_layer& l);
+  void read_budget(const YAML::Node& b, const std::string& path, policy_layer& l);
+  void read_circuit_breaker(const YAML::Node& cb, const std::string& path, policy_layer& l);
+  void read_upgrades(const YAML::Node& u, const std::string& path, policy_layer& l);
+  void read_retry_on(const YAML::Node& r, const std::string& path, policy_layer& l);
 
   /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
       `after` is required: there is no delay that suits every dependency. */
