@@ -131,8 +131,85 @@ void hedged_attempt::account_dropped(copy& c, std::size_t i, bool cancelled) {
   c.runner->drop();
 }
 
-net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) {
+std::optional<std::size_t> hedged_attempt::settle_finished(std::size_t launched) {
+  for (std::size_t i = 0; i < launched; ++i) {
+    auto& c = copies_[i];
+    if (c.running || c.settled) continue;
+    c.settled = true;
+    switch (after_copy(outcome_of(c.summary), ctx_.policy.retry_on, in_flight_)) {
+      case race_move::win:
+      case race_move::last_failure:
+        return i;
+      case race_move::wait_for_others:
+        account_dropped(c, i, false);
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+bool hedged_attempt::send_hedge(std::size_t& launched, clock::time_point deadline) {
   auto const& facts = ctx_.facts;
+  // A hedge is a retry sent early: room in the concurrency limit first, then R-7's budget
+  // and the breaker permit it the same way.
+  concurrency_lane::slot slot;
+  auto const permit = ctx_.slots && !(slot = ctx_.slots->take()).held()
+                          ? retry_permit{false, error_type::concurrency_limited,
+                                         "the concurrency limit is reached: no room for a hedge"}
+                          : ctx_.gate.allow_retry();
+  if (!permit.granted) {
+    ctx_.observer.hedge_suppressed(to_string(permit.refusal));
+    ctx_.log.warn("hedge_suppressed", {{"correlation_id", facts.correlation_id},
+                                       {"dependency", facts.dependency},
+                                       {"attempt", sent_ + 1},
+                                       {"reason", permit.why}});
+    return false;
+  }
+  auto const number = ++sent_;
+  ctx_.log.info("hedge_sent", {{"correlation_id", facts.correlation_id},
+                               {"dependency", facts.dependency},
+                               {"attempt", number},
+                               {"max_attempts", 1 + ctx_.policy.max_retries},
+                               // R-10's fields: a hedge waits out its delay instead of a
+                               // backoff, and goes while the first copy has no answer yet.
+                               {"backoff_ms", static_cast<long long>(plan_.delay.count())},
+                               {"error_type", "no_response_yet"},
+                               {"hedge", static_cast<unsigned>(launched)},
+                               {"delay", to_string(plan_.source)},
+                               {"method", facts.method},
+                               {"path", facts.path},
+                               {"idempotency_key", facts.idempotency_key}});
+  launch(launched++, deadline, number, std::move(slot));
+  return true;
+}
+
+net::awaitable<unsigned> hedged_attempt::end_race(std::size_t answer, std::size_t launched, net::steady_timer& wake) {
+  // The others lose: cancelled, and waited for, so no copy outlives the request. A copy's
+  // connection goes with its runner's response (drop), closed, never back to the pool.
+  for (std::size_t i = 0; i < launched; ++i)
+    if (i != answer && copies_[i].running) {
+      copies_[i].slot.release(false);  // cut short by the race, not by the dependency's load
+      copies_[i].cancel.emit(net::cancellation_type::terminal);
+    }
+  while (in_flight_ > 0) {
+    if (!fresh_) {
+      wake.expires_at(clock::time_point::max());
+      co_await wake.async_wait(use_tuple);
+    }
+    fresh_ = false;
+  }
+  unsigned cancelled = 0;
+  for (std::size_t i = 0; i < launched; ++i) {
+    auto& c = copies_[i];
+    if (i == answer || c.settled) continue;
+    c.settled = true;
+    account_dropped(c, i, true);
+    ++cancelled;
+  }
+  co_return cancelled;
+}
+
+net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) {
   net::steady_timer wake(co_await net::this_coro::executor);
   wake_ = &wake;
   fresh_ = false;
@@ -146,57 +223,12 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
 
   std::optional<std::size_t> answer;
   bool suppressed = false;
-  while (!answer) {
-    for (std::size_t i = 0; i < launched && !answer; ++i) {
-      auto& c = copies_[i];
-      if (c.running || c.settled) continue;
-      c.settled = true;
-      switch (after_copy(outcome_of(c.summary), ctx_.policy.retry_on, in_flight_)) {
-        case race_move::win:
-        case race_move::last_failure:
-          answer = i;
-          break;
-        case race_move::wait_for_others:
-          account_dropped(c, i, false);
-          break;
-      }
-    }
-    if (answer) break;
+  while (!(answer = settle_finished(launched))) {
     auto const due =
         suppressed ? std::nullopt
                    : next_hedge_at(run_start, plan_.delay, static_cast<unsigned>(launched - 1), allowed, deadline);
     if (due && clock::now() >= *due) {
-      // A hedge is a retry sent early: room in the concurrency limit first, then R-7's
-      // budget and the breaker permit it the same way.
-      concurrency_lane::slot slot;
-      auto const permit = ctx_.slots && !(slot = ctx_.slots->take()).held()
-                              ? retry_permit{false, error_type::concurrency_limited,
-                                             "the concurrency limit is reached: no room for a hedge"}
-                              : ctx_.gate.allow_retry();
-      if (!permit.granted) {
-        suppressed = true;
-        ctx_.observer.hedge_suppressed(to_string(permit.refusal));
-        ctx_.log.warn("hedge_suppressed", {{"correlation_id", facts.correlation_id},
-                                           {"dependency", facts.dependency},
-                                           {"attempt", sent_ + 1},
-                                           {"reason", permit.why}});
-        continue;
-      }
-      auto const number = ++sent_;
-      ctx_.log.info("hedge_sent", {{"correlation_id", facts.correlation_id},
-                                   {"dependency", facts.dependency},
-                                   {"attempt", number},
-                                   {"max_attempts", 1 + ctx_.policy.max_retries},
-                                   // R-10's fields: a hedge waits out its delay instead of a
-                                   // backoff, and goes while the first copy has no answer yet.
-                                   {"backoff_ms", static_cast<long long>(plan_.delay.count())},
-                                   {"error_type", "no_response_yet"},
-                                   {"hedge", static_cast<unsigned>(launched)},
-                                   {"delay", to_string(plan_.source)},
-                                   {"method", facts.method},
-                                   {"path", facts.path},
-                                   {"idempotency_key", facts.idempotency_key}});
-      launch(launched++, deadline, number, std::move(slot));
+      suppressed = !send_hedge(launched, deadline);
       continue;
     }
     if (fresh_) {
@@ -206,36 +238,14 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
     wake.expires_at(due ? *due : clock::time_point::max());
     co_await wake.async_wait(use_tuple);
   }
-
-  // The others lose: cancelled, and waited for, so no copy outlives the request. A copy's
-  // connection goes with its runner's response (drop), closed, never back to the pool.
-  for (std::size_t i = 0; i < launched; ++i)
-    if (i != *answer && copies_[i].running) {
-      copies_[i].slot.release(false);  // cut short by the race, not by the dependency's load
-      copies_[i].cancel.emit(net::cancellation_type::terminal);
-    }
-  while (in_flight_ > 0) {
-    if (!fresh_) {
-      wake.expires_at(clock::time_point::max());
-      co_await wake.async_wait(use_tuple);
-    }
-    fresh_ = false;
-  }
+  unsigned const cancelled = co_await end_race(*answer, launched, wake);
   wake_ = nullptr;
-  unsigned cancelled = 0;
-  for (std::size_t i = 0; i < launched; ++i) {
-    auto& c = copies_[i];
-    if (i == *answer || c.settled) continue;
-    c.settled = true;
-    account_dropped(c, i, true);
-    ++cancelled;
-  }
   answered_ = *answer;
   auto& won = copies_[answered_];
   if (launched > 1) {
     if (answered_ > 0) ctx_.observer.hedge(won.summary.failure ? "failed" : "won");
-    ctx_.log.info("hedge_settled", {{"correlation_id", facts.correlation_id},
-                                    {"dependency", facts.dependency},
+    ctx_.log.info("hedge_settled", {{"correlation_id", ctx_.facts.correlation_id},
+                                    {"dependency", ctx_.facts.dependency},
                                     {"copies", static_cast<unsigned>(launched)},
                                     {"answered_by", won.number},
                                     {"cancelled", cancelled},

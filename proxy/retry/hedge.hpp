@@ -100,7 +100,7 @@ class hedged_attempt final : public attempt_runner {
     bool settled = false;  ///< its result has been looked at
     attempt_summary summary;
     std::chrono::steady_clock::time_point started;
-    unsigned number = 0;  ///< its attempt number in the request
+    unsigned number = 0;          ///< its attempt number in the request
     concurrency_lane::slot slot;  ///< a hedge's room in the concurrency limit (the first copy's is the loop's)
   };
   void launch(std::size_t i, std::chrono::steady_clock::time_point deadline, unsigned number,
@@ -108,6 +108,13 @@ class hedged_attempt final : public attempt_runner {
   void finished(std::size_t i, std::exception_ptr e, attempt_summary s);
   /// Records a copy that lost or failed while others ran (metrics, breaker, log).
   void account_dropped(copy& c, std::size_t i, bool cancelled);
+  /// Looks at the copies that finished since last time: the one whose answer ends the race, if any.
+  std::optional<std::size_t> settle_finished(std::size_t launched);
+  /// Sends the next hedge if R-7 and the concurrency limit permit it; else logs why not and
+  /// returns false (no further hedge this run).
+  bool send_hedge(std::size_t& launched, std::chrono::steady_clock::time_point deadline);
+  /// The race is over: the other copies are cancelled and waited for. Returns how many were cut.
+  net::awaitable<unsigned> end_race(std::size_t answer, std::size_t launched, net::steady_timer& wake);
 
   factory make_;
   std::string traceparent_;
