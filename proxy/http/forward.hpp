@@ -7,6 +7,7 @@
 #include "proxy/http/wire/error_response.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
+#include "proxy/http/request_body.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/attempt.hpp"
@@ -34,25 +35,6 @@ retry::request_facts facts_of(const dependency_route& route, std::string_view me
     may carry another request (false after errors that leave its stream in doubt). */
 net::awaitable<bool> forward(const client_request& r, session_guard& guard);
 
-/// How reading a body to keep it ended.
-struct kept_body {
-  std::optional<error_reply> problem;  ///< the client failed; status 0 = nobody left to answer
-  bool overflow = false;               ///< a chunked body outgrew the limit: what was read must still go out
-};
-
-/** Reads the whole request body into `out`, so it can be sent again (every attempt, or a
-    delivery later), each read within limits.idle_timeout and the whole at the pace of
-    `pace_of`. A chunked body has no length to check in advance: reading stops once it
-    passes `limit`. */
-net::awaitable<kept_body> read_whole_body(const client_request& r, std::string& out, std::size_t limit);
-
-/// The pace a request body starting now must keep (limits.body_timeout, min_body_rate).
-body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start);
-
-/// rebound's answer to a request body that could not be read, or nullopt when the client
-/// went away (nobody to answer).
-std::optional<error_reply> body_read_refusal(const error_code& ec, const request_parser& parser);
-
 /// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
 /// request's facts (no header value, no query string) and the failure go in.
 struct upstream_error_event {
@@ -71,14 +53,6 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 /// it carries one, is kept and rebound's credential stays off it (SPEC 5).
 upstream::destination destination_of(const dependency_route& route, const request_target& t,
                                      const std::string& pool_key, const request_message<bhttp::buffer_body>& req);
-
-/// RFC 9110 10.1.1: an HTTP/1.1 request that expects anything but 100-continue gets 417,
-/// on every path (forwarded or handed over).
-std::optional<error_reply> unmet_expectation(const request_message<bhttp::buffer_body>& req);
-
-/// rebound's own 100 Continue, for a client that waits for one before it sends its body;
-/// false when the client cannot take it.
-net::awaitable<bool> send_continue(beast::tcp_stream& client, std::chrono::milliseconds idle);
 
 /** Streams an exchange's response (its head read, its body not) to the client, then pools the
     upstream connection when the exchange ended cleanly; returns whether the client

@@ -102,8 +102,8 @@ net::awaitable<bool> hand_over(const client_request& r) {
   // A delivery goes again after any failure, so it always carries a key: the app's,
   // else one made now and stored with the task.
   auto const& key_header = route.policy->idempotency.header;
-  auto key =
-      idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), true, idempotency::key_need::always);
+  auto key = idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), true,
+                                   idempotency::key_need::always);
   if (key.refusal) {
     error_reply const bad{400, error_type::bad_request, *key.refusal, {}, 0};
     co_return co_await refuse(bad, parser.is_done() && keep);
@@ -113,25 +113,13 @@ net::awaitable<bool> hand_over(const client_request& r) {
     co_return co_await refuse(none, false);
   }
   if (key.made) req.set(key_header, key.key);
-  if (auto cl = parser.content_length(); cl && *cl > max_body) {
+  std::string body;
+  auto const got = co_await take_whole_body(r, body, max_body);
+  if (got.how == whole_body::end::client_gone) co_return false;
+  if (got.how == whole_body::end::refused) co_return co_await refuse(*got.problem, false);
+  if (got.how == whole_body::end::too_large) {
     error_reply const big{413, error_type::bad_request, "body larger than async.max_body: nothing was stored", {}, 0};
     co_return co_await refuse(big, false);
-  }
-
-  std::string body;
-  if (!parser.is_done()) {
-    // The client waits for a 100 before it sends the body; rebound takes the body itself.
-    if (req.version() >= 11 && req.count(bhttp::field::expect) > 0 && !co_await send_continue(client, idle))
-      co_return false;
-    auto kept = co_await read_whole_body(r, body, max_body);
-    if (kept.problem) {
-      if (kept.problem->status == 0) co_return false;
-      co_return co_await refuse(*kept.problem, false);
-    }
-    if (kept.overflow || body.size() > max_body) {
-      error_reply const big{413, error_type::bad_request, "body larger than async.max_body: nothing was stored", {}, 0};
-      co_return co_await refuse(big, false);
-    }
   }
   prepare_upstream_request(req, parser, target, ctx.instance_token);
   auto made =

@@ -241,24 +241,25 @@ void log_move(const gate_call& c, const held_key& k, key_move m) {
                                   {"to_state", m.to}});
 }
 
-/** Reads the body whole before anything else: the fingerprint needs it, and the app gets it
-    in one piece. A declared length past max_body is refused before a byte of it is read.
-    nullopt once read; otherwise whether the connection stays open, the request answered. */
+/** Reads the body whole before anything else (http::take_whole_body): the fingerprint needs
+    it, and the app gets it in one piece. nullopt once read; otherwise whether the connection
+    stays open, the request answered. */
 net::awaitable<std::optional<bool>> take_body(const gate_call& c, std::string& body) {
-  auto const max_body = c.ctx.cfg().inbound.max_body;
-  auto& parser = c.request.parser;
-  auto const too_large = body_too_large();
-  if (auto const cl = parser.content_length(); cl && *cl > max_body) co_return co_await refuse(c, too_large);
-  if (parser.is_done()) co_return std::nullopt;
-  if (c.version >= 11 && c.req.count(bhttp::field::expect) > 0 && !co_await http::send_continue(c.client, c.idle))
-    co_return false;
-  auto kept = co_await http::read_whole_body(c.request, body, max_body);
-  if (kept.problem) {
-    if (kept.problem->status != 0) co_await http::send_error(c.client, *kept.problem, false, c.idle);
-    co_return false;
+  auto const got = co_await http::take_whole_body(c.request, body, c.ctx.cfg().inbound.max_body);
+  switch (got.how) {
+    case http::whole_body::end::read:
+      co_return std::nullopt;
+    case http::whole_body::end::too_large: {
+      auto const too_large = body_too_large();
+      co_return co_await refuse(c, too_large);
+    }
+    case http::whole_body::end::refused:
+      co_await http::send_error(c.client, *got.problem, false, c.idle);
+      break;
+    case http::whole_body::end::client_gone:
+      break;
   }
-  if (kept.overflow || body.size() > max_body) co_return co_await refuse(c, too_large);
-  co_return std::nullopt;
+  co_return false;
 }
 
 /// The request as the app gets it: rewritten as every proxied request is, its body framed
