@@ -47,66 +47,17 @@ void reader::read_top(const YAML::Node& root, config& c) {
   typed(root, "service", "", c.service, parse_service);
   typed(root, "log_level", "", c.log_level, parse_log_level);
   typed(root, "listen", "", c.listen, parse_endpoint);
-  if (auto a = root["admin"]; a && a.IsMap()) {
-    check_keys(a, "admin", {"listen", "token_file", "allowed_hosts"});
-    typed(a, "listen", "admin", c.admin, parse_endpoint);
-    if (auto f = readable_file(a, "token_file", "admin")) c.admin_token_file = *f;
-    if (auto h = a["allowed_hosts"]) read_admin_allowed_hosts(h, c);
-  } else {
-    typed(root, "admin", "", c.admin, parse_endpoint);
-  }
+  read_admin(root, c);
   typed(root, "workers", "", c.workers, parse_workers);
   typed(root, "drain_timeout", "", c.drain_timeout, parse_duration);
   typed(root, "watch_config", "", c.watch_config, parse_bool);
   typed(root, "unknown_hosts", "", c.unknown_hosts, parse_unknown_hosts);
   if (auto n = root["limits"]) read_limits(n, "limits", c.limits);
   if (auto n = root["dns"]) read_dns(n, c.dns);
-  if (auto n = root["store"]; n && expect_map(n, "store")) {
-    check_keys(n, "store",
-               {"type", "path", "dsn", "password_file", "pool", "pooler", "lease", "retention", "max_size"});
-    read_store(n, c.store);
-    typed(n, "max_size", "store", c.store.max_size, parse_size);
-    if (n["max_size"] && c.store.max_size != 0 && c.store.max_size < (std::uint64_t{1} << 20))
-      error(n["max_size"], "store.max_size", "must be 0 (no bound) or at least 1MiB");
-    typed(n, "retention", "store", c.store.retention, parse_duration);
-    if (n["retention"] &&
-        (c.store.retention < std::chrono::minutes(1) || c.store.retention > std::chrono::hours(24 * 365)))
-      error(n["retention"], "store.retention", "must be between 1m and 365d");
-    c.store.configured = true;
-    typed(n, "path", "store", c.store.path, [](std::string_view s) {
-      return s.empty() ? parsed<std::string>::fail("must be a file path") : parsed<std::string>::ok(std::string(s));
-    });
-  }
-  if (auto n = root["async"]; n && expect_map(n, "async")) {
-    check_keys(n, "async", {"max_body"});
-    typed(n, "max_body", "async", c.async.max_body, parse_size);
-    if (c.async.max_body == 0 || c.async.max_body > (64u << 20))
-      error(n["max_body"], "async.max_body", "must be between 1B and 64MiB");
-  }
-  if (auto n = root["alert"]; n && expect_map(n, "alert")) {
-    check_keys(n, "alert", {"webhook"});
-    typed(n, "webhook", "alert", c.alert_webhook, [](std::string_view s) {
-      auto const rest = s.starts_with("http://") ? s.substr(7) : std::string_view();
-      if (rest.empty() || rest.front() == '/' || s.find_first_of(" \t\r\n") != std::string_view::npos)
-        return parsed<std::string>::fail(
-            "must be an absolute http:// URL (for TLS, name a dependency whose origin is https://)");
-      return parsed<std::string>::ok(std::string(s));
-    });
-  }
-  if (auto n = root["tracing"]; n && expect_map(n, "tracing")) {
-    check_keys(n, "tracing", {"endpoint", "sample_ratio", "max_queue", "timeout", "ca_file"});
-    typed(n, "endpoint", "tracing", c.tracing.endpoint, [](std::string_view s) {
-      auto u = parse_service_url(s);
-      if (!u.value) return parsed<std::optional<service_url>>::fail(u.error);
-      return parsed<std::optional<service_url>>::ok(*u.value);
-    });
-    typed(n, "timeout", "tracing", c.tracing.timeout, parse_duration);
-    if (n["timeout"] && c.tracing.timeout.count() == 0) error(n["timeout"], "tracing.timeout", "must be more than 0");
-    typed(n, "ca_file", "tracing", c.tracing.ca_file, [](std::string_view s) { return parsed<std::string>::ok(std::string(s)); });
-    typed(n, "sample_ratio", "tracing", c.tracing.sample_ratio, parse_ratio);
-    typed(n, "max_queue", "tracing", c.tracing.max_queue, parse_count);
-    if (n["max_queue"] && c.tracing.max_queue == 0) error(n["max_queue"], "tracing.max_queue", "must be at least 1");
-  }
+  if (auto n = root["store"]; n && expect_map(n, "store")) read_store_section(n, c.store);
+  if (auto n = root["async"]; n && expect_map(n, "async")) read_async(n, c.async);
+  if (auto n = root["alert"]; n && expect_map(n, "alert")) read_alert(n, c);
+  if (auto n = root["tracing"]; n && expect_map(n, "tracing")) read_tracing(n, c.tracing);
   if (auto n = root["inbound"]) read_inbound(n, "inbound", c.inbound);
   // Constructed in one go: assigning to a bound YAML::Node rewrites the node it refers to.
   auto const defaults_node = root["defaults"];
@@ -124,6 +75,67 @@ void reader::read_top(const YAML::Node& root, config& c) {
          "the admin API listens beyond loopback without admin.token_file: anyone who reaches it can submit "
          "calls that rebound sends with a dependency's credentials, and cancel and replay handed-over calls",
          "");
+}
+
+/// `admin:`, an address alone or a map of its listen address, token file and allowed hosts.
+void reader::read_admin(const YAML::Node& root, config& c) {
+  if (auto a = root["admin"]; a && a.IsMap()) {
+    check_keys(a, "admin", {"listen", "token_file", "allowed_hosts"});
+    typed(a, "listen", "admin", c.admin, parse_endpoint);
+    if (auto f = readable_file(a, "token_file", "admin")) c.admin_token_file = *f;
+    if (auto h = a["allowed_hosts"]) read_admin_allowed_hosts(h, c);
+  } else {
+    typed(root, "admin", "", c.admin, parse_endpoint);
+  }
+}
+
+/// `store:` (a map): its type's keys (read_store), its bound and retention, a SQLite path.
+void reader::read_store_section(const YAML::Node& n, config::store_settings& st) {
+  check_keys(n, "store", {"type", "path", "dsn", "password_file", "pool", "pooler", "lease", "retention", "max_size"});
+  read_store(n, st);
+  typed(n, "max_size", "store", st.max_size, parse_size);
+  if (n["max_size"] && st.max_size != 0 && st.max_size < (std::uint64_t{1} << 20))
+    error(n["max_size"], "store.max_size", "must be 0 (no bound) or at least 1MiB");
+  typed(n, "retention", "store", st.retention, parse_duration);
+  if (n["retention"] && (st.retention < std::chrono::minutes(1) || st.retention > std::chrono::hours(24 * 365)))
+    error(n["retention"], "store.retention", "must be between 1m and 365d");
+  st.configured = true;
+  typed(n, "path", "store", st.path, [](std::string_view s) {
+    return s.empty() ? parsed<std::string>::fail("must be a file path") : parsed<std::string>::ok(std::string(s));
+  });
+}
+
+void reader::read_async(const YAML::Node& n, config::async_settings& a) {
+  check_keys(n, "async", {"max_body"});
+  typed(n, "max_body", "async", a.max_body, parse_size);
+  if (a.max_body == 0 || a.max_body > (64u << 20))
+    error(n["max_body"], "async.max_body", "must be between 1B and 64MiB");
+}
+
+void reader::read_alert(const YAML::Node& n, config& c) {
+  check_keys(n, "alert", {"webhook"});
+  typed(n, "webhook", "alert", c.alert_webhook, [](std::string_view s) {
+    auto const rest = s.starts_with("http://") ? s.substr(7) : std::string_view();
+    if (rest.empty() || rest.front() == '/' || s.find_first_of(" \t\r\n") != std::string_view::npos)
+      return parsed<std::string>::fail(
+          "must be an absolute http:// URL (for TLS, name a dependency whose origin is https://)");
+    return parsed<std::string>::ok(std::string(s));
+  });
+}
+
+void reader::read_tracing(const YAML::Node& n, config::tracing_settings& t) {
+  check_keys(n, "tracing", {"endpoint", "sample_ratio", "max_queue", "timeout", "ca_file"});
+  typed(n, "endpoint", "tracing", t.endpoint, [](std::string_view s) {
+    auto u = parse_service_url(s);
+    if (!u.value) return parsed<std::optional<service_url>>::fail(u.error);
+    return parsed<std::optional<service_url>>::ok(*u.value);
+  });
+  typed(n, "timeout", "tracing", t.timeout, parse_duration);
+  if (n["timeout"] && t.timeout.count() == 0) error(n["timeout"], "tracing.timeout", "must be more than 0");
+  typed(n, "ca_file", "tracing", t.ca_file, [](std::string_view s) { return parsed<std::string>::ok(std::string(s)); });
+  typed(n, "sample_ratio", "tracing", t.sample_ratio, parse_ratio);
+  typed(n, "max_queue", "tracing", t.max_queue, parse_count);
+  if (n["max_queue"] && t.max_queue == 0) error(n["max_queue"], "tracing.max_queue", "must be at least 1");
 }
 
 /** Another instance takes a task over once its lease ran out: a lease shorter than an
@@ -152,10 +164,9 @@ void reader::read_admin_allowed_hosts(const YAML::Node& n, config& c) {
     auto const h = scalar(n[i], path);
     if (!h) continue;
     auto const name = lower(*h);
-    bool const valid = !name.empty() && name != "." &&
-                       std::all_of(name.begin(), name.end(), [](unsigned char ch) {
-                         return std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_';
-                       });
+    bool const valid = !name.empty() && name != "." && std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+      return std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_';
+    });
     if (!valid) {
       error(n[i], path, "invalid host name \"" + *h + "\" (a name without port or scheme, or .domain)");
       continue;
@@ -211,8 +222,7 @@ void reader::read_limits(const YAML::Node& n, const std::string& path, request_l
   if (!expect_map(n, path)) return;
   check_keys(n, path,
              {"max_request_head", "max_request_body", "idle_timeout", "max_connections", "head_timeout", "body_timeout",
-              "min_body_rate", "max_unknown_hosts", "retry_buffer", "http2_connection_buffer",
-              "http2_answer_buffer"});
+              "min_body_rate", "max_unknown_hosts", "retry_buffer", "http2_connection_buffer", "http2_answer_buffer"});
   std::uint64_t head = l.max_request_head;
   typed(n, "max_request_head", path, head, parse_size);
   if (head < 1024 || head > (1u << 20))

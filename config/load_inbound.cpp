@@ -53,46 +53,52 @@ void reader::read_inbound(const YAML::Node& n, const std::string& path, inbound_
     if (!expect_map(body, ipath)) continue;
     check_keys(body, ipath, {"match", "idempotency", "dedupe"});
     inbound_route r;
-    if (auto m = body["match"]) read_match(m, join(ipath, "match"), r.match);
-    if (auto i2 = body["idempotency"]; i2 && expect_map(i2, join(ipath, "idempotency"))) {
-      auto const p2 = join(ipath, "idempotency");
-      check_keys(i2, p2, {"require", "ttl", "scope", "mismatch_status"});
-      auto& s = r.idempotency;
-      s.enabled = true;
-      typed(i2, "require", p2, s.require, parse_bool);
-      typed(i2, "ttl", p2, s.ttl, parse_duration);
-      if (i2["ttl"] && s.ttl < std::chrono::hours(24))
-        error(i2["ttl"], join(p2, "ttl"), "servers must keep keys for at least 24h", "R-6");
-      if (auto sc = i2["scope"]) {
-        auto const v = scalar(sc, join(p2, "scope"));
-        if (v && *v != "principal" && *v != "route")
-          error(sc, join(p2, "scope"), "invalid value \"" + *v + "\" (expected principal or route)");
-        else if (v)
-          s.scope_principal = *v == "principal";
-      }
-      typed(i2, "mismatch_status", p2, s.mismatch_status, [](std::string_view v) {
-        return v == "422"   ? parsed<unsigned>::ok(422)
-               : v == "409" ? parsed<unsigned>::ok(409)
-                            : parsed<unsigned>::fail("invalid value \"" + std::string(v) + "\" (expected 422 or 409)");
-      });
-      if (s.mismatch_status != 422 && s.mismatch_status != 409)
-        error(i2["mismatch_status"], join(p2, "mismatch_status"), "must be 422 or 409");
-    }
-    if (auto d = body["dedupe"]; d && expect_map(d, join(ipath, "dedupe"))) {
-      auto const p2 = join(ipath, "dedupe");
-      check_keys(d, p2, {"header", "ttl"});
-      if (d["header"]) {
-        typed(d, "header", p2, r.dedupe.header, parse_header_name);
-      } else {
-        error(d, join(p2, "header"), "required: the field that carries the event id (X-Event-ID, webhook-id)");
-      }
-      typed(d, "ttl", p2, r.dedupe.ttl, parse_duration);
-      if (d["ttl"] && r.dedupe.ttl < std::chrono::hours(24 * 7))
-        error(d["ttl"], join(p2, "ttl"), "event consumers must deduplicate over at least 7 days", "R-6");
-    }
+    read_inbound_route(body, ipath, r);
     if (!r.idempotency.enabled && r.dedupe.header.empty())
       error(body, ipath, "a route needs `idempotency` or `dedupe`");
     in.routes.push_back(std::move(r));
+  }
+}
+
+/// One inbound route's `match`, `idempotency` (R-6: keys kept 24 h at least) and `dedupe`
+/// (event ids kept 7 days at least).
+void reader::read_inbound_route(const YAML::Node& body, const std::string& ipath, inbound_route& r) {
+  if (auto m = body["match"]) read_match(m, join(ipath, "match"), r.match);
+  if (auto i2 = body["idempotency"]; i2 && expect_map(i2, join(ipath, "idempotency"))) {
+    auto const p2 = join(ipath, "idempotency");
+    check_keys(i2, p2, {"require", "ttl", "scope", "mismatch_status"});
+    auto& s = r.idempotency;
+    s.enabled = true;
+    typed(i2, "require", p2, s.require, parse_bool);
+    typed(i2, "ttl", p2, s.ttl, parse_duration);
+    if (i2["ttl"] && s.ttl < std::chrono::hours(24))
+      error(i2["ttl"], join(p2, "ttl"), "servers must keep keys for at least 24h", "R-6");
+    if (auto sc = i2["scope"]) {
+      auto const v = scalar(sc, join(p2, "scope"));
+      if (v && *v != "principal" && *v != "route")
+        error(sc, join(p2, "scope"), "invalid value \"" + *v + "\" (expected principal or route)");
+      else if (v)
+        s.scope_principal = *v == "principal";
+    }
+    typed(i2, "mismatch_status", p2, s.mismatch_status, [](std::string_view v) {
+      return v == "422"   ? parsed<unsigned>::ok(422)
+             : v == "409" ? parsed<unsigned>::ok(409)
+                          : parsed<unsigned>::fail("invalid value \"" + std::string(v) + "\" (expected 422 or 409)");
+    });
+    if (s.mismatch_status != 422 && s.mismatch_status != 409)
+      error(i2["mismatch_status"], join(p2, "mismatch_status"), "must be 422 or 409");
+  }
+  if (auto d = body["dedupe"]; d && expect_map(d, join(ipath, "dedupe"))) {
+    auto const p2 = join(ipath, "dedupe");
+    check_keys(d, p2, {"header", "ttl"});
+    if (d["header"]) {
+      typed(d, "header", p2, r.dedupe.header, parse_header_name);
+    } else {
+      error(d, join(p2, "header"), "required: the field that carries the event id (X-Event-ID, webhook-id)");
+    }
+    typed(d, "ttl", p2, r.dedupe.ttl, parse_duration);
+    if (d["ttl"] && r.dedupe.ttl < std::chrono::hours(24 * 7))
+      error(d["ttl"], join(p2, "ttl"), "event consumers must deduplicate over at least 7 days", "R-6");
   }
 }
 

@@ -32,8 +32,15 @@ class reader : public yaml_reader {
 
   /// The store's type and, for postgres, where the database is (type-specific keys checked).
   void read_store(const YAML::Node& n, config::store_settings& st);
+  // The top level's sections, each by a reader of its own.
+  void read_admin(const YAML::Node& root, config& c);
+  void read_store_section(const YAML::Node& n, config::store_settings& st);
+  void read_async(const YAML::Node& n, config::async_settings& a);
+  void read_alert(const YAML::Node& n, config& c);
+  void read_tracing(const YAML::Node& n, config::tracing_settings& t);
 
   void read_inbound(const YAML::Node& n, const std::string& path, inbound_settings& in);
+  void read_inbound_route(const YAML::Node& body, const std::string& ipath, inbound_route& r);
 
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l);
   void read_dns(const YAML::Node& n, dns_settings& d);

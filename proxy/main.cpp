@@ -131,6 +131,35 @@ int health(int argc, char** argv) {
   return r.healthy ? 0 : 1;
 }
 
+/// `rebound check FILE [--format text|json]`: its arguments, then the check.
+int check_command(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "rebound check: missing FILE\n" << usage;
+    return 2;
+  }
+  std::string format = "text";
+  if (argc == 5 && std::string_view(argv[3]) == "--format")
+    format = argv[4];
+  else if (argc != 3) {
+    std::cerr << usage;
+    return 2;
+  }
+  if (format != "text" && format != "json") {
+    std::cerr << "rebound check: --format must be text or json\n";
+    return 2;
+  }
+  return check(argv[2], format);
+}
+
+/// Every client and upstream connection is a descriptor; the usual soft limit of 1024 would
+/// cap a sidecar at a few hundred waiting requests. The hard limit is the operator's.
+void raise_descriptor_limit() {
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+}
+
 }  // namespace
 
 /** glibc keeps 7 freed blocks per size for each thread to reuse. With dozens of requests in
@@ -180,22 +209,7 @@ int main(int argc, char** argv) {
     } else if (a == "health" && i == 1) {
       return health(argc, argv);
     } else if (a == "check" && i == 1) {
-      if (argc < 3) {
-        std::cerr << "rebound check: missing FILE\n" << usage;
-        return 2;
-      }
-      std::string format = "text";
-      if (argc == 5 && std::string_view(argv[3]) == "--format")
-        format = argv[4];
-      else if (argc != 3) {
-        std::cerr << usage;
-        return 2;
-      }
-      if (format != "text" && format != "json") {
-        std::cerr << "rebound check: --format must be text or json\n";
-        return 2;
-      }
-      return check(argv[2], format);
+      return check_command(argc, argv);
     } else if (a == "--config" || a == "-c") {
       config_path = value(a);
     } else if (a == "--log-level") {
@@ -223,12 +237,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  // Every client and upstream connection is a descriptor; the usual soft limit of 1024
-  // would cap a sidecar at a few hundred waiting requests. The hard limit is the operator's.
-  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
+  raise_descriptor_limit();
   rebound::observe::logger log(log_level.empty() ? cfg->log_level : log_level);
   for (auto const& w : warnings)
     log.warn("config_warning", {{"finding", rebound::config::to_string(w)}, {"rule", w.rule}});

@@ -305,13 +305,83 @@ void check_admin_token_file(const config::config& cfg, observe::logger& log) {
               {"message", "admin.token_file can be read by other users than its owner; chmod 600 it"}});
 }
 
+/** The workers, each with its listeners bound and its own resolver of upstream names
+    (upstream/resolver.hpp). With port 0 the first bind picks the port and the others share
+    it: `ep` and `inbound_ep` end as bound. */
+std::vector<std::unique_ptr<worker>> make_workers(unsigned n, const config::config& cfg,
+                                                  const std::shared_ptr<const http::running_config>& running,
+                                                  retry::guard_registry& guards, observe::logger& log,
+                                                  observe::metrics& metrics, tcp::endpoint& ep,
+                                                  tcp::endpoint& inbound_ep) {
+  std::vector<std::unique_ptr<worker>> workers;
+  for (unsigned i = 0; i < n; ++i) {
+    auto w = std::make_unique<worker>();
+    w->guards.emplace(guards, i);
+    w->running = running;
+    w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
+    ep = w->acceptor->local_endpoint();
+    if (cfg.inbound.configured) {
+      w->inbound_acceptor.emplace(bind_listener(w->ioc, inbound_ep, true, "inbound.listen"));
+      inbound_ep = w->inbound_acceptor->local_endpoint();
+    }
+    net::use_service<upstream::resolver_service>(w->ioc).configure(cfg.dns, &log, &metrics);
+    workers.push_back(std::move(w));
+  }
+  return workers;
+}
+
+delivery::scheduler_options scheduler_options_for(const config::config& cfg, const std::string& instance_token,
+                                                  observe::metrics& metrics) {
+  delivery::scheduler_options so;
+  so.owner = instance_token;
+  so.seed = std::hash<std::string>{}(instance_token);
+  so.metrics = &metrics;
+  if (cfg.store.type == config::config::store_settings::kind::postgres) {
+    // A fleet shares the queue: a lease is what hands a dead instance's tasks to the others,
+    // and idle instances wait for a NOTIFY rather than poll the database hard.
+    so.lease = std::chrono::duration_cast<std::chrono::seconds>(cfg.store.lease);
+    so.poll = std::chrono::seconds(1);
+  }
+  return so;
+}
+
+/// What a worker runs: its accept loops (the proxy port, the inbound one), the scheduler when
+/// it is the one that claims, and its pool's sweep.
+void start_worker(worker& w, const http::session_context& ctx, const delivery::scheduler_options* scheduler,
+                  std::size_t workers, observe::logger& log) {
+  net::co_spawn(w.ioc, accept_loop(w, *w.acceptor, ctx), observe::report_failure{&log, "accept"});
+  if (w.inbound_acceptor) {
+    auto inbound_ctx = ctx;
+    inbound_ctx.inbound = true;
+    net::co_spawn(w.ioc, accept_loop(w, *w.inbound_acceptor, inbound_ctx), observe::report_failure{&log, "accept"});
+  }
+  if (scheduler)
+    net::co_spawn(w.ioc, delivery::run_scheduler(ctx, *scheduler), observe::report_failure{&log, "delivery"});
+  net::co_spawn(w.ioc, sweep_pool(w, workers), observe::report_failure{&log, "pool_sweep"});
+}
+
+/// Said once at start: the descriptor limit leaves room for fewer client connections than
+/// limits.max_connections.
+void warn_if_descriptors_clamp(const config::config& cfg, observe::logger& log) {
+  auto const cap = descriptor_cap(nofile_limit());
+  if (cap >= cfg.limits.max_connections) return;
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  log.warn("max_connections_clamped", {{"configured", cfg.limits.max_connections},
+                                       {"effective", cap},
+                                       {"nofile", static_cast<unsigned long long>(lim.rlim_cur)},
+                                       {"message",
+                                        "the descriptor limit leaves room for fewer client connections: "
+                                        "two descriptors each, and a reserve for the admin port"}});
+}
+
 }  // namespace
 
 int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const run_options& options) {
   unsigned const n = cfg->workers ? cfg->workers : std::max(1u, std::thread::hardware_concurrency());
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
-  ares_library_init(ARES_LIB_INIT_ALL);  // once, before any thread uses c-ares
+  ares_library_init(ARES_LIB_INIT_ALL);                 // once, before any thread uses c-ares
   retry::guard_registry guards(*cfg, log, metrics, n);  // each worker its lane of a concurrency limit
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
@@ -331,24 +401,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
         &metrics);
   check_admin_token_file(*cfg, log);
   std::string admin_base;
-  std::vector<std::unique_ptr<worker>> workers;
   tcp::endpoint ep(net::ip::make_address(cfg->listen.host), cfg->listen.port);
   tcp::endpoint inbound_ep(net::ip::make_address(cfg->inbound.listen.host), cfg->inbound.listen.port);
-  for (unsigned i = 0; i < n; ++i) {
-    auto w = std::make_unique<worker>();
-    w->guards.emplace(guards, i);
-    w->running = running;
-    w->acceptor.emplace(bind_listener(w->ioc, ep, true, "listen"));
-    // With port 0 the first bind picks the port; the other workers share that one.
-    ep = w->acceptor->local_endpoint();
-    if (cfg->inbound.configured) {
-      w->inbound_acceptor.emplace(bind_listener(w->ioc, inbound_ep, true, "inbound.listen"));
-      inbound_ep = w->inbound_acceptor->local_endpoint();
-    }
-    // Each worker resolves upstream names itself, on its own loop (upstream/resolver.hpp).
-    net::use_service<upstream::resolver_service>(w->ioc).configure(cfg->dns, &log, &metrics);
-    workers.push_back(std::move(w));
-  }
+  auto workers = make_workers(n, *cfg, running, guards, log, metrics, ep, inbound_ep);
   net::io_context control{1};
   net::use_service<upstream::resolver_service>(control).configure(cfg->dns, &log, &metrics);
   tcp::acceptor admin_acceptor =
@@ -363,10 +418,12 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   net::co_spawn(control, admin::run_admin_listener(admin_acceptor, state, log), observe::report_failure{&log, "admin"});
   net::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
   control_state cs{workers, state, guards, log, options, origins, control, metrics};
-  net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor), observe::report_failure{&log, "signals"});
+  net::co_spawn(control, handle_signals(control, signals, cs, admin_acceptor),
+                observe::report_failure{&log, "signals"});
   net::co_spawn(control, watch_config_file(control, cs), observe::report_failure{&log, "watch_config"});
   net::co_spawn(control, return_freed_memory(control), observe::report_failure{&log, "trim"});
 
+  auto const scheduler = scheduler_options_for(*cfg, instance_token, metrics);
   for (auto& w : workers) {
     http::session_context ctx{running,           &w->running,      &w->pool,    &log,
                               &w->sessions,      &w->rng,          &*w->guards, instance_token,
@@ -375,42 +432,16 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
     ctx.h2_pool = &w->h2_pool;
     ctx.kept_bodies = &kept_bodies;
     ctx.tracer = tracer.get();
-    net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, ctx), observe::report_failure{&log, "accept"});
-    if (w->inbound_acceptor) {
-      auto inbound_ctx = ctx;
-      inbound_ctx.inbound = true;
-      net::co_spawn(w->ioc, accept_loop(*w, *w->inbound_acceptor, inbound_ctx), observe::report_failure{&log, "accept"});
-    }
     // Deliveries run on the first worker: one scheduler claims for the process.
-    if (task_store && w == workers.front()) {
-      delivery::scheduler_options so;
-      so.owner = instance_token;
-      so.seed = std::hash<std::string>{}(instance_token);
-      so.metrics = &metrics;
-      if (cfg->store.type == config::config::store_settings::kind::postgres) {
-        // A fleet shares the queue: a lease is what hands a dead instance's tasks to the
-        // others, and idle instances wait for a NOTIFY rather than poll the database hard.
-        so.lease = std::chrono::duration_cast<std::chrono::seconds>(cfg->store.lease);
-        so.poll = std::chrono::seconds(1);
-      }
-      net::co_spawn(w->ioc, delivery::run_scheduler(ctx, so), observe::report_failure{&log, "delivery"});
-    }
-    net::co_spawn(w->ioc, sweep_pool(*w, workers.size()), observe::report_failure{&log, "pool_sweep"});
+    bool const schedules = task_store && w == workers.front();
+    start_worker(*w, ctx, schedules ? &scheduler : nullptr, workers.size(), log);
   }
   for (auto& w : workers) {
     worker* wp = w.get();
     wp->thread = std::thread([wp, &log] { run_guarded(wp->ioc, log, "worker"); });
   }
   state.ready = true;
-  if (auto const cap = descriptor_cap(nofile_limit()); cap < cfg->limits.max_connections) {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    log.warn("max_connections_clamped", {{"configured", cfg->limits.max_connections},
-                                         {"effective", cap},
-                                         {"nofile", static_cast<unsigned long long>(lim.rlim_cur)},
-                                         {"message", "the descriptor limit leaves room for fewer client connections: "
-                                                     "two descriptors each, and a reserve for the admin port"}});
-  }
+  warn_if_descriptors_clamp(*cfg, log);
   log.info("listening", {{"listen", to_string(ep)},
                          {"inbound", cfg->inbound.configured ? to_string(inbound_ep) : std::string()},
                          {"admin", to_string(admin_acceptor.local_endpoint())},

@@ -212,7 +212,8 @@ struct client_connection::impl {
   static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
                        const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
     if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-    if (auto st = self(user).find(frame->hd.stream_id)) st->block.push_back(detail::make_field(name, namelen, value, valuelen));
+    if (auto st = self(user).find(frame->hd.stream_id))
+      st->block.push_back(detail::make_field(name, namelen, value, valuelen));
     return 0;
   }
 
@@ -241,8 +242,8 @@ struct client_connection::impl {
     }
     if (!st || st->fail) return 0;
     if (!kept) {
-      st->fail = make_failure(failure_kind::too_large, "the upstream's response body is larger than " +
-                                                           std::to_string(st->max_body) + " bytes");
+      st->fail = make_failure(failure_kind::too_large,
+                              "the upstream's response body is larger than " + std::to_string(st->max_body) + " bytes");
       st->response.body = std::string();
       if (st->budget) st->budget->release(std::exchange(st->held, 0), false);
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
@@ -376,12 +377,12 @@ net::awaitable<exchange_result> client_connection::exchange(const message& reque
   auto nv = detail::to_nv(request.head);
   auto provider = detail::make_provider(st->source);
   bool const with_data = detail::needs_data(request.body, request.trailers);
-  auto const id = nghttp2_submit_request(i.session.get(), nullptr, nv.data(), nv.size(),
-                                         with_data ? &provider : nullptr, nullptr);
+  auto const id =
+      nghttp2_submit_request(i.session.get(), nullptr, nv.data(), nv.size(), with_data ? &provider : nullptr, nullptr);
   if (id < 0)
-    co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
-                                                                        : failure_kind::protocol_error,
-                           std::string("the request could not be sent: ") + nghttp2_strerror(id));
+    co_return make_failure(
+        id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused : failure_kind::protocol_error,
+        std::string("the request could not be sent: ") + nghttp2_strerror(id));
   st->id = id;
   if (!st->budget) i.widen_window(id);
   i.streams.emplace(id, st);
@@ -426,9 +427,9 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
   auto provider = detail::make_provider(*request);
   auto const id = nghttp2_submit_request(i.session.get(), nullptr, nv.data(), nv.size(), &provider, nullptr);
   if (id < 0)
-    co_return make_failure(id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused
-                                                                        : failure_kind::protocol_error,
-                           std::string("the request could not be sent: ") + nghttp2_strerror(id));
+    co_return make_failure(
+        id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE ? failure_kind::refused : failure_kind::protocol_error,
+        std::string("the request could not be sent: ") + nghttp2_strerror(id));
   i.widen_window(id);
   i.streams.emplace(id, st);
   impl* ip = &i;  // the hooks are cleared (detach_pipes) before the connection can go
@@ -459,68 +460,8 @@ net::awaitable<head_result> client_connection::open_stream(const fields& head, s
     i.detach_pipes(*st);
     co_return make_failure(failure_kind::timeout, "no response head by the deadline");
   }
-  co_return std::move(st->fail).value_or(make_failure(failure_kind::protocol_error, "the stream ended without a response head"));
-}
-
-net::awaitable<boost::system::result<std::shared_ptr<client_connection>, retry::attempt_failure>> client_pool::get(
-    const upstream::destination& to, clock::time_point deadline) {
-  auto const ex = co_await net::this_coro::executor;
-  std::vector<net::ip::address> shunned;
-  auto const* avoid = upstream::addresses_to_avoid(ex, to, shunned);
-  auto const avoided = [avoid](const client_connection& c) {
-    return avoid && std::find(avoid->begin(), avoid->end(), c.peer()) != avoid->end();
-  };
-  for (;;) {
-    // Looked up afresh after every wait: the map may have moved meanwhile.
-    auto& open = conns_[to.pool_key];
-    std::erase_if(open, [](const std::shared_ptr<client_connection>& c) { return c->closed(); });
-    for (auto const& c : open)
-      if (c->can_take_stream() && !avoided(*c)) co_return c;
-    auto it = connecting_.find(to.pool_key);
-    if (it == connecting_.end()) break;
-    if (clock::now() >= deadline)
-      co_return retry::attempt_failure{retry::error_type::connect_timeout,
-                                       "no connection to the upstream by the deadline", false};
-    auto pending = it->second;  // kept: the connect may end and erase it while this waits
-    net::steady_timer wake(co_await net::this_coro::executor, deadline);
-    // Unlisted however the wait ends: a cancelled call throws out of its next co_await.
-    struct listed {
-      std::vector<net::steady_timer*>& in;
-      net::steady_timer* timer;
-      ~listed() { std::erase(in, timer); }
-    } const entry{pending->waiters, &wake};
-    pending->waiters.push_back(&wake);
-    co_await wake.async_wait(use_tuple);
-  }
-  auto const pending = std::make_shared<pending_connect>();
-  connecting_.emplace(to.pool_key, pending);
-  std::string_view const alpn = to.tls ? std::string_view("h2") : std::string_view();
-  auto opened = co_await upstream::open_connection(to.host, to.port, to.tls, deadline, alpn, avoid);
-  connecting_.erase(to.pool_key);
-  for (auto* waiter : pending->waiters) waiter->cancel();  // they look again: at the new connection, or connect
-  for (auto const& a : opened.failed) upstream::report_address(ex, to, a, true);
-  if (!opened.conn) co_return retry::attempt_failure{opened.error, std::move(opened.message), false};
-  auto c = client_connection::start(std::move(*opened.conn));
-  conns_[to.pool_key].push_back(c);
-  co_return c;
-}
-
-void client_pool::sweep(clock::duration idle_timeout) {
-  auto const now = clock::now();
-  for (auto& [key, list] : conns_)
-    std::erase_if(list, [&](const std::shared_ptr<client_connection>& c) {
-      if (c->closed()) return true;
-      if (c->idle_for(now) < idle_timeout) return false;
-      c->shut_down();  // GOAWAY; with no stream left it closes at once
-      return true;
-    });
-  std::erase_if(conns_, [](const auto& kv) { return kv.second.empty(); });
-}
-
-void client_pool::shut_down() {
-  for (auto& [key, list] : conns_)
-    for (auto& c : list) c->shut_down();
-  conns_.clear();
+  co_return std::move(st->fail).value_or(
+      make_failure(failure_kind::protocol_error, "the stream ended without a response head"));
 }
 
 }  // namespace rebound::h2

@@ -49,10 +49,9 @@ constexpr const char* ended_rows =
     "(SELECT id FROM retry_tasks WHERE status = $1 AND next_attempt_at < $2 ORDER BY next_attempt_at LIMIT $3"
     "{skip_locked})";
 
-statements make(dialect d) {
-  std::string const columns = support::task_columns;
+/// The task queue's statements: accept, claim, finish, postpone, renew, read.
+void task_queue_statements(statements& s, const std::string& columns) {
   std::string const select_task = "SELECT " + columns + " FROM retry_tasks ";
-  statements s;
   s.accept =
       "INSERT INTO retry_tasks (id, idempotency_key, dependency, method, target, headers, body, policy_id, "
       "attempts, next_attempt_at, created_at, status) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
@@ -85,6 +84,12 @@ statements make(dialect d) {
   s.attempts =
       "SELECT number, at, status, error_type, duration_us FROM attempt_logs WHERE task_id = $1 AND number > $2 "
       "ORDER BY number LIMIT $3";
+}
+
+/// What the admin API and the housekeeping ask of the tasks: list, replay, cancel, delete,
+/// count, purge.
+void task_admin_statements(statements& s, const std::string& columns) {
+  std::string const select_task = "SELECT " + columns + " FROM retry_tasks ";
   s.list = select_task + filter_where;
   // Only a dead letter is replayed, only a pending task cancelled, only a dead letter deleted.
   s.replay = replay_set("$2") + "WHERE id = $1 AND status = 'DEAD_LETTERED'";
@@ -103,6 +108,10 @@ statements make(dialect d) {
       "'IN_FLIGHT')) AS unended";
   s.purge_tasks = std::string("DELETE FROM retry_tasks WHERE id IN ") + ended_rows;
   s.purge_attempts = std::string("DELETE FROM attempt_logs WHERE task_id IN ") + ended_rows;
+}
+
+/// Registered policies and the inbound gate's idempotency keys.
+void registry_and_key_statements(statements& s) {
   s.put_policy = "INSERT INTO retry_policies (id, spec, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING";
   s.policy_spec = "SELECT spec FROM retry_policies WHERE id = $1";
   s.get_policy = "SELECT spec, created_at FROM retry_policies WHERE id = $1";
@@ -125,36 +134,27 @@ statements make(dialect d) {
   s.purge_keys =
       "DELETE FROM idempotency_keys WHERE scope_key IN (SELECT scope_key FROM idempotency_keys WHERE state IN "
       "('complete', 'pending') AND expires_at <= $1 LIMIT $2{skip_locked})";
-  for (auto* each : {&s.accept,
-                     &s.claim_expired,
-                     &s.claim_due,
-                     &s.finish_attempt,
-                     &s.log_attempt,
-                     &s.postpone,
-                     &s.renew_lease,
-                     &s.get_task,
-                     &s.attempts,
-                     &s.list,
-                     &s.replay,
-                     &s.replay_matching,
-                     &s.cancel,
-                     &s.delete_dead_letter,
-                     &s.delete_attempts_of,
-                     &s.count_by_status,
-                     &s.backlog,
-                     &s.purge_tasks,
-                     &s.purge_attempts,
-                     &s.put_policy,
-                     &s.policy_spec,
-                     &s.get_policy,
-                     &s.key_known,
-                     &s.find_key,
-                     &s.insert_key,
-                     &s.reclaim_key,
-                     &s.complete_key,
-                     &s.release_key,
-                     &s.purge_keys})
+}
+
+/// Every statement in `d`'s dialect (render: placeholders, SKIP LOCKED, FOR UPDATE).
+void render_all(statements& s, dialect d) {
+  for (auto* each :
+       {&s.accept,          &s.claim_expired,   &s.claim_due,   &s.finish_attempt,     &s.log_attempt,
+        &s.postpone,        &s.renew_lease,     &s.get_task,    &s.attempts,           &s.list,
+        &s.replay,          &s.replay_matching, &s.cancel,      &s.delete_dead_letter, &s.delete_attempts_of,
+        &s.count_by_status, &s.backlog,         &s.purge_tasks, &s.purge_attempts,     &s.put_policy,
+        &s.policy_spec,     &s.get_policy,      &s.key_known,   &s.find_key,           &s.insert_key,
+        &s.reclaim_key,     &s.complete_key,    &s.release_key, &s.purge_keys})
     *each = render(std::move(*each), d);
+}
+
+statements make(dialect d) {
+  std::string const columns = support::task_columns;
+  statements s;
+  task_queue_statements(s, columns);
+  task_admin_statements(s, columns);
+  registry_and_key_statements(s);
+  render_all(s, d);
   return s;
 }
 
