@@ -45,6 +45,7 @@ observe::span task_span(const observe::request_trace& trace, const retry::reques
   }
   return s;
 }
+
 /** The policy a task is delivered by: its registered one, else its route's. A registered
     policy that is gone or no longer passes the checks (a newer rebound's rules) leaves the
     route's in place, with a warning: the task is still delivered. */

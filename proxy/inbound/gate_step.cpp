@@ -1,6 +1,7 @@
 #include "proxy/inbound/gate_step.hpp"
 
 #include "proxy/idempotency/key.hpp"
+#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -56,6 +57,20 @@ std::variant<held_key, gate_refusal> idempotency_key_to_hold(const http::head_fi
 }
 
 }  // namespace
+
+gate_use gate_for(const config::inbound_route& r, const http::request_parser& parser) {
+  auto const& req = parser.get();
+  // A WebSocket handshake's answer is a 101 and a tunnel: nothing that can be pinned and
+  // replayed. It goes to the app as a handshake, unpinned (forward() relays or refuses it).
+  if (http::read_upgrade(req).what != http::upgrade_ask::kind::none) return gate_use::none;
+  std::string_view const method(req.method_string().data(), req.method_string().size());
+  bool const event = !r.dedupe.header.empty() && req.count(r.dedupe.header) > 0;
+  if (event) return gate_use::gate;
+  if (!r.idempotency.enabled || !r.keeps_keys_for(method)) return gate_use::none;
+  // A key that is there (well-formed or not: a malformed one is the gate's 400) or required.
+  if (r.idempotency.require || req.count(idempotency::standard_key_field) > 0) return gate_use::gate;
+  return gate_use::unkeyed;
+}
 
 std::variant<held_key, gate_refusal> key_to_hold(const http::head_fields& head, std::string_view method,
                                                  const config::inbound_route& route,

@@ -7,13 +7,14 @@
                              |  \--the app failed before taking it, or said "try again"--> absent
                              \--the app may have taken it, no answer--> pending until the lease ends
 
-    and each function below is one step of that walk: what a request asks the gate to hold
-    (`key_to_hold`), what the store's claim found (`after_claim`), what the app's answer does
-    to the key (`settle_with`, `after_settle`, `after_app_failure`). Each says which move the
-    key made (`key_move`, the `idempotency` log line's from_state and to_state) and, where the
-    gate answers on its own, the refusal in SPEC 6's shape. No sockets, clocks or store here:
-    the tests give values and read values. */
+    and each function below is one step of that walk: whether a request is the gate's at all
+    (`gate_for`), what it asks the gate to hold (`key_to_hold`), what the store's claim found
+    (`after_claim`), what the app's answer does to the key (`settle_with`, `after_settle`,
+    `after_app_failure`). Each says which move the key made (`key_move`, the `idempotency` log
+    line's from_state and to_state) and, where the gate answers on its own, the refusal in
+    SPEC 6's shape. No sockets, clocks or store here: the tests give values and read values. */
 #include "config/config.hpp"
+#include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/wire/head_fields.hpp"
 #include "proxy/store/task_store.hpp"
 
@@ -24,6 +25,14 @@
 #include <variant>
 
 namespace rebound::inbound {
+
+/** What the gate does with a request. `gate`: its route keeps keys for its method and it
+    carries one (or must), or it carries the route's event id: answer_through_gate. `unkeyed`:
+    a keyed route where a key is not required, and the request has none: forwarded as it is,
+    streamed like any proxied request (its body is not held, whatever its size), and counted.
+    `none`: not the gate's. */
+enum class gate_use { none, unkeyed, gate };
+gate_use gate_for(const config::inbound_route& route, const http::request_parser& parser);
 
 /// What a request holds in the key store: its scope (the store's key), the key or event id
 /// the client sent, and the payload's fingerprint (keys only). No scope: nothing is held.

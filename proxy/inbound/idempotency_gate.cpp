@@ -6,7 +6,6 @@
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
-#include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 #include "proxy/inbound/gate_step.hpp"
@@ -30,6 +29,7 @@ using wall = store::wall_clock;
 /// An answer without a Content-Length is read whole (to pin it) up to this; larger: 502. One
 /// whose Content-Length passes inbound.max_body is streamed instead, never held.
 constexpr std::size_t max_answer = 64 << 20;
+
 /// One request through the gate: what each of its steps reads.
 struct gate_call {
   const http::client_request& request;
@@ -381,20 +381,6 @@ net::awaitable<bool> answer_claimed(const gate_call& c, const held_key& k, const
 }
 
 }  // namespace
-
-gate_use gate_for(const config::inbound_route& r, const http::request_parser& parser) {
-  auto const& req = parser.get();
-  // A WebSocket handshake's answer is a 101 and a tunnel: nothing that can be pinned and
-  // replayed. It goes to the app as a handshake, unpinned (forward() relays or refuses it).
-  if (http::read_upgrade(req).what != http::upgrade_ask::kind::none) return gate_use::none;
-  std::string_view const method(req.method_string().data(), req.method_string().size());
-  bool const event = !r.dedupe.header.empty() && req.count(r.dedupe.header) > 0;
-  if (event) return gate_use::gate;
-  if (!r.idempotency.enabled || !r.keeps_keys_for(method)) return gate_use::none;
-  // A key that is there (well-formed or not: a malformed one is the gate's 400) or required.
-  if (r.idempotency.require || req.count(idempotency::standard_key_field) > 0) return gate_use::gate;
-  return gate_use::unkeyed;
-}
 
 net::awaitable<bool> answer_through_gate(const http::client_request& request, const config::inbound_route& ir) {
   auto& req = request.parser.get();

@@ -6,6 +6,7 @@
     an event id seen within its window is answered 200 and never reaches the app again. */
 #include "config/config.hpp"
 #include "proxy/http/client_request.hpp"
+#include "proxy/inbound/gate_step.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -16,14 +17,6 @@ class metrics;
 }
 
 namespace rebound::inbound {
-
-/** What the gate does with a request. `gate`: its route keeps keys for its method and it
-    carries one (or must), or it carries the route's event id: answer_through_gate. `unkeyed`:
-    a keyed route where a key is not required, and the request has none: forwarded as it is,
-    streamed like any proxied request (its body is not held, whatever its size), and counted.
-    `none`: not the gate's. */
-enum class gate_use { none, unkeyed, gate };
-gate_use gate_for(const config::inbound_route& route, const http::request_parser& parser);
 
 /** Answers the request through the gate: refused (400 key missing or malformed, 409 in
     flight, 422/409 payload mismatch), replayed from the store, or forwarded to the app once
