@@ -428,15 +428,18 @@ class Fleet:
         pool = args.pool
         self.pg = Postgres(self.base, max(100, instances * (pool + 1) + 20), args.fsync, args.naptime)
         self.bouncer = None
-        dsn_port = self.pg.port
-        if via == "pgbouncer":
-            self.bouncer = PgBouncer(self.base, self.pg, args.server_pool, instances * pool + 100)
-            dsn_port = self.bouncer.port
-        self.upstream = Upstream(args.upstream_delay)
-        dsn = f"host=127.0.0.1 port={dsn_port} dbname=rebound user=rebound"
-        self.instances = [Instance(self.base, i, dsn, self.upstream.port, pool, retention, args.binary)
-                          for i in range(instances)]
+        self.instances = []
+        # From here on a failure stops what was started: a PgBouncer that did not come up left
+        # its PostgreSQL running after the test had failed.
         try:
+            dsn_port = self.pg.port
+            if via == "pgbouncer":
+                self.bouncer = PgBouncer(self.base, self.pg, args.server_pool, instances * pool + 100)
+                dsn_port = self.bouncer.port
+            self.upstream = Upstream(args.upstream_delay)
+            dsn = f"host=127.0.0.1 port={dsn_port} dbname=rebound user=rebound"
+            self.instances = [Instance(self.base, i, dsn, self.upstream.port, pool, retention, args.binary)
+                              for i in range(instances)]
             for inst in self.instances:
                 inst.start()
             deadline = time.monotonic() + 90
