@@ -136,7 +136,7 @@ void registry_and_key_statements(statements& s) {
       "('complete', 'pending') AND expires_at <= $1 LIMIT $2{skip_locked})";
 }
 
-/// Every statement in `d`'s dialect (render: placeholders, SKIP LOCKED, FOR UPDATE).
+/// Every statement rewritten for `d` (render): parameter markers, casts, and the row locks only PostgreSQL takes.
 void render_all(statements& s, dialect d) {
   for (auto* each :
        {&s.accept,          &s.claim_expired,   &s.claim_due,   &s.finish_attempt,     &s.log_attempt,
