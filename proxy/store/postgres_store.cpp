@@ -7,99 +7,18 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cstring>
 #include <random>
-#include <unordered_map>
 
 namespace rebound::store {
 
-using support::answer;
-using support::failure;
-
 namespace {
-
-/// Each entry moves the schema one version on; entry i takes version i to i + 1. The model
-/// is the embedded store's; the indexes are partial where a claim walks them, and attempts go
-/// with their task (ON DELETE CASCADE).
-constexpr const char* migrations[] = {
-    R"sql(
-CREATE TABLE retry_tasks (
-  id              text PRIMARY KEY,
-  idempotency_key text NOT NULL,
-  dependency      text NOT NULL,
-  method          text NOT NULL,
-  target          text NOT NULL,
-  headers         bytea NOT NULL,  -- name NUL value NUL ...
-  body            bytea NOT NULL,
-  policy_id       text NOT NULL,
-  attempts        integer NOT NULL,
-  next_attempt_at bigint NOT NULL,  -- milliseconds since the Unix epoch; for an ended task, when it ended
-  created_at      bigint NOT NULL,
-  status          text NOT NULL,
-  lease_owner     text,
-  lease_expires   bigint,
-  window_start    bigint NOT NULL DEFAULT 0,  -- 0: created_at
-  attempts_before integer NOT NULL DEFAULT 0
-) WITH (fillfactor = 80);  -- room for the updates of a claim and an attempt on the row's own page
--- Claims walk these two: the queue's hot path keeps them small and the table's dead rows few.
-CREATE INDEX retry_tasks_due ON retry_tasks (next_attempt_at) WHERE status = 'PENDING';
-CREATE INDEX retry_tasks_lease ON retry_tasks (lease_expires) WHERE status = 'IN_FLIGHT';
-CREATE INDEX retry_tasks_status_id ON retry_tasks (status, id);
-CREATE INDEX retry_tasks_ended ON retry_tasks (status, next_attempt_at)
-  WHERE status IN ('SUCCEEDED', 'CANCELLED', 'EXHAUSTED');
--- A queue table churns: vacuum it after 1% of its rows changed, not the default 20%.
-ALTER TABLE retry_tasks SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
-CREATE TABLE attempt_logs (
-  task_id     text NOT NULL REFERENCES retry_tasks (id) ON DELETE CASCADE,
-  number      integer NOT NULL,
-  at          bigint NOT NULL,
-  status      integer NOT NULL,
-  error_type  text NOT NULL,
-  duration_us bigint NOT NULL,
-  PRIMARY KEY (task_id, number)
-);
-CREATE TABLE retry_policies (
-  id         text PRIMARY KEY,
-  spec       text NOT NULL,
-  created_at bigint NOT NULL
-);
-CREATE TABLE idempotency_keys (
-  scope_key     text PRIMARY KEY,
-  fingerprint   text NOT NULL,
-  state         text NOT NULL,  -- pending | complete
-  lease_expires bigint NOT NULL,
-  expires_at    bigint NOT NULL,
-  status        integer NOT NULL DEFAULT 0,
-  headers       bytea NOT NULL DEFAULT '',
-  body          bytea NOT NULL DEFAULT ''
-);
-CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
-)sql",
-};
-
-/** The id this database is known by in the metrics (task_store::identity), made once under
-    the migration lock. Not a migration: instances of an older rebound in the fleet keep
-    connecting through a rolling upgrade (a schema version they do not know would stop them),
-    and find nothing changed. */
-constexpr const char* made_once_id = R"sql(
-CREATE TABLE IF NOT EXISTS rebound_store (id text NOT NULL);
-INSERT INTO rebound_store SELECT substr(md5(random()::text || clock_timestamp()::text), 1, 12)
-  WHERE NOT EXISTS (SELECT 1 FROM rebound_store);
-)sql";
-constexpr int migration_count = static_cast<int>(std::size(migrations));
-static_assert(migration_count == postgres_store::schema_version);
-
-/// The advisory lock a fleet's instances take to migrate one at a time ("rebound" in ASCII).
-constexpr const char* migration_lock = "SELECT pg_advisory_xact_lock(7450489001366074724)";
+/// The channel a commit that made tasks due NOTIFYs, and the listener LISTENs on.
 constexpr const char* due_channel = "rebound_tasks_due";
-
 }  // namespace
 
 using detail::pg_connection;
-using detail::pg_result;
-using detail::trimmed;
 
-postgres_store::postgres_store(options o) : options_(std::move(o)) {
+postgres_store::postgres_store(options o) : sql_store(sql::dialect::postgres), options_(std::move(o)) {
   if (options_.pooler == pooler_mode::transaction) note_pooled("store.pooler: transaction");
   unsigned const n = std::max(1u, options_.pool);
   for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
@@ -119,13 +38,65 @@ postgres_store::~postgres_store() {
   for (auto& j : queue_) j.fail(store_error{"the store is closing"});
 }
 
+/// A call's view of a store thread's connection. A failed statement aborts the transaction
+/// (the connection says so: c.failed); run_group then runs each call of the group alone.
+class postgres_store::session final : public sql::session {
+ public:
+  session(postgres_store& store, pg_connection& c) : store_(store), c_(c) {}
+
+  std::string error() const override { return c_.error; }
+  void made_due() override { c_.notify = true; }
+  bool full() override { return store_.guard_.full().has_value(); }
+  std::optional<store_error> refuse_new() override { return store_.refuse_new(c_); }
+  bool keep_size_current() override {
+    store_.measure(c_);
+    return !c_.failed;
+  }
+
+ private:
+  std::optional<sql::rows> run_values(const std::string& sql, std::span<const sql::value> params) override {
+    std::vector<detail::param> values;
+    values.reserve(params.size());
+    for (auto const& v : params) {
+      if (v.type == sql::value::kind::number)
+        values.push_back(detail::number(v.number));
+      else if (v.type == sql::value::kind::bytes)
+        values.push_back(detail::bytes(v.chars));
+      else
+        values.push_back(detail::text(v.chars));
+    }
+    auto r = c_.run(sql, values);
+    if (c_.failed) return std::nullopt;
+    sql::rows out;
+    int const width = PQnfields(r.raw());
+    for (int row = 0; row < r.rows(); ++row) {
+      std::vector<sql::rows::cell> cells(static_cast<std::size_t>(width));
+      for (int col = 0; col < width; ++col) {
+        if (PQgetisnull(r.raw(), row, col)) continue;
+        auto const type = PQftype(r.raw(), col);
+        // int8, int2, int4 (pg_type.h): the integers of the schema, sent in binary.
+        if (type == 20 || type == 21 || type == 23)
+          cells[static_cast<std::size_t>(col)] = r.integer(row, col);
+        else
+          cells[static_cast<std::size_t>(col)] = r.text(row, col);
+      }
+      out.add_row(std::move(cells));
+    }
+    out.set_changes(r.changes());
+    return out;
+  }
+
+  postgres_store& store_;
+  pg_connection& c_;
+};
+
 std::optional<std::string> postgres_store::unavailable() const {
   std::lock_guard lock(mutex_);
   if (connected_ > 0) return std::nullopt;
   return down_reason_;
 }
 
-void postgres_store::push(job j) {
+void postgres_store::enqueue(call j) {
   {
     std::unique_lock lock(mutex_);
     if (connected_ == 0) {
@@ -141,7 +112,7 @@ void postgres_store::push(job j) {
   wake_.notify_one();
 }
 
-void postgres_store::requeue(std::vector<job>& jobs) {
+void postgres_store::requeue(std::vector<call>& jobs) {
   {
     std::lock_guard lock(mutex_);
     for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) queue_.push_front(std::move(*it));
@@ -165,7 +136,7 @@ void postgres_store::connection_up() {
 }
 
 void postgres_store::connection_lost(const std::string& why) {
-  std::deque<job> orphans;
+  std::deque<call> orphans;
   bool last = false;
   {
     std::lock_guard lock(mutex_);
@@ -177,99 +148,6 @@ void postgres_store::connection_lost(const std::string& why) {
   }
   for (auto& j : orphans) j.fail(store_error{"store unavailable: " + why});
   if (last && options_.on_state) options_.on_state(why);
-}
-
-bool postgres_store::connect(pg_connection& c, bool migrate) {
-  c.close();
-  c.failed = false;
-  // Earlier keywords are overridden by the DSN's own; the password comes last, from its file.
-  std::vector<const char*> keys = {"connect_timeout", "application_name", "keepalives_idle", "keepalives_interval",
-                                   "keepalives_count", "tcp_user_timeout", "dbname"};
-  std::vector<const char*> values = {"5", "rebound", "10", "5", "3", "15000", options_.dsn.c_str()};
-  if (!options_.password.empty()) {
-    keys.push_back("password");
-    values.push_back(options_.password.c_str());
-  }
-  keys.push_back(nullptr);
-  values.push_back(nullptr);
-  c.raw = PQconnectdbParams(keys.data(), values.data(), 1);
-  if (!c.raw || PQstatus(c.raw) != CONNECTION_OK) {
-    // libpq's message names host, port and cause; never the password.
-    c.error = c.raw ? trimmed(PQerrorMessage(c.raw)) : "out of memory";
-    c.close();
-    return false;
-  }
-  // libpq prints the server's NOTICEs ("relation ... already exists, skipping" from the
-  // migrations' IF NOT EXISTS) to stderr, outside the JSON log. They are not errors: dropped.
-  PQsetNoticeProcessor(c.raw, [](void*, const char*) {}, nullptr);
-  if (!find_pooler(c)) return fail_connect(c);
-  if (!migrate) return true;
-  // Under the advisory lock (of the transaction, which a transaction-mode pooler keeps on
-  // one server connection), so instances starting together migrate once, one after another.
-  if (!c.begin() || !c.command(migration_lock) ||
-      !c.command("CREATE TABLE IF NOT EXISTS rebound_schema (version integer NOT NULL)"))
-    return fail_connect(c);
-  auto v = c.run("SELECT version FROM rebound_schema", {});
-  if (c.failed) return fail_connect(c);
-  int version = v.rows() > 0 ? static_cast<int>(v.integer(0, 0)) : 0;
-  if (v.rows() == 0 && !c.command("INSERT INTO rebound_schema VALUES (0)")) return fail_connect(c);
-  if (version > migration_count) {
-    c.error = "the database's schema version " + std::to_string(version) + " is newer than this rebound understands (" +
-              std::to_string(migration_count) + ")";
-    c.command("ROLLBACK");
-    c.close();
-    return false;
-  }
-  for (; version < migration_count; ++version)
-    if (!c.command(migrations[version])) {
-      c.error = "migration to schema version " + std::to_string(version + 1) + " failed: " + c.error;
-      return fail_connect(c);
-    }
-  auto const set_version = "UPDATE rebound_schema SET version = " + std::to_string(version);
-  if (!c.command(set_version.c_str()) || !c.command(made_once_id) || !c.command("COMMIT")) return fail_connect(c);
-  auto id = c.run("SELECT id FROM rebound_store", {});
-  if (c.failed || id.rows() != 1) return fail_connect(c);
-  {
-    std::lock_guard lock(mutex_);
-    identity_ = "postgresql/" + id.text(0, 0);
-  }
-  c.failed = false;
-  return true;
-}
-
-std::optional<std::string> postgres_store::identity() const {
-  std::lock_guard lock(mutex_);
-  if (identity_.empty()) return std::nullopt;
-  return identity_;
-}
-
-bool postgres_store::find_pooler(pg_connection& c) {
-  if (options_.pooler == pooler_mode::detect && !pooled_.load()) {
-    // PostgreSQL tells a client its backend's pid at connect; a pooler tells its own cancel
-    // key instead, as it may hand the client any server connection: the two differ.
-    auto r = c.simple("SELECT pg_backend_pid()");
-    if (!r.ok() || r.rows() != 1) return false;
-    if (std::atoll(PQgetvalue(r.raw(), 0, 0)) != PQbackendPID(c.raw))
-      note_pooled("the backend pid the server reports differs from the one given at connect");
-  }
-  c.unnamed = pooled_.load();
-  return true;
-}
-
-void postgres_store::note_pooled(const std::string& evidence) {
-  if (pooled_.exchange(true)) return;
-  if (options_.on_pooled) options_.on_pooled(evidence);
-}
-
-std::optional<std::string> postgres_store::detail() const {
-  if (!pooled_.load()) return std::nullopt;
-  return std::string("postgres through a transaction-mode pooler: statements unnamed, no LISTEN (idle instances ") +
-         "poll for due tasks about once a second)";
-}
-
-bool postgres_store::fail_connect(pg_connection& c) {
-  c.close();
-  return false;
 }
 
 namespace {
@@ -291,7 +169,7 @@ void postgres_store::serve(unsigned index) {
   std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(
       std::chrono::steady_clock::now().time_since_epoch().count() + index));
   auto wait = options_.reconnect_min;
-  std::vector<job> jobs;
+  std::vector<call> jobs;
   for (;;) {
     if (!c.up()) {
       if (c.counted) {
@@ -337,12 +215,13 @@ void postgres_store::serve(unsigned index) {
   }
 }
 
-void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
+void postgres_store::run_group(pg_connection& c, std::vector<call>& jobs) {
   auto fail_all = [&jobs](std::size_t from, const std::string& why) {
     for (auto i = from; i < jobs.size(); ++i) jobs[i].fail(store_error{why});
   };
   // Everything that queued while the last transaction was on its way goes in one.
-  std::vector<reply> replies;
+  std::vector<support::reply> replies;
+  session calls(*this, c);
   c.failed = false;
   c.notify = false;
   c.unnamed = c.unnamed || pooled_.load();
@@ -357,7 +236,7 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
     return fail_all(0, "store unavailable: " + c.error);
   }
   for (auto& j : jobs) {
-    replies.push_back(j.run(c));
+    replies.push_back(j.run(calls));
     if (c.failed) break;
   }
   if (!c.failed) {
@@ -390,7 +269,7 @@ void postgres_store::run_group(pg_connection& c, std::vector<job>& jobs) {
     c.failed = false;
     c.notify = false;
     if (!c.begin()) return fail_all(i, "store unavailable: " + c.error);
-    auto r = jobs[i].run(c);
+    auto r = jobs[i].run(calls);
     if (c.failed) {
       if (c.lost) return fail_all(i, "store unavailable: " + c.error);
       c.failed = false;

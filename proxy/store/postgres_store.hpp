@@ -16,7 +16,7 @@
     connection, only what lives inside one transaction holds: statements go unnamed, limits
     are SET LOCAL, the migration lock is the transaction's, and there is no LISTEN (the
     scheduler's poll wakes idle instances). `pooler: auto` finds such a pooler at connect. */
-#include "proxy/store/store_support.hpp"
+#include "proxy/store/sql_store.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -32,7 +32,7 @@ namespace detail {
 class pg_connection;
 }
 
-class postgres_store final : public task_store {
+class postgres_store final : public sql_store {
  public:
   /// The schema this build writes (its own line of versions: the model is the embedded store's v4).
   static constexpr int schema_version = 1;
@@ -70,35 +70,6 @@ class postgres_store final : public task_store {
   postgres_store(const postgres_store&) = delete;
   postgres_store& operator=(const postgres_store&) = delete;
 
-  void submit_accept(retry_task task, callback<bool> done) override;
-  void submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
-                    std::size_t limit, callback<std::vector<retry_task>> done) override;
-  void submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
-                             wall_clock::time_point next_attempt_at, callback<bool> done) override;
-  void submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) override;
-  void submit_renew_lease(std::string owner, std::string id, wall_clock::time_point lease_until,
-                          callback<bool> done) override;
-  void submit_get(std::string id, callback<std::optional<retry_task>> done) override;
-  void submit_attempts(std::string id, unsigned after, std::size_t limit,
-                       callback<std::vector<attempt_log>> done) override;
-  void submit_list(task_filter filter, callback<std::vector<retry_task>> done) override;
-  void submit_replay(std::string id, wall_clock::time_point now, callback<bool> done) override;
-  void submit_replay_matching(task_filter filter, wall_clock::time_point now,
-                              callback<std::vector<std::string>> done) override;
-  void submit_cancel(std::string id, wall_clock::time_point now, callback<bool> done) override;
-  void submit_delete_dead_letter(std::string id, callback<bool> done) override;
-  void submit_counts(callback<status_counts> done) override;
-  void submit_backlog(wall_clock::time_point before, callback<backlog> done) override;
-  void submit_purge(wall_clock::time_point ended_before, std::size_t limit, callback<std::uint64_t> done) override;
-  void submit_put_policy(stored_policy p, callback<policy_put> done) override;
-  void submit_get_policy(std::string id, callback<std::optional<stored_policy>> done) override;
-  void submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
-                        wall_clock::time_point lease_until, callback<key_claim> done) override;
-  void submit_complete_key(std::string scope_key, pinned_response r, wall_clock::time_point expires_at,
-                           callback<bool> done) override;
-  void submit_release_key(std::string scope_key, callback<bool> done) override;
-  void submit_purge_keys(wall_clock::time_point now, std::size_t limit, callback<std::uint64_t> done) override;
-
   std::optional<std::string> unavailable() const override;
   std::optional<std::string> full() const override { return guard_.full(); }
   std::optional<std::string> detail() const override;
@@ -112,20 +83,16 @@ class postgres_store final : public task_store {
   std::uint64_t commits() const { return commits_.load(std::memory_order_relaxed); }
 
  private:
-  using reply = std::function<void(const std::optional<store_error>& commit_failed)>;
-  /// A call: its work inside a transaction, and how it is failed without running.
-  struct job {
-    std::function<reply(detail::pg_connection&)> run;
-    std::function<void(const store_error&)> fail;
-  };
-  template <class T, class Work>
-  void enqueue(callback<T> done, Work work);
-  void push(job j);
+  /// What a call sees of a connection (sql::session): statements, NOTIFY, the size measure.
+  class session;
+
+  /// Queues `c` for a store thread; a call no connection could take fails with the reason.
+  void enqueue(call c) override;
   /// Calls a lost connection never sent, back to the front of the queue.
-  void requeue(std::vector<job>& jobs);
+  void requeue(std::vector<call>& jobs);
   void serve(unsigned index);
   void listen();
-  void run_group(detail::pg_connection& c, std::vector<job>& jobs);
+  void run_group(detail::pg_connection& c, std::vector<call>& jobs);
   /// Connects `c` (and, with `migrate`, brings the schema up to date); false with c.error.
   bool connect(detail::pg_connection& c, bool migrate);
   static bool fail_connect(detail::pg_connection& c);
@@ -150,7 +117,7 @@ class postgres_store final : public task_store {
   /// Threads waiting out a reconnect pause: a condition of their own, so a call's
   /// notify_one on wake_ always reaches a connection that can take it.
   std::condition_variable stop_;
-  std::deque<job> queue_;
+  std::deque<call> queue_;
   bool stopping_ = false;
   std::atomic<bool> closing_{false};  ///< stopping_, for a wait on the database to read unlocked
   unsigned connected_ = 0;  ///< connections up, under mutex_

@@ -1,7 +1,7 @@
 #pragma once
 /** The SQLite file as the embedded store's one thread uses it: statements prepared once and
-    borrowed from a cache, a savepoint per call, and the counts by status kept as calls move
-    tasks. Included by sqlite_store*.cpp alone. */
+    borrowed from a cache, and the counts by status kept as calls move tasks. Included by
+    sqlite_store.cpp alone. */
 #include "proxy/store/task_store.hpp"
 
 #include <sqlite3.h>
@@ -51,6 +51,9 @@ class statement {
     return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col))) : std::string();
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(s_, col); }
+  int columns() const { return sqlite3_column_count(s_); }
+  /// SQLITE_INTEGER, SQLITE_TEXT, SQLITE_BLOB, SQLITE_NULL (SQLITE_FLOAT: no column holds one).
+  int type(int col) const { return sqlite3_column_type(s_, col); }
   std::string error() const { return sqlite3_errmsg(db_); }
 
  private:
@@ -146,35 +149,6 @@ class database {
   std::array<std::int64_t, std::tuple_size_v<status_counts>> delta_{};
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
   bool refusing_ = false;
-};
-
-/// Rows of `s` read with `read` until it is done; false on an error.
-template <class T, class Read>
-bool read_rows(statement& s, std::vector<T>& out, Read read) {
-  int rc;
-  while ((rc = s.step()) == SQLITE_ROW) out.push_back(read(s));
-  return rc == SQLITE_DONE;
-}
-
-/// A savepoint around one call's statements, so a call that fails halfway leaves nothing
-/// behind while the calls grouped with it still commit.
-class savepoint {
- public:
-  explicit savepoint(database& db) : db_(db) { ok_ = db_.run("SAVEPOINT call"); }
-  ~savepoint() {
-    if (!ok_) return;
-    if (!released_) db_.run("ROLLBACK TO call");
-    db_.run("RELEASE call");
-  }
-  savepoint(const savepoint&) = delete;
-  savepoint& operator=(const savepoint&) = delete;
-  bool ok() const { return ok_; }
-  void keep() { released_ = true; }
-
- private:
-  database& db_;
-  bool ok_ = false;
-  bool released_ = false;
 };
 
 }  // namespace rebound::store::detail

@@ -21,9 +21,6 @@ namespace rebound::store {
 
 namespace {
 
-/// The store contract's statements, in SQLite's dialect (statements.cpp).
-const sql::statements& q() { return sql::statements_for(sql::dialect::sqlite); }
-
 /// Each entry moves the schema one version on; entry i takes user_version i to i + 1.
 constexpr const char* migrations[] = {
     R"sql(
@@ -169,7 +166,10 @@ std::string open_or_throw(const std::string& path, sqlite3*& db) {
 sqlite_store::sqlite_store(const std::string& path,
                            std::function<void(std::chrono::nanoseconds, std::size_t)> on_commit,
                            std::uint64_t max_size)
-    : db_(std::make_unique<database>()), on_commit_(std::move(on_commit)), guard_(max_size) {
+    : sql_store(sql::dialect::sqlite),
+      db_(std::make_unique<database>()),
+      on_commit_(std::move(on_commit)),
+      guard_(max_size) {
   identity_ = "sqlite/" + open_or_throw(path, db_->raw);  // on a throw, db_ closes what was opened
   if (max_size > 0) {
     // The write-ahead log is part of what the store holds (used_bytes counts it): checkpointed
@@ -205,17 +205,88 @@ sqlite_store::~sqlite_store() {
   thread_.join();
 }
 
-void sqlite_store::enqueue(work w) {
+/** A call's view of the file. A savepoint per call that writes twice, so a call that fails
+    halfway leaves nothing behind while the calls grouped with it still commit; an error is
+    kept as it was said, before an undo's statements say anything else. */
+class sqlite_store::session final : public sql::session {
+ public:
+  session(sqlite_store& store, database& db) : store_(store), db_(db) {}
+
+  std::string error() const override { return error_; }
+  void made_due() override { db_.made_due = true; }
+  void moved(std::optional<task_status> from, std::optional<task_status> to, std::int64_t n) override {
+    db_.moved(from, to, n);
+  }
+  std::optional<status_counts> kept_counts() const override { return db_.counts(); }
+  bool begin_call() override {
+    if (db_.run("SAVEPOINT call")) return true;
+    error_ = db_.error();
+    return false;
+  }
+  void end_call(bool keep) override {
+    if (!keep) db_.run("ROLLBACK TO call");
+    db_.run("RELEASE call");
+  }
+  bool full() override {
+    if (auto used = db_.used_bytes()) store_.guard_.measured(*used);
+    return store_.guard_.full().has_value();
+  }
+  std::optional<store_error> refuse_new() override { return store_.refuse_new(db_); }
+  std::optional<store_error> write_failed(std::string message) override {
+    return store_.write_failed(db_, std::move(message));
+  }
+
+ private:
+  std::optional<sql::rows> run_values(const std::string& sql, std::span<const sql::value> params) override {
+    auto s = db_.prepare(sql);
+    int i = 1;
+    for (auto const& v : params) {
+      if (v.type == sql::value::kind::number)
+        s.bind(i++, v.number);
+      else if (v.type == sql::value::kind::bytes)
+        s.bind_blob(i++, v.chars);
+      else
+        s.bind(i++, v.chars);
+    }
+    sql::rows out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.add_row(row_of(s));
+    if (rc != SQLITE_DONE) {
+      error_ = s.error();
+      return std::nullopt;
+    }
+    out.set_changes(static_cast<std::uint64_t>(db_.changes()));
+    return out;
+  }
+
+  static std::vector<sql::rows::cell> row_of(const detail::statement& s) {
+    std::vector<sql::rows::cell> row(static_cast<std::size_t>(s.columns()));
+    for (int c = 0; c < s.columns(); ++c) {
+      if (s.type(c) == SQLITE_INTEGER)
+        row[static_cast<std::size_t>(c)] = s.integer(c);
+      else if (s.type(c) != SQLITE_NULL)
+        row[static_cast<std::size_t>(c)] = s.text(c);
+    }
+    return row;
+  }
+
+  sqlite_store& store_;
+  database& db_;
+  std::string error_;
+};
+
+void sqlite_store::enqueue(call c) {
   {
     std::lock_guard lock(mutex_);
-    work_.push_back(std::move(w));
+    work_.push_back(std::move(c));
   }
   wake_.notify_one();
 }
 
 void sqlite_store::run() {
-  std::vector<work> jobs;
-  std::vector<reply> replies;
+  std::vector<call> jobs;
+  std::vector<support::reply> replies;
+  session calls(*this, *db_);
   for (;;) {
     jobs.clear();
     {
@@ -231,7 +302,7 @@ void sqlite_store::run() {
       failed = store_error{"cannot begin a transaction: " + db_->error()};
     db_->refuse(failed.has_value());
     replies.clear();
-    for (auto& job : jobs) replies.push_back(job(*db_));
+    for (auto& job : jobs) replies.push_back(job.run(calls));
     db_->refuse(false);
     if (failed) db_->committed(false);
     if (!failed) {

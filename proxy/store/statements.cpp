@@ -97,8 +97,7 @@ void task_admin_statements(statements& s, const std::string& columns) {
       replay_set("$7") + "WHERE id IN (SELECT id FROM retry_tasks " + filter_where + "{skip_locked}) RETURNING id";
   s.cancel = "UPDATE retry_tasks SET status = 'CANCELLED', next_attempt_at = $2 WHERE id = $1 AND status = 'PENDING'";
   s.delete_dead_letter = "DELETE FROM retry_tasks WHERE id = $1 AND status = 'DEAD_LETTERED'";
-  // PostgreSQL's attempt_logs go with their task (ON DELETE CASCADE); SQLite's schema has no
-  // cascade (a table cannot change its foreign key in place), so its store deletes them first.
+  // Run only where the schema has no cascade (statements::attempts_cascade).
   s.delete_attempts_of = "DELETE FROM attempt_logs WHERE task_id = $1";
   s.count_by_status = "SELECT status, count(*) FROM retry_tasks GROUP BY status";
   // A walk of the unended tasks, as count_by_status walks them all: every count_every.
@@ -155,6 +154,7 @@ statements make(dialect d) {
   task_admin_statements(s, columns);
   registry_and_key_statements(s);
   render_all(s, d);
+  s.attempts_cascade = d == dialect::postgres;
   return s;
 }
 

@@ -41,6 +41,10 @@ struct statements {
   std::string complete_key;    ///< $1 scope key, $2 expires at, $3 status, $4 headers, $5 body
   std::string release_key;     ///< $1 scope key
   std::string purge_keys;      ///< $1 now, $2 limit
+  /// PostgreSQL's attempt_logs go with their task (ON DELETE CASCADE); SQLite's schema has no
+  /// cascade (a table cannot change its foreign key in place), so its attempts are deleted
+  /// first (delete_attempts_of, purge_attempts).
+  bool attempts_cascade = false;
 };
 
 /// The statements rendered for `d`, made once.

@@ -272,6 +272,22 @@ TYPED_TEST(StoreContract, ADeletedDeadLetterIsGoneWithItsAttemptsAndNothingElseC
   EXPECT_TRUE(get(s, "waiting"));
 }
 
+TYPED_TEST(StoreContract, ARefusedDeleteLeavesTheTasksAttemptsAsTheyWere) {
+  // SQLite deletes a task's attempts before the task (no cascade): a task that turns out not
+  // to be a dead letter must get them back with the undo of that call alone.
+  auto& s = this->store();
+  ASSERT_TRUE(accept(s, make_task("retrying")));
+  ASSERT_EQ(claim(s, "w1", t0).size(), 1u);
+  ASSERT_TRUE(finish(s, "w1", attempt_log{"retrying", 1, t0, 503, "", 900us}, task_status::pending, t0 + 5s));
+  auto [e, deleted] = wait_for<bool>([&](auto cb) { s.submit_delete_dead_letter("retrying", cb); });
+  EXPECT_FALSE(e);
+  EXPECT_FALSE(deleted);
+  auto [le, log] = wait_for<std::vector<attempt_log>>([&](auto cb) { s.submit_attempts("retrying", 0, 10, cb); });
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].status, 503u);
+  EXPECT_EQ(log[0].duration, 900us);
+}
+
 TYPED_TEST(StoreContract, APolicyIsRegisteredOnceByIdAndADifferentTextUnderItsIdConflicts) {
   auto& s = this->store();
   auto put = [&](std::string spec) {
