@@ -208,7 +208,7 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
     // Not a conditional expression: GCC 12 miscompiles a co_await inside one.
     bhttp::response<bhttp::string_body> res;
     if (state.store && is_task_api(parser.get())) {
-      task_api_context const api{*state.store, *cfg, log, state.admin_base};
+      task_api_context const api{*state.store, *state.store, *cfg, log, state.admin_base};
       res = co_await task_api_answer(parser.get(), api);
     } else {
       res = answer(parser.get(), state);

@@ -49,9 +49,9 @@ void task_fields(observe::json_writer& w, const store::retry_task& t);
 /// POST /retry-policies
 net::awaitable<response> register_policy(const answers& a, const task_api_context& ctx, const std::string& text);
 /// GET /retry-policies/{id}
-net::awaitable<response> get_policy(const answers& a, store::task_store& store, const std::string& id);
+net::awaitable<response> get_policy(const answers& a, store::policy_registry& store, const std::string& id);
 /// GET /dlq
-net::awaitable<response> list_dlq(const answers& a, store::task_store& store, std::string_view target);
+net::awaitable<response> list_dlq(const answers& a, store::task_queue& store, std::string_view target);
 /// POST /dlq/{id}/replay
 net::awaitable<response> replay(const answers& a, const task_api_context& ctx, const std::string& id);
 /// POST /dlq/replay

@@ -26,7 +26,7 @@ void log_replayed(const task_api_context& ctx, const std::string& id, std::strin
 }  // namespace
 
 /// GET /dlq[?dependency=NAME][&since=T][&until=T][&after=ID][&limit=N]: dead letters by id, a page at a time.
-net::awaitable<response> list_dlq(const answers& a, store::task_store& store, std::string_view target) {
+net::awaitable<response> list_dlq(const answers& a, store::task_queue& store, std::string_view target) {
   store::task_filter filter;
   auto const limit = page_limit(query_value(target, "limit"), 100);
   if (!limit) co_return a.error(bhttp::status::bad_request, "bad_request", "limit must be 1 to 500");
@@ -56,7 +56,7 @@ net::awaitable<response> list_dlq(const answers& a, store::task_store& store, st
 
 /// POST /dlq/{id}/replay: the dead letter is delivered again, with its key, in a fresh window.
 net::awaitable<response> replay(const answers& a, const task_api_context& ctx, const std::string& id) {
-  auto [e, replayed] = co_await store::async_replay(ctx.store, id, store::wall_clock::now(), use_tuple);
+  auto [e, replayed] = co_await store::async_replay(ctx.tasks, id, store::wall_clock::now(), use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!replayed) co_return a.error(bhttp::status::not_found, "not_found", "no dead letter with this id");
   log_replayed(ctx, id, "one");
@@ -87,7 +87,7 @@ net::awaitable<response> replay_matching(const answers& a, const task_api_contex
       co_return a.error(bhttp::status::bad_request, "bad_request", "limit must be 1 to 500");
     filter.limit = static_cast<std::size_t>(l->as_int64());
   }
-  auto [e, ids] = co_await store::async_replay_matching(ctx.store, filter, store::wall_clock::now(), use_tuple);
+  auto [e, ids] = co_await store::async_replay_matching(ctx.tasks, filter, store::wall_clock::now(), use_tuple);
   if (e) co_return a.unavailable(*e);
   std::string body;
   observe::json_writer w(body);
@@ -102,7 +102,7 @@ net::awaitable<response> replay_matching(const answers& a, const task_api_contex
 
 /// DELETE /dlq/{id}: a dead letter someone has dealt with, gone with its attempts.
 net::awaitable<response> delete_dead_letter(const answers& a, const task_api_context& ctx, const std::string& id) {
-  auto [e, deleted] = co_await store::async_delete_dead_letter(ctx.store, id, use_tuple);
+  auto [e, deleted] = co_await store::async_delete_dead_letter(ctx.tasks, id, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!deleted) co_return a.error(bhttp::status::not_found, "not_found", "no dead letter with this id");
   ctx.log.info("dead_letter_deleted", {{"task_id", id}});

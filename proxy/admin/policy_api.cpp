@@ -64,7 +64,7 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
     co_return a.json(bhttp::status::unprocessable_entity, std::move(body += '\n'));
   }
   store::stored_policy const stored{id, spec, store::wall_clock::now()};
-  auto [e, put] = co_await store::async_put_policy(ctx.store, stored, use_tuple);
+  auto [e, put] = co_await store::async_put_policy(ctx.policies, stored, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (put == store::policy_put::conflict)
     co_return a.error(bhttp::status::conflict, "policy_exists", "another policy is registered as \"" + id + "\"");
@@ -83,7 +83,7 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
 }
 
 /// GET /retry-policies/{id}: the policy resolved (every key, built-ins filled in) and as registered.
-net::awaitable<response> get_policy(const answers& a, store::task_store& store, const std::string& id) {
+net::awaitable<response> get_policy(const answers& a, store::policy_registry& store, const std::string& id) {
   auto [e, stored] = co_await store::async_get_policy(store, id, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!stored) co_return a.error(bhttp::status::not_found, "not_found", "no such policy");

@@ -39,7 +39,7 @@ void write_attempt(observe::json_writer& w, const store::attempt_log& at) {
 }
 
 /// GET /retry-tasks/{id}: the task and its first attempts (all of them: /attempts pages on).
-net::awaitable<response> get_task(const answers& a, store::task_store& store, const std::string& id) {
+net::awaitable<response> get_task(const answers& a, store::task_queue& store, const std::string& id) {
   auto [e, task] = co_await store::async_get(store, id, use_tuple);
   if (e) co_return a.unavailable(*e);
   if (!task) co_return a.error(bhttp::status::not_found, "not_found", "no such task");
@@ -57,7 +57,7 @@ net::awaitable<response> get_task(const answers& a, store::task_store& store, co
 }
 
 /// GET /retry-tasks/{id}/attempts[?after=N][&limit=N]: the attempt log a page at a time.
-net::awaitable<response> list_attempts(const answers& a, store::task_store& store, const std::string& id,
+net::awaitable<response> list_attempts(const answers& a, store::task_queue& store, const std::string& id,
                                        std::string_view target) {
   auto const limit = page_limit(query_value(target, "limit"), 100);
   unsigned after = 0;
@@ -87,7 +87,7 @@ net::awaitable<response> list_attempts(const answers& a, store::task_store& stor
 }
 
 /// DELETE /retry-tasks/{id}: cancels a task still waiting; one in flight or ended is a conflict.
-net::awaitable<response> cancel_task(const answers& a, store::task_store& store, const std::string& id) {
+net::awaitable<response> cancel_task(const answers& a, store::task_queue& store, const std::string& id) {
   auto const now = store::wall_clock::now();
   auto [e, cancelled] = co_await store::async_cancel(store, id, now, use_tuple);
   if (e) co_return a.unavailable(*e);
@@ -119,7 +119,7 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
 
   std::string policy_id;
   if (auto const& p = sub.policy_id) {
-    auto [pe, policy] = co_await store::async_get_policy(ctx.store, *p, use_tuple);
+    auto [pe, policy] = co_await store::async_get_policy(ctx.policies, *p, use_tuple);
     if (pe) co_return a.unavailable(*pe);
     if (!policy)
       co_return a.error(bhttp::status::unprocessable_entity, "unknown_policy",
@@ -141,7 +141,7 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
                   : std::nullopt;
   if (!made) co_return a.error(bhttp::status::service_unavailable, "store_unavailable", "no id could be generated");
   auto& t = *made;
-  auto [e, stored] = co_await store::async_accept(ctx.store, t, use_tuple);
+  auto [e, stored] = co_await store::async_accept(ctx.tasks, t, use_tuple);
   if (e && e->full && e->first)
     ctx.log.warn("store_full", {{"dependency", t.dependency}, {"message", e->message}, {"via", "admin_api"}});
   if (e || !stored) co_return a.unavailable(e.value_or(store::store_error{"not stored"}));
@@ -211,7 +211,6 @@ std::optional<response> refuse_unauthorized(const http::request_message<bhttp::s
 
 net::awaitable<response> task_api_answer(const http::request_message<bhttp::string_body>& req, const task_api_context& ctx) {
   answers const a(req);
-  auto& store = ctx.store;
   std::string_view const target = req.target();
   std::string_view const path = target.substr(0, target.find('?'));
   auto const method = req.method();
@@ -238,11 +237,11 @@ net::awaitable<response> task_api_answer(const http::request_message<bhttp::stri
     if (id.empty() || (!action.empty() && action != "attempts"))
       co_return a.error(bhttp::status::not_found, "not_found", "no such endpoint");
     if (action == "attempts") {
-      if (read) co_return co_await list_attempts(a, store, id, target);
+      if (read) co_return co_await list_attempts(a, ctx.tasks, id, target);
       co_return not_allowed("GET");
     }
-    if (read) co_return co_await get_task(a, store, id);
-    if (method == bhttp::verb::delete_) co_return co_await cancel_task(a, store, id);
+    if (read) co_return co_await get_task(a, ctx.tasks, id);
+    if (method == bhttp::verb::delete_) co_return co_await cancel_task(a, ctx.tasks, id);
     co_return not_allowed("GET, DELETE");
   }
   if (path == "/retry-policies") {
@@ -252,11 +251,11 @@ net::awaitable<response> task_api_answer(const http::request_message<bhttp::stri
   if (path.starts_with(policies_prefix)) {
     auto const [id, action] = split(path.substr(policies_prefix.size()));
     if (id.empty() || !action.empty()) co_return a.error(bhttp::status::not_found, "not_found", "no such endpoint");
-    if (read) co_return co_await get_policy(a, store, id);
+    if (read) co_return co_await get_policy(a, ctx.policies, id);
     co_return not_allowed("GET");
   }
   if (path == dlq_path) {
-    if (read) co_return co_await list_dlq(a, store, target);
+    if (read) co_return co_await list_dlq(a, ctx.tasks, target);
     co_return not_allowed("GET");
   }
   if (path == "/dlq/replay") {

@@ -14,7 +14,8 @@
 #include <string_view>
 
 namespace rebound::store {
-class task_store;
+class task_queue;
+class policy_registry;
 }
 namespace rebound::config {
 struct config;
@@ -29,7 +30,8 @@ namespace bhttp = boost::beast::http;
 
 /// What the API works with; all of it outlives the answer.
 struct task_api_context {
-  store::task_store& store;
+  store::task_queue& tasks;           ///< the roles of the store it uses, and only those
+  store::policy_registry& policies;
   const config::config& cfg;  ///< routes tasks to dependencies; admin.token_file, async.max_body
   const observe::logger& log;
   std::string_view admin_base;  ///< http://ADMIN: the base of a task's Location

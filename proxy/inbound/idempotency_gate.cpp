@@ -36,6 +36,7 @@ struct gate_call {
   const retry::request_facts& facts;  ///< what logs and traces name it by
   gate_trace& trace;
   const http::session_context& ctx;
+  store::key_store* keys;  ///< the one role of the store the gate uses; null: there is no store
   beast::tcp_stream& client;
   const http::dependency_route& route;
   const config::inbound_route& ir;
@@ -278,11 +279,11 @@ net::awaitable<std::string_view> settle_key(const gate_call& c, const held_key& 
   bool completed = false;
   if (plan.pin) {
     auto [ce, done] =
-        co_await store::async_complete_key(*c.ctx.store, k.scope, *plan.pin, wall::now() + plan.ttl, use_tuple);
+        co_await store::async_complete_key(*c.keys, k.scope, *plan.pin, wall::now() + plan.ttl, use_tuple);
     completed = !ce && done;
   }
   if (!completed) {
-    auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
+    auto [re, released] = co_await store::async_release_key(*c.keys, k.scope, use_tuple);
   }
   auto const end = after_settle(completed, whole);
   log_move(c, k, end.move);
@@ -335,7 +336,7 @@ net::awaitable<bool> answer_held(const gate_call& c, const held_key& k, const st
   if (!answer.response) {
     auto const step = after_app_failure(answer.may_have_reached);
     if (step.release) {
-      auto [re, released] = co_await store::async_release_key(*c.ctx.store, k.scope, use_tuple);
+      auto [re, released] = co_await store::async_release_key(*c.keys, k.scope, use_tuple);
     }
     log_move(c, k, step.move);
     c.trace.status("not-stored");
@@ -361,7 +362,7 @@ net::awaitable<bool> answer_claimed(const gate_call& c, const held_key& k, const
   // The key is held while its request may be at the app: a crash mid-request frees it
   // only once the lease has run out.
   auto const lease = now + c.ctx.cfg().inbound.claim_lease;
-  auto [e, claim] = co_await store::async_claim_key(*c.ctx.store, k.scope, k.hash, now, lease, use_tuple);
+  auto [e, claim] = co_await store::async_claim_key(*c.keys, k.scope, k.hash, now, lease, use_tuple);
   if (e) {
     if (e->full && e->first) c.ctx.log->warn("store_full", {{"dependency", c.route.name}, {"message", e->message}});
     auto const refusal = claim_failed(*e);
@@ -392,6 +393,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
                     facts,
                     trace,
                     request.ctx,
+                    request.ctx.store,
                     request.client,
                     route,
                     ir,
@@ -400,7 +402,7 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
                     req.keep_alive(),
                     req.method() == bhttp::verb::head,
                     request.ctx.cfg().limits.idle_timeout};
-  if (!c.ctx.store) {
+  if (!c.keys) {
     auto const refusal = no_store();
     co_return co_await refuse(c, refusal);
   }
