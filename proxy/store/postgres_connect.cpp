@@ -96,7 +96,7 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
   c.close();
   c.failed = false;
   // Earlier keywords are overridden by the DSN's own; the password comes last, from its file.
-  std::vector<const char*> keys = {"connect_timeout", "application_name", "keepalives_idle", "keepalives_interval",
+  std::vector<const char*> keys = {"connect_timeout",  "application_name", "keepalives_idle", "keepalives_interval",
                                    "keepalives_count", "tcp_user_timeout", "dbname"};
   std::vector<const char*> values = {"5", "rebound", "10", "5", "3", "15000", options_.dsn.c_str()};
   if (!options_.password.empty()) {
@@ -114,7 +114,8 @@ bool postgres_store::connect(pg_connection& c, bool migrate) {
   }
   // libpq prints the server's NOTICEs ("relation ... already exists, skipping" from the
   // migrations' IF NOT EXISTS) to stderr, outside the JSON log. They are not errors: dropped.
-  PQsetNoticeProcessor(c.raw, [](void*, const char*) {}, nullptr);
+  PQsetNoticeProcessor(
+      c.raw, [](void*, const char*) {}, nullptr);
   if (!find_pooler(c)) return fail_connect(c);
   if (!migrate) return true;
   // Under the advisory lock (of the transaction, which a transaction-mode pooler keeps on

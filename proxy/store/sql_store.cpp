@@ -96,24 +96,24 @@ void sql_store::submit_accept(retry_task task, callback<bool> done) {
 void sql_store::submit_claim(std::string owner, wall_clock::time_point now, wall_clock::time_point lease_until,
                              std::size_t limit, callback<std::vector<retry_task>> done) {
   using tasks = std::vector<retry_task>;
-  queue<tasks>(std::move(done), [this, owner = std::move(owner), now, lease_until, limit](
-                                    session& s, const callback<tasks>& done) {
-    if (!s.keep_size_current()) return failure<tasks>(done, s.error());
-    // The leases that ran out first, then the due tasks. In PostgreSQL, SKIP LOCKED passes over
-    // rows another instance is claiming right now: a fleet's claims never queue behind each other.
-    tasks out;
-    for (auto const* sql : {&q().claim_expired, &q().claim_due}) {
-      if (out.size() >= limit) break;
-      auto r = s.run(*sql, {text(owner), number(to_ms(lease_until)), number(to_ms(now)),
-                            number(static_cast<std::int64_t>(limit - out.size()))});
-      if (!r) return failure<tasks>(done, s.error());
-      read_tasks(*r, out);
-      if (sql == &q().claim_due)
-        s.moved(task_status::pending, task_status::in_flight, static_cast<std::int64_t>(r->size()));
-    }
-    for (auto& t : out) t.status = task_status::in_flight;
-    return answer<tasks>(done, std::nullopt, std::move(out));
-  });
+  queue<tasks>(std::move(done),
+               [this, owner = std::move(owner), now, lease_until, limit](session& s, const callback<tasks>& done) {
+                 if (!s.keep_size_current()) return failure<tasks>(done, s.error());
+                 // The leases that ran out first, then the due tasks. In PostgreSQL, SKIP LOCKED passes over
+                 // rows another instance is claiming right now: a fleet's claims never queue behind each other.
+                 tasks out;
+                 for (auto const* sql : {&q().claim_expired, &q().claim_due}) {
+                   if (out.size() >= limit) break;
+                   auto r = s.run(*sql, {text(owner), number(to_ms(lease_until)), number(to_ms(now)),
+                                         number(static_cast<std::int64_t>(limit - out.size()))});
+                   if (!r) return failure<tasks>(done, s.error());
+                   read_tasks(*r, out);
+                   if (sql == &q().claim_due)
+                     s.moved(task_status::pending, task_status::in_flight, static_cast<std::int64_t>(r->size()));
+                 }
+                 for (auto& t : out) t.status = task_status::in_flight;
+                 return answer<tasks>(done, std::nullopt, std::move(out));
+               });
 }
 
 void sql_store::submit_finish_attempt(std::string owner, attempt_log attempt, task_status next,
@@ -135,8 +135,7 @@ void sql_store::submit_finish_attempt(std::string owner, attempt_log attempt, ta
   });
 }
 
-void sql_store::submit_postpone(std::string owner, std::string id, wall_clock::time_point until,
-                                callback<bool> done) {
+void sql_store::submit_postpone(std::string owner, std::string id, wall_clock::time_point until, callback<bool> done) {
   queue<bool>(std::move(done),
               [this, owner = std::move(owner), id = std::move(id), until](session& s, const callback<bool>& done) {
                 auto u = s.run(q().postpone, {number(to_ms(until)), text(id), text(owner)});
@@ -319,8 +318,8 @@ void sql_store::submit_get_policy(std::string id, callback<std::optional<stored_
 
 void sql_store::submit_claim_key(std::string scope_key, std::string fingerprint, wall_clock::time_point now,
                                  wall_clock::time_point lease_until, callback<key_claim> done) {
-  queue<key_claim>(std::move(done), [this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint),
-                                     now, lease_until](session& s, const callback<key_claim>& done) {
+  queue<key_claim>(std::move(done), [this, scope_key = std::move(scope_key), fingerprint = std::move(fingerprint), now,
+                                     lease_until](session& s, const callback<key_claim>& done) {
     // Only a key that is new needs room; one held or answered is found whatever the size.
     if (s.full()) {
       auto r = s.run(q().key_known, {text(scope_key)});

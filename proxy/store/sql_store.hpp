@@ -68,17 +68,14 @@ class session {
   std::optional<rows> run(const std::string& sql, std::initializer_list<value> params) {
     return run_values(sql, std::span<const value>(params.begin(), params.size()));
   }
-  std::optional<rows> run(const std::string& sql, const std::vector<value>& params) {
-    return run_values(sql, params);
-  }
+  std::optional<rows> run(const std::string& sql, const std::vector<value>& params) { return run_values(sql, params); }
   virtual std::string error() const = 0;
 
   /// This call made tasks due now (an accept, a replay): once committed, schedulers are woken.
   virtual void made_due() = 0;
   /// The call moved `n` tasks between statuses (none: created or deleted); a backend that
   /// keeps the counts itself (SQLite) counts them once the transaction commits.
-  virtual void moved(std::optional<task_status> /*from*/, std::optional<task_status> /*to*/,
-                     std::int64_t /*n*/ = 1) {}
+  virtual void moved(std::optional<task_status> /*from*/, std::optional<task_status> /*to*/, std::int64_t /*n*/ = 1) {}
   /// The counts by status when the backend keeps them (reading them then costs nothing);
   /// nothing: they are counted by the database.
   virtual std::optional<status_counts> kept_counts() const { return std::nullopt; }
