@@ -47,6 +47,14 @@ bool inbound_settings::needs_store() const {
   return false;
 }
 
+retry::dependency_policies config::guarded() const {
+  retry::dependency_policies p;
+  for (auto const& d : dependencies) p.named.emplace_back(d.name, d.effective);
+  p.defaults = defaults;
+  p.max_unknown_hosts = limits.max_unknown_hosts;
+  return p;
+}
+
 bool config::hands_over() const {
   if (store.configured || hands_over_calls(defaults.context)) return true;
   for (auto const& d : dependencies) {

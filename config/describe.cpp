@@ -33,46 +33,6 @@ class object_writer {
 
 }  // namespace
 
-std::string_view to_string(context_kind c) {
-  switch (c) {
-    case context_kind::sync:
-      return "sync";
-    case context_kind::async:
-      return "async";
-    case context_kind::webhook:
-      return "webhook";
-    case context_kind::batch:
-      return "batch";
-    case context_kind::grpc:
-      return "grpc";
-  }
-  return "sync";
-}
-
-std::string_view to_string(breaker_mode m) {
-  switch (m) {
-    case breaker_mode::enforce:
-      return "enforce";
-    case breaker_mode::signal:
-      return "signal";
-    case breaker_mode::off:
-      return "off";
-  }
-  return "enforce";
-}
-
-std::string_view to_string(concurrency_mode m) {
-  switch (m) {
-    case concurrency_mode::fixed:
-      return "fixed";
-    case concurrency_mode::adaptive:
-      return "adaptive";
-    case concurrency_mode::off:
-      break;
-  }
-  return "off";
-}
-
 namespace {
 
 std::string endpoint_text(const endpoint& e) {

@@ -21,9 +21,4 @@ std::string effective_config_json(const config& cfg);
 /// and breaker (a registered policy's answer on the admin API).
 std::string policy_json(const policy& p);
 
-/// The YAML spelling of an enum value.
-std::string_view to_string(context_kind c);
-std::string_view to_string(breaker_mode m);
-std::string_view to_string(concurrency_mode m);
-
 }  // namespace rebound::config

@@ -38,13 +38,13 @@ std::string dependencies_json(const std::vector<retry::dependency_guard::snapsho
     w.field("requests_in_window", s.budget.requests).field("retries_in_window", s.budget.retries);
     w.field("retries_allowed", s.budget.allowed).field("budget_left", left);
     w.key("budget_utilization").number(s.budget.utilization(), "%.4f");
-    w.key("breaker").open_object().field("state", retry::to_string(s.state)).field("mode", config::to_string(s.mode));
+    w.key("breaker").open_object().field("state", retry::to_string(s.state)).field("mode", retry::to_string(s.mode));
     w.field("in_state_ms", s.in_state.count()).close_object();
     // Issue 51: the limit and what is in flight, all workers' lanes added up.
-    w.key("concurrency").open_object().field("mode", config::to_string(s.concurrency));
-    if (s.concurrency != config::concurrency_mode::off) {
+    w.key("concurrency").open_object().field("mode", retry::to_string(s.concurrency));
+    if (s.concurrency != retry::concurrency_mode::off) {
       w.field("limit", s.limit.limit).field("in_flight", s.limit.in_flight);
-      if (s.concurrency == config::concurrency_mode::adaptive) {
+      if (s.concurrency == retry::concurrency_mode::adaptive) {
         w.key("min_rtt_ms");
         if (s.limit.min_rtt)
           w.number(std::chrono::duration<double, std::milli>(*s.limit.min_rtt).count(), "%.3f");

@@ -42,7 +42,7 @@ net::awaitable<response> register_policy(const answers& a, const task_api_contex
   std::string const id(idv->as_string());
   o.erase("id");
   std::string const spec = boost::json::serialize(o);
-  std::optional<config::policy> policy;
+  std::optional<retry::policy> policy;
   try {
     policy = config::load_policy_text(spec, "policy");
   } catch (const config::config_error& x) {

@@ -123,7 +123,7 @@ void reload(control_state& cs) {
     log.error("config_reload_failed", {{"file", path}, {"message", e.what()}});
     return;
   }
-  auto const report = cs.guards.reconfigure(*current);
+  auto const report = cs.guards.reconfigure(current->guarded());
   auto const next_running = std::make_shared<const http::running_config>(http::running_config{current, origins});
   for (auto& w : cs.workers) {
     worker* wp = w.get();
@@ -382,7 +382,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   // Before the workers: suspended sessions hold pointers to guards until their io_context dies.
   observe::metrics metrics(cfg->service);
   ares_library_init(ARES_LIB_INIT_ALL);                 // once, before any thread uses c-ares
-  retry::guard_registry guards(*cfg, log, metrics, n);  // each worker its lane of a concurrency limit
+  retry::guard_registry guards(cfg->guarded(), log, metrics, n);  // each worker its lane of a concurrency limit
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
   auto const running = std::make_shared<const http::running_config>(http::running_config{cfg, origins});

@@ -1,5 +1,7 @@
 #include "proxy/app/worker.hpp"
 
+#include "config/config.hpp"
+
 #include "proxy/grpc/serve.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/inbound/serve.hpp"

@@ -41,13 +41,13 @@ std::optional<store::retry_task> alert_task(const http::session_context& ctx, co
 
 }  // namespace
 
-const config::policy& alert_policy() {
-  static const config::policy p = [] {
-    config::policy a;
-    a.context = config::context_kind::webhook;
-    a.max_retries = config::builtin_max_retries(a.context);
-    a.schedule = config::builtin_schedule(a.context);
-    a.total_timeout = config::builtin_total_timeout(a.context);
+const retry::policy& alert_policy() {
+  static const retry::policy p = [] {
+    retry::policy a;
+    a.context = retry::context_kind::webhook;
+    a.max_retries = retry::builtin_max_retries(a.context);
+    a.schedule = retry::builtin_schedule(a.context);
+    a.total_timeout = retry::builtin_total_timeout(a.context);
     return a;
   }();
   return p;

@@ -16,7 +16,7 @@ class metrics;
 namespace rebound::delivery {
 
 /// R-3's webhook table, 24 h: how an alert notice is retried, whatever the route of its URL says.
-const config::policy& alert_policy();
+const retry::policy& alert_policy();
 
 /** Raises the notice of a dead letter, stored next to the dead letter's record so both
     usually share one commit (a crash between the two can lose the notice, never the dead

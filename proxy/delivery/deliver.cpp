@@ -49,7 +49,7 @@ observe::span task_span(const observe::request_trace& trace, const retry::reques
 /** The policy a task is delivered by: its registered one, else its route's. A registered
     policy that is gone or no longer passes the checks (a newer rebound's rules) leaves the
     route's in place, with a warning: the task is still delivered. */
-net::awaitable<std::shared_ptr<const config::policy>> registered_policy(const http::session_context& ctx,
+net::awaitable<std::shared_ptr<const retry::policy>> registered_policy(const http::session_context& ctx,
                                                                         delivery_state& state,
                                                                         const store::retry_task& task) {
   if (task.policy_id.empty()) co_return nullptr;
@@ -58,7 +58,7 @@ net::awaitable<std::shared_ptr<const config::policy>> registered_policy(const ht
   std::string problem = e ? e->message : stored ? std::string() : "no policy registered under this id";
   if (stored) {
     try {
-      auto p = std::make_shared<const config::policy>(config::load_policy_text(stored->spec, "policy " + stored->id));
+      auto p = std::make_shared<const retry::policy>(config::load_policy_text(stored->spec, "policy " + stored->id));
       state.policies.emplace(task.policy_id, p);
       co_return p;
     } catch (const std::exception& x) {
@@ -76,7 +76,7 @@ struct delivery_call {
   delivery_state& state;
   const store::retry_task& task;
   const http::dependency_route& route;
-  const config::policy& policy;
+  const retry::policy& policy;
 };
 
 /// Into the store and the log: what one attempt of the task came to (task_step's end_of).
@@ -107,7 +107,7 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
       state.waiting->cancel();  // the scheduler recomputes its wait with this retry in it
   }
   if (end.ended && state.options.metrics) {
-    state.options.metrics->task_ended(d.route.name, config::to_string(d.policy.context), wall::now() - task.created_at);
+    state.options.metrics->task_ended(d.route.name, retry::to_string(d.policy.context), wall::now() - task.created_at);
     if (is_alert)
       state.options.metrics->alert_notice(end.status == store::task_status::succeeded ? "delivered" : "failed");
   }
@@ -116,7 +116,7 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
   } else if (end.status == store::task_status::exhausted) {
     log.error("alert_failed", {{"task_id", task.id}, {"reason", judged.reason}, {"attempts", attempt.number}});
   } else if (end.status == store::task_status::dead_lettered) {
-    d.route.guard->dead_lettered(judged.reason, config::to_string(d.policy.context));
+    d.route.guard->dead_lettered(judged.reason, retry::to_string(d.policy.context));
     log.error("dead_lettered", {{"task_id", task.id},
                                 {"dependency", d.route.name},
                                 {"reason", judged.reason},
@@ -128,7 +128,7 @@ net::awaitable<void> record(const delivery_call& d, const store::attempt_log& at
 
 /// The policy of the dependency a task was accepted for, by name: its route's is not known
 /// when its target cannot be parsed.
-const config::policy& policy_named(const config::config& cfg, std::string_view dependency) {
+const retry::policy& policy_named(const config::config& cfg, std::string_view dependency) {
   for (auto const& d : cfg.dependencies)
     if (d.name == dependency) return d.effective;
   return cfg.defaults;
@@ -152,7 +152,7 @@ net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, de
   // No retry step ran to its end: this is that end (an alert's is counted by record()).
   if (!is_alert)
     route.guard->ended(none.number - std::min(task.attempts, task.attempts_before), retry::call_end::failure,
-                       config::to_string(policy.context));
+                       retry::to_string(policy.context));
   next_state const judged{store::task_status::dead_lettered, wall::now(), "unsendable"};
   std::string const message(reason);
   delivery_call const call{ctx, state, task, route, policy};
@@ -301,7 +301,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
   auto route = http::route_request(ctx.cfg(), target, task.method, false);
   http::attach_runtime(route, ctx, target);
   bool const is_alert = task.policy_id == alert_policy_id;
-  std::shared_ptr<const config::policy> registered;
+  std::shared_ptr<const retry::policy> registered;
   if (!is_alert) registered = co_await registered_policy(ctx, *state, task);  // not inside ?: (GCC 12)
   auto const& policy = is_alert ? alert_policy() : registered ? *registered : *route.policy;
   delivery_call const call{ctx, *state, task, route, policy};

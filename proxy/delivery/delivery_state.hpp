@@ -34,7 +34,7 @@ struct delivery_state {
   std::priority_queue<store::wall_clock::time_point, std::vector<store::wall_clock::time_point>, std::greater<>>
       due_times;
   /// Registered policies by id, read from the store once: they never change under their id.
-  std::unordered_map<std::string, std::shared_ptr<const config::policy>> policies;
+  std::unordered_map<std::string, std::shared_ptr<const retry::policy>> policies;
   std::minstd_rand poll_draws;
   /// Another instance's commit made tasks due (its NOTIFY) since the last claim.
   bool notified = false;

@@ -4,7 +4,7 @@
 
 namespace rebound::delivery {
 
-next_state judge(const retry::next_step& next, const retry::attempt_summary& summary, const config::policy& policy,
+next_state judge(const retry::next_step& next, const retry::attempt_summary& summary, const retry::policy& policy,
                  wall::time_point now) {
   if (next.retry) return {store::task_status::pending, now + next.wait, {}};
   if (!next.stopped)  // the step asks no budget for delivery, so only a drain could say this
@@ -18,7 +18,7 @@ next_state judge(const retry::next_step& next, const retry::attempt_summary& sum
 }
 
 std::chrono::milliseconds postponement_for(held_back why, retry::duration breaker_retry_after, unsigned attempts,
-                                           const config::policy& policy, double u) {
+                                           const retry::policy& policy, double u) {
   using std::chrono::duration_cast;
   switch (why) {
     case held_back::breaker_open:

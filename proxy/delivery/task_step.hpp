@@ -36,7 +36,7 @@ struct next_state {
 /** What the retry step (R-1..R-5, the breaker's record, the logs) said of one attempt, as the
     task's next state: the wait it would have waited becomes the time stored for the next
     attempt, from `now`. */
-next_state judge(const retry::next_step& next, const retry::attempt_summary& summary, const config::policy& policy,
+next_state judge(const retry::next_step& next, const retry::attempt_summary& summary, const retry::policy& policy,
                  wall::time_point now);
 
 /// Why an attempt is not made now (R-7 before it, or the dependency's concurrency limit).
@@ -46,7 +46,7 @@ enum class held_back { breaker_open, budget_spent, concurrency_limit };
     budget's backoff cap, or (at the concurrency limit) the task's own next backoff drawn with
     `u`. None of them is an attempt, so none brings the dead letter nearer. */
 std::chrono::milliseconds postponement_for(held_back why, retry::duration breaker_retry_after, unsigned attempts,
-                                           const config::policy& policy, double u);
+                                           const retry::policy& policy, double u);
 /// The `task_postponed` line's reason.
 std::string_view to_string(held_back why);
 

@@ -25,7 +25,7 @@ namespace rebound::http {
 
 struct dependency_route {
   std::string name;                                ///< the key of budgets, breakers, metrics and logs
-  const config::policy* policy = nullptr;          ///< for the request's method and path (SPEC 3)
+  const retry::policy* policy = nullptr;          ///< for the request's method and path (SPEC 3)
   const config::dependency* dependency = nullptr;  ///< null for an unknown host
   /// Budget and breaker, held for the whole request: a reload may replace them meanwhile.
   std::shared_ptr<retry::dependency_guard> guard;

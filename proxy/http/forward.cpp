@@ -42,7 +42,7 @@ net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e,
 namespace {
 
 /// Says in the log why a request that R-6 would let retry goes out only once.
-void log_sent_once(const session_context& ctx, const retry::request_facts& facts, const config::policy& policy,
+void log_sent_once(const session_context& ctx, const retry::request_facts& facts, const retry::policy& policy,
                    std::string_view reason) {
   if (!facts.may_retry || policy.max_retries == 0) return;
   ctx.log->info("retry_disabled", {{"correlation_id", facts.correlation_id},
@@ -179,7 +179,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, session_guard& se
   // Hedged requests (retry/hedge.hpp): idempotent methods only, whatever the route says;
   // never a handshake, which two copies would make two connections the upstream keeps open.
   auto const hedge =
-      retry::plan_hedge(policy, facts.may_retry && !upgrade && config::idempotent_method(facts.method),
+      retry::plan_hedge(policy, facts.may_retry && !upgrade && retry::idempotent_method(facts.method),
                         policy.hedge.enabled() && policy.hedge.after_p95 ? guard.observed_p95() : std::nullopt);
   // Copies in flight at once must not write interim (1xx) answers to the client side by
   // side, nor be cancelled halfway through one: a hedged request drops them.
@@ -343,7 +343,7 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
       refusal =
           error_reply{403, error_type::upgrade_refused,
                       "this route does not let WebSocket upgrades through (upgrades: [])", std::string(dependency), 0};
-    else if (config::hands_over_calls(policy.context))
+    else if (retry::hands_over_calls(policy.context))
       refusal = error_reply{403, error_type::upgrade_refused,
                             "this route hands its calls over for later delivery; a WebSocket cannot wait",
                             std::string(dependency), 0};

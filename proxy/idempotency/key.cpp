@@ -10,7 +10,7 @@ namespace rebound::idempotency {
 
 namespace bhttp = boost::beast::http;
 
-bool retry_safe_method(bhttp::verb v) { return config::idempotent_method(bhttp::to_string(v)); }
+bool retry_safe_method(bhttp::verb v) { return retry::idempotent_method(bhttp::to_string(v)); }
 
 bool needs_key(bhttp::verb v) { return v == bhttp::verb::post || v == bhttp::verb::patch; }
 

@@ -12,7 +12,7 @@
 namespace rebound::idempotency {
 
 /// GET, HEAD, OPTIONS, PUT and DELETE may be retried without further measures
-/// (config::idempotent_method's list, read for a Beast verb).
+/// (retry::idempotent_method's list, read for a Beast verb).
 bool retry_safe_method(boost::beast::http::verb v);
 
 /// POST and PATCH may be retried only with an idempotency key.

@@ -9,7 +9,7 @@ namespace {
 
 /// The address has been healthy for as long as the longest ejection: its past is forgiven,
 /// and its next ejection is a first one again.
-bool forgiven(const config::outlier_policy& p, address_health::clock::time_point until,
+bool forgiven(const retry::outlier_policy& p, address_health::clock::time_point until,
               address_health::clock::time_point now, unsigned times) {
   return times > 0 && now >= until + p.max_ejection;
 }

@@ -6,7 +6,7 @@
     an address that keeps failing. The rule is pure: time comes in as an argument and nothing
     here locks, logs or counts; the dependency's guard (dependency_guard.hpp) wraps it, beside
     the breaker it does not replace. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/net.hpp"
 #include "proxy/retry/classify.hpp"
 
@@ -44,7 +44,7 @@ class address_health {
   /// dependency whose names churn through more forgets the newest troubles rather than grow.
   static constexpr std::size_t max_tracked = 256;
 
-  explicit address_health(const config::outlier_policy& p) : policy_(p) {}
+  explicit address_health(const retry::outlier_policy& p) : policy_(p) {}
 
   /// An address ejected by the failure just recorded.
   struct ejection {
@@ -81,7 +81,7 @@ class address_health {
   bool is_ejected(const entry& e, clock::time_point now) const { return e.times > 0 && now < e.until; }
   std::size_t ejected_now(clock::time_point now) const;
 
-  config::outlier_policy policy_;
+  retry::outlier_policy policy_;
   std::unordered_map<net::ip::address, entry> entries_;
 };
 

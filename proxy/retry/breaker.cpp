@@ -5,7 +5,7 @@
 namespace rebound::retry {
 namespace {
 
-using mode = config::breaker_mode;
+using mode = retry::breaker_mode;
 
 constexpr std::uint64_t state_bits = 2;
 constexpr std::uint64_t state_mask = (1u << state_bits) - 1;
@@ -37,7 +37,7 @@ std::string_view to_string(breaker_state s) {
   return "closed";
 }
 
-circuit_breaker::circuit_breaker(const config::breaker_policy& p, time_point created)
+circuit_breaker::circuit_breaker(const retry::breaker_policy& p, time_point created)
     : policy_(p),
       word_(pack(breaker_state::closed, time_point{})),
       since_ns_(ns_of(created)),

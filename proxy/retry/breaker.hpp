@@ -13,7 +13,7 @@
     draw `u` in [0, 1) for the jitter. No mutex: the state and the time it ends or began are
     one atomic word, and a transition is made by the one caller whose compare-exchange on it
     wins; that caller gets it reported so it can log it. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/retry/rolling_count.hpp"
 
 #include <atomic>
@@ -42,8 +42,8 @@ class circuit_breaker {
   using duration = std::chrono::milliseconds;
 
   /// `created` starts the first state's time (in_state_ms of a breaker that never moved).
-  explicit circuit_breaker(const config::breaker_policy& p, time_point created = std::chrono::steady_clock::now());
-  const config::breaker_policy& policy() const { return policy_; }
+  explicit circuit_breaker(const retry::breaker_policy& p, time_point created = std::chrono::steady_clock::now());
+  const retry::breaker_policy& policy() const { return policy_; }
 
   struct decision {
     bool allowed = true;
@@ -78,7 +78,7 @@ class circuit_breaker {
                                          std::string_view reason);
   void start_round();
 
-  config::breaker_policy policy_;
+  retry::breaker_policy policy_;
   std::atomic<std::uint64_t> word_;
   std::atomic<std::int64_t> since_ns_;        ///< when the state began, for display only
   std::atomic<std::int64_t> probes_left_{0};  ///< half-open admissions left in this round

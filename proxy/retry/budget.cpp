@@ -5,7 +5,7 @@
 
 namespace rebound::retry {
 
-retry_budget::retry_budget(const config::budget_policy& p) : policy_(p), requests_(p.window), retries_(p.window) {}
+retry_budget::retry_budget(const retry::budget_policy& p) : policy_(p), requests_(p.window), retries_(p.window) {}
 
 std::uint64_t retry_budget::allowed_for(std::uint64_t requests) const {
   auto const by_ratio = static_cast<std::uint64_t>(std::floor(policy_.ratio * static_cast<double>(requests)));

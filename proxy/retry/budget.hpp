@@ -11,7 +11,7 @@
     worker, the price of taking no lock.
 
     Pure with respect to time: every call takes `now`. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/retry/rolling_count.hpp"
 
 #include <chrono>
@@ -22,7 +22,7 @@ namespace rebound::retry {
 class retry_budget {
  public:
   using time_point = std::chrono::steady_clock::time_point;
-  explicit retry_budget(const config::budget_policy& p);
+  explicit retry_budget(const retry::budget_policy& p);
 
   /// An original request (the first attempt of a request) was sent.
   void deposit(time_point now);
@@ -40,12 +40,12 @@ class retry_budget {
   };
   usage in_window(time_point now) const;
 
-  const config::budget_policy& policy() const { return policy_; }
+  const retry::budget_policy& policy() const { return policy_; }
 
  private:
   std::uint64_t allowed_for(std::uint64_t requests) const;
 
-  config::budget_policy policy_;
+  retry::budget_policy policy_;
   rolling_count requests_;
   rolling_count retries_;
 };

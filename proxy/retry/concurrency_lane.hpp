@@ -16,7 +16,7 @@ namespace rebound::retry {
 
 class alignas(64) concurrency_lane {
  public:
-  concurrency_lane(const config::concurrency_policy& p, unsigned shares, std::uint64_t seed)
+  concurrency_lane(const retry::concurrency_policy& p, unsigned shares, std::uint64_t seed)
       : limit_(p, shares, concurrency_limit::clock::now()), draws_(seed) {}
 
   /// An attempt's place in the lane: given back when it is released or destroyed.

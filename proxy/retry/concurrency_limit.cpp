@@ -19,20 +19,20 @@ concurrency_limit::clock::duration concurrency_limit::samples::median() {
   return *mid;
 }
 
-concurrency_limit::concurrency_limit(const config::concurrency_policy& p, unsigned shares, clock::time_point now)
+concurrency_limit::concurrency_limit(const retry::concurrency_policy& p, unsigned shares, clock::time_point now)
     : mode_(p.mode),
       min_(share(p.min_limit, shares)),
       max_(std::max(min_, share(p.max_limit, shares))),
       tolerance_(p.tolerance),
       probe_interval_(p.probe_interval),
-      limit_(p.mode == config::concurrency_mode::fixed ? share(p.limit, shares) : min_),
+      limit_(p.mode == retry::concurrency_mode::fixed ? share(p.limit, shares) : min_),
       window_end_(now + window) {
   // Nothing is known of the dependency yet: the first thing to learn is its minimum RTT.
   if (adaptive()) start_probe(now);
 }
 
 unsigned concurrency_limit::limit() const {
-  if (mode_ == config::concurrency_mode::off) return ~0u;
+  if (mode_ == retry::concurrency_mode::off) return ~0u;
   return static_cast<unsigned>(limit_);
 }
 

@@ -15,7 +15,7 @@
       [0.5, 2]; limit = limit x gradient + sqrt(limit x gradient) (headroom for bursts),
       clamped to [min_limit, max_limit].
     Pure: the caller passes the time and the random draws, so tests step through it. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/retry/error_type.hpp"
 
 #include <array>
@@ -40,7 +40,7 @@ class concurrency_limit {
   static constexpr double probe_jitter = 0.15;
 
   /// One worker's share of `p`: its limits are the process's divided by `shares` (at least 1).
-  concurrency_limit(const config::concurrency_policy& p, unsigned shares, clock::time_point now);
+  concurrency_limit(const retry::concurrency_policy& p, unsigned shares, clock::time_point now);
 
   /// An attempt in flight: when it started, and under which probe it did.
   struct ticket {
@@ -60,7 +60,7 @@ class concurrency_limit {
   unsigned in_flight() const { return in_flight_; }
   std::optional<clock::duration> min_rtt() const { return min_rtt_; }
   bool probing() const { return probe_ != 0; }
-  bool adaptive() const { return mode_ == config::concurrency_mode::adaptive; }
+  bool adaptive() const { return mode_ == retry::concurrency_mode::adaptive; }
 
  private:
   /// A bounded set of latencies; the median of what it holds (the first `capacity` only).
@@ -76,7 +76,7 @@ class concurrency_limit {
   void start_probe(clock::time_point now);
   void end_window(clock::time_point now);
 
-  config::concurrency_mode mode_;
+  retry::concurrency_mode mode_;
   double min_, max_;  ///< this worker's share of min_limit / max_limit
   double tolerance_;
   clock::duration probe_interval_;

@@ -4,7 +4,7 @@
 
 namespace rebound::retry {
 
-decision decide(const config::policy& policy, const attempt_facts& f) {
+decision decide(const retry::policy& policy, const attempt_facts& f) {
   if (classify(f.outcome, policy.retry_on) != verdict::retryable) return stop{stop_reason::final, {}, {}};
   if (!f.may_repeat) return stop{stop_reason::not_repeatable, {}, {}};
   // Before the count: a layer below that shed load or already spent its retries makes a
@@ -18,7 +18,7 @@ decision decide(const config::policy& policy, const attempt_facts& f) {
   // the retry about to happen is number `attempts` (1 for the first retry).
   duration const backoff =
       !policy.schedule.empty()                           ? scheduled_jitter(policy.schedule, f.attempts, f.u)
-      : policy.backoff.jitter == config::jitter_kind::full
+      : policy.backoff.jitter == retry::jitter_kind::full
           ? full_jitter(f.attempts, policy.backoff.base, policy.backoff.cap, f.u)
           : decorrelated_jitter(f.previous_wait.count() > 0 ? f.previous_wait : policy.backoff.base,
                                 policy.backoff.base, policy.backoff.cap, f.u);

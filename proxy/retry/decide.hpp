@@ -8,7 +8,7 @@
     a rebound below said of itself (one layer retries, layers.hpp).
     What it does not own are effects: the budget and breaker (R-7), logs, metrics (all in
     step.hpp), timers and a drain (loop.hpp). Time and randomness come in as values, so tests need neither clocks nor sleeps. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/retry/backoff.hpp"
 #include "proxy/retry/classify.hpp"
 
@@ -73,7 +73,7 @@ using decision = std::variant<retry_in, stop>;
 /// No attempt starts with less time than this left: it could not finish.
 inline constexpr duration min_attempt_time{50};
 
-decision decide(const config::policy& policy, const attempt_facts& facts);
+decision decide(const retry::policy& policy, const attempt_facts& facts);
 
 std::string_view to_string(stop_reason r);
 

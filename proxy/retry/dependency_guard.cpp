@@ -1,6 +1,6 @@
 #include "proxy/retry/dependency_guard.hpp"
 
-#include "config/describe.hpp"
+#include "proxy/retry/policy.hpp"
 
 #include <algorithm>
 #include <random>
@@ -19,7 +19,7 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 }  // namespace
 
-dependency_guard::dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
+dependency_guard::dependency_guard(std::string name, const retry::policy& p, const observe::logger& log,
                                    observe::dependency_metrics& metrics, unsigned lanes)
     : name_(std::move(name)),
       mode_(p.circuit_breaker.mode),
@@ -52,7 +52,7 @@ void dependency_guard::report(const std::optional<breaker_transition>& t, std::s
               {"from", to_string(t->from)},
               {"to", to_string(t->to)},
               {"reason", t->reason},
-              {"mode", config::to_string(mode_)},
+              {"mode", retry::to_string(mode_)},
               {"detail", detail}});
 }
 
@@ -160,36 +160,35 @@ dependency_guard::snapshot dependency_guard::take_snapshot() const {
   return s;
 }
 
-guard_registry::guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics,
+guard_registry::guard_registry(const dependency_policies& deps, const observe::logger& log, observe::metrics& metrics,
                                unsigned lanes)
-    : log_(log), metrics_(metrics), max_unknown_(cfg.limits.max_unknown_hosts), lanes_(lanes) {
-  for (auto const& d : cfg.dependencies) {
-    guards_.emplace(d.name,
-                    std::make_shared<dependency_guard>(d.name, d.effective, log, metrics.dependency(d.name), lanes_));
-    configured_.emplace(d.name, true);
+    : log_(log), metrics_(metrics), max_unknown_(deps.max_unknown_hosts), lanes_(lanes) {
+  for (auto const& [name, p] : deps.named) {
+    guards_.emplace(name, std::make_shared<dependency_guard>(name, p, log, metrics.dependency(name), lanes_));
+    configured_.emplace(name, true);
   }
 }
 
-guard_registry::reload_report guard_registry::reconfigure(const config::config& cfg) {
+guard_registry::reload_report guard_registry::reconfigure(const dependency_policies& deps) {
   reload_report r;
   std::lock_guard lock(mutex_);
-  max_unknown_ = cfg.limits.max_unknown_hosts;  // hosts already over a lowered cap keep their guard
-  auto replace = [&](const std::string& name, const config::policy& p) {
+  max_unknown_ = deps.max_unknown_hosts;  // hosts already over a lowered cap keep their guard
+  auto replace = [&](const std::string& name, const retry::policy& p) {
     // The guard replaced lives on in the requests and caches that hold it.
     guards_[name] = std::make_shared<dependency_guard>(name, p, log_, metrics_.dependency(name), lanes_);
   };
   std::unordered_map<std::string, bool> configured;
-  for (auto const& d : cfg.dependencies) {
-    configured.emplace(d.name, true);
-    auto it = guards_.find(d.name);
+  for (auto const& [name, p] : deps.named) {
+    configured.emplace(name, true);
+    auto it = guards_.find(name);
     if (it == guards_.end()) {
-      replace(d.name, d.effective);
-      r.added.push_back(d.name);
-    } else if (it->second->same_settings(d.effective)) {
-      r.kept.push_back(d.name);
+      replace(name, p);
+      r.added.push_back(name);
+    } else if (it->second->same_settings(p)) {
+      r.kept.push_back(name);
     } else {
-      replace(d.name, d.effective);
-      r.reset.push_back(d.name);
+      replace(name, p);
+      r.reset.push_back(name);
     }
   }
   for (auto it = guards_.begin(); it != guards_.end();) {
@@ -199,7 +198,7 @@ guard_registry::reload_report guard_registry::reconfigure(const config::config& 
     }
     if (configured_.count(it->first)) {
       r.removed.push_back(it->first);
-    } else if (it->second->same_settings(cfg.defaults)) {
+    } else if (it->second->same_settings(deps.defaults)) {
       ++it;  // an unknown host whose defaults did not change keeps its state
       continue;
     } else {
@@ -218,7 +217,7 @@ void guard_registry::publish() const {
   for (auto const& [name, g] : guards_) g->publish();
 }
 
-std::shared_ptr<dependency_guard> guard_registry::find(const std::string& name, const config::policy& p) {
+std::shared_ptr<dependency_guard> guard_registry::find(const std::string& name, const retry::policy& p) {
   std::lock_guard lock(mutex_);
   if (auto it = guards_.find(name); it != guards_.end()) return it->second;
   std::string key = name;

@@ -5,7 +5,7 @@
 
     The pure rules live in budget.hpp and breaker.hpp; this file adds the clock, the random
     draw for the breaker's jitter, and the log events of breaker changes. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/breaker.hpp"
@@ -28,7 +28,7 @@ namespace rebound::retry {
 class dependency_guard final : public dependency_gate, public attempt_observer, public address_observer {
  public:
   /// `lanes`: the workers, each of which holds its share of the concurrency limit.
-  dependency_guard(std::string name, const config::policy& p, const observe::logger& log,
+  dependency_guard(std::string name, const retry::policy& p, const observe::logger& log,
                    observe::dependency_metrics& metrics, unsigned lanes = 1);
 
   admission admit() override;
@@ -72,7 +72,7 @@ class dependency_guard final : public dependency_gate, public attempt_observer, 
 
   const std::string& name() const { return name_; }
   /// Whether `p` sets this guard's budget and breaker as they are (a reload may keep it).
-  bool same_settings(const config::policy& p) const {
+  bool same_settings(const retry::policy& p) const {
     return budget_.policy() == p.budget && breaker_.policy() == p.circuit_breaker && concurrency_ == p.concurrency &&
            outlier_ == p.outlier_detection;
   }
@@ -83,9 +83,9 @@ class dependency_guard final : public dependency_gate, public attempt_observer, 
     retry_budget::usage budget;
     breaker_state state = breaker_state::closed;
     std::chrono::milliseconds in_state{0};
-    config::breaker_mode mode = config::breaker_mode::enforce;
+    retry::breaker_mode mode = retry::breaker_mode::enforce;
     /// The lanes added up; min_rtt the least any lane measured.
-    config::concurrency_mode concurrency = config::concurrency_mode::off;
+    retry::concurrency_mode concurrency = retry::concurrency_mode::off;
     concurrency_lane::reading limit;
     std::vector<address_health::reading> ejected;  ///< the addresses ejected now
   };
@@ -97,16 +97,16 @@ class dependency_guard final : public dependency_gate, public attempt_observer, 
   void report(const std::optional<breaker_transition>& t, std::string_view detail = {});
 
   std::string name_;
-  config::breaker_mode mode_;
+  retry::breaker_mode mode_;
   bool open_on_budget_exhausted_;
   const observe::logger& log_;
   observe::dependency_metrics& metrics_;
   retry_budget budget_;
   circuit_breaker breaker_;
   latency_tracker latency_;
-  config::concurrency_policy concurrency_;
+  retry::concurrency_policy concurrency_;
   std::vector<std::unique_ptr<concurrency_lane>> lanes_;  ///< one per worker; none when off
-  config::outlier_policy outlier_;
+  retry::outlier_policy outlier_;
   mutable std::mutex addresses_mutex_;
   address_health addresses_;
   std::atomic<std::size_t> addresses_tracked_{0};  ///< addresses_.tracked(), read without the lock
@@ -122,10 +122,10 @@ class guard_registry {
   static constexpr std::string_view other_hosts = "(other hosts)";
 
   /// `lanes`: the worker count, each worker's guard_cache naming its lane.
-  guard_registry(const config::config& cfg, const observe::logger& log, observe::metrics& metrics,
+  guard_registry(const dependency_policies& deps, const observe::logger& log, observe::metrics& metrics,
                  unsigned lanes = 1);
   /// The guard of `name`; held by the caller for as long as it uses it (a request, a cache).
-  std::shared_ptr<dependency_guard> find(const std::string& name, const config::policy& p);
+  std::shared_ptr<dependency_guard> find(const std::string& name, const retry::policy& p);
 
   /// What a reload did to the guards, by dependency name.
   struct reload_report {
@@ -139,7 +139,7 @@ class guard_registry {
       follow `defaults` the same way. A replaced guard lives while requests in flight or a
       worker's cache still hold it, and is freed with the last of them; workers clear their
       caches afterwards. */
-  reload_report reconfigure(const config::config& cfg);
+  reload_report reconfigure(const dependency_policies& deps);
   std::vector<dependency_guard::snapshot> snapshots() const;
   /// publish() of every guard, before a scrape.
   void publish() const;
@@ -167,7 +167,7 @@ class guard_cache {
   concurrency_lane* lane_of(dependency_guard& g) const { return g.lane(lane_); }
   /// After the registry's reconfigure(), on the worker's own thread.
   void clear() { cache_.clear(); }
-  std::shared_ptr<dependency_guard> find(std::string_view name, const config::policy& p) {
+  std::shared_ptr<dependency_guard> find(std::string_view name, const retry::policy& p) {
     if (auto it = cache_.find(name); it != cache_.end()) return it->second;
     auto g = registry_.find(std::string(name), p);
     // Names past the registry's cap share one guard and are not cached either, so invented

@@ -26,8 +26,8 @@ std::string_view to_string(hedge_delay_source s) {
 
 duration p95_fallback(duration attempt_timeout) { return std::max(attempt_timeout / 2, duration(1)); }
 
-hedge_plan plan_hedge(const config::policy& p, bool hedgeable, std::optional<duration> observed_p95) {
-  if (!hedgeable || !p.hedge.enabled() || p.context != config::context_kind::sync || p.max_retries == 0) return {};
+hedge_plan plan_hedge(const retry::policy& p, bool hedgeable, std::optional<duration> observed_p95) {
+  if (!hedgeable || !p.hedge.enabled() || p.context != retry::context_kind::sync || p.max_retries == 0) return {};
   hedge_plan plan;
   plan.max = p.hedge.max;
   if (!p.hedge.after_p95) {

@@ -16,7 +16,7 @@
 
     The time-dependent rules (the delay, when the next hedge is due, what a finished copy
     means) are pure functions below; `hedged_attempt` does the I/O. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/loop.hpp"
@@ -47,10 +47,10 @@ struct hedge_plan {
 duration p95_fallback(duration attempt_timeout);
 
 /** Whether and how a request is hedged. `hedgeable`: its method is idempotent by itself
-    (config::idempotent_method, R-6), it may be sent again, and its body is at hand.
+    (retry::idempotent_method, R-6), it may be sent again, and its body is at hand.
     `observed_p95`: the dependency's, when enough samples exist. The p95 is used as it is,
     at least 1 ms. */
-hedge_plan plan_hedge(const config::policy& p, bool hedgeable, std::optional<duration> observed_p95);
+hedge_plan plan_hedge(const retry::policy& p, bool hedgeable, std::optional<duration> observed_p95);
 
 /// How many hedges a run may send: the plan's max, within what max_retries leaves after
 /// `attempts_so_far` (this run's first copy included).

@@ -1,7 +1,7 @@
 #pragma once
 /** The retry loop (SPEC 4.2): the one coroutine that runs attempts, hands each to the retry
     step (step.hpp) and waits what it says, watching the client and a drain meanwhile. */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/retry/step.hpp"
 #include "proxy/net.hpp"

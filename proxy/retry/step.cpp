@@ -1,6 +1,6 @@
 #include "proxy/retry/step.hpp"
 
-#include "config/describe.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/retry/classify.hpp"
 #include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/layers.hpp"
@@ -57,7 +57,7 @@ next_step retry_step::after(attempt_summary& summary, steady::time_point attempt
 void retry_step::end(call_end how) {
   if (ended_) return;
   ended_ = true;
-  ctx_.observer.ended(result_.attempts, how, config::to_string(ctx_.policy.context));
+  ctx_.observer.ended(result_.attempts, how, retry::to_string(ctx_.policy.context));
 }
 
 next_step retry_step::judge(attempt_summary& summary, steady::time_point attempt_start, step_time at, bool draining) {

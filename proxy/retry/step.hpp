@@ -10,7 +10,7 @@
     loop (loop.hpp) waits what it returns, delivery stores it as the task's next attempt. A
     caller's own cancellation never reaches it: the loop sees it first and ends, since it is
     nobody's failure (a caller could otherwise open a breaker for everyone). */
-#include "config/config.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/trace.hpp"
 #include "proxy/retry/decide.hpp"
@@ -96,7 +96,7 @@ void record_attempt(dependency_gate& gate, attempt_observer& observer, const att
 
 /// Whom the step reports to, for as long as the request runs.
 struct step_context {
-  const config::policy& policy;
+  const retry::policy& policy;
   const request_facts& facts;
   const observe::logger& log;
   std::mt19937_64& rng;

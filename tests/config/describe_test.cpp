@@ -82,7 +82,7 @@ TEST(EffectiveConfig, ShowsRetryLayered) {
       load_config_text("dependencies:\n  edge:\n    hosts: [edge.test]\n    retry_layered: true\n", "t.yaml"));
   EXPECT_NE(json.find(R"("retry_layered":false)"), std::string::npos) << json;  // defaults
   EXPECT_NE(json.find(R"("retry_layered":true)"), std::string::npos) << json;   // edge
-  EXPECT_NE(policy_json(rebound::config::policy{}).find(R"("retry_layered":false)"), std::string::npos);
+  EXPECT_NE(policy_json(rebound::retry::policy{}).find(R"("retry_layered":false)"), std::string::npos);
 }
 
 }  // namespace describe_test

@@ -13,8 +13,8 @@ using namespace rebound::delivery;
 using namespace std::chrono_literals;
 using store::task_status;
 
-config::policy webhook_policy() {
-  config::policy p;
+retry::policy webhook_policy() {
+  retry::policy p;
   p.backoff.base = 100ms;
   p.backoff.cap = 30s;
   return p;

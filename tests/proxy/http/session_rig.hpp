@@ -39,7 +39,7 @@ inline constexpr std::string_view instance_token = "ab12cd34";
 struct rig {
   explicit rig(std::string_view yaml = "")
       : cfg(std::make_shared<const config::config>(config::load_config_text(yaml, "session_test.yaml"))),
-        guards(*cfg, log, metrics),
+        guards(cfg->guarded(), log, metrics),
         cache(guards) {
     running = std::make_shared<const http::running_config>(
         http::running_config{cfg, std::make_shared<const auth::secure_origins>(*cfg, &log)});

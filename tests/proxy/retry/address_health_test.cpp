@@ -14,7 +14,7 @@ auto const a = net::ip::make_address("10.0.0.1");
 auto const b = net::ip::make_address("10.0.0.2");
 auto const c = net::ip::make_address("10.0.0.3");
 
-rebound::config::outlier_policy policy() { return {}; }  // 5 in a row, 30 s x n up to 300 s, half
+rebound::retry::outlier_policy policy() { return {}; }  // 5 in a row, 30 s x n up to 300 s, half
 
 std::vector<net::ip::address> ejected(const address_health& h, address_health::clock::time_point now) {
   std::vector<net::ip::address> out;

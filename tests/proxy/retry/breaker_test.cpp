@@ -12,8 +12,8 @@ namespace {
 
 circuit_breaker::time_point at(std::chrono::milliseconds ms) { return circuit_breaker::time_point{} + 1000h + ms; }
 
-config::breaker_policy small(config::breaker_mode mode = config::breaker_mode::enforce) {
-  config::breaker_policy p;
+retry::breaker_policy small(retry::breaker_mode mode = retry::breaker_mode::enforce) {
+  retry::breaker_policy p;
   p.mode = mode;
   p.failure_ratio = 0.5;
   p.min_requests = 4;
@@ -180,7 +180,7 @@ TEST(Breaker, R7_ExhaustedBudgetOpensItWhenConfigured) {
 }
 
 TEST(Breaker, SignalModeChangesStateButNeverRefuses) {
-  circuit_breaker b(small(config::breaker_mode::signal));
+  circuit_breaker b(small(retry::breaker_mode::signal));
   ASSERT_TRUE(fail(b, 4, at(0ms)));
   EXPECT_EQ(b.state(), breaker_state::open);
   EXPECT_TRUE(b.admit(at(10ms)).allowed);
@@ -196,7 +196,7 @@ TEST(Breaker, SignalModeChangesStateButNeverRefuses) {
 }
 
 TEST(Breaker, OffModeNeverChanges) {
-  circuit_breaker b(small(config::breaker_mode::off));
+  circuit_breaker b(small(retry::breaker_mode::off));
   EXPECT_FALSE(fail(b, 50, at(0ms)));
   EXPECT_FALSE(b.budget_exhausted(at(0ms), 0.5));
   EXPECT_EQ(b.state(), breaker_state::closed);

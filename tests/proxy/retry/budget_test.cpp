@@ -14,8 +14,8 @@ namespace {
 
 retry_budget::time_point at(std::chrono::milliseconds ms) { return retry_budget::time_point{} + 1000h + ms; }
 
-config::budget_policy strict(double ratio = 0.2, std::chrono::milliseconds window = 30s) {
-  config::budget_policy p;
+retry::budget_policy strict(double ratio = 0.2, std::chrono::milliseconds window = 30s) {
+  retry::budget_policy p;
   p.ratio = ratio;
   p.window = window;
   p.min_retries = 0;
@@ -47,7 +47,7 @@ TEST(Budget, R7_StrictBudgetAllowsNoRetryBeforeEnoughOriginals) {
 }
 
 TEST(Budget, R7_MinRetriesAreAllowedPerWindowWithoutOriginals) {
-  config::budget_policy p;
+  retry::budget_policy p;
   p.min_retries = 3;
   retry_budget b(p);
   EXPECT_TRUE(b.try_withdraw(at(0ms)));

@@ -15,9 +15,9 @@ namespace {
 using clock = concurrency_limit::clock;
 clock::time_point at(std::chrono::milliseconds ms) { return clock::time_point{} + 1000h + ms; }
 
-config::concurrency_policy adaptive(unsigned min_limit = 2, unsigned max_limit = 200) {
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::adaptive;
+retry::concurrency_policy adaptive(unsigned min_limit = 2, unsigned max_limit = 200) {
+  retry::concurrency_policy p;
+  p.mode = retry::concurrency_mode::adaptive;
   p.min_limit = min_limit;
   p.max_limit = max_limit;
   p.probe_interval = 10s;
@@ -67,13 +67,13 @@ struct simulated_dependency {
 }  // namespace
 
 TEST(ConcurrencyLimit, OffNeverRefuses) {
-  concurrency_limit l(config::concurrency_policy{}, 2, at(0ms));
+  concurrency_limit l(retry::concurrency_policy{}, 2, at(0ms));
   for (int i = 0; i < 10000; ++i) ASSERT_TRUE(l.try_acquire(at(0ms)));
 }
 
 TEST(ConcurrencyLimit, FixedHoldsEachWorkersShareOfTheLimit) {
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
+  retry::concurrency_policy p;
+  p.mode = retry::concurrency_mode::fixed;
   p.limit = 9;
   concurrency_limit l(p, 2, at(0ms));  // 9 over 2 workers: 5 each, rounded up
   std::vector<concurrency_limit::ticket> held;
@@ -87,8 +87,8 @@ TEST(ConcurrencyLimit, FixedHoldsEachWorkersShareOfTheLimit) {
 }
 
 TEST(ConcurrencyLimit, AShareIsNeverBelowOne) {
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
+  retry::concurrency_policy p;
+  p.mode = retry::concurrency_mode::fixed;
   p.limit = 1;
   concurrency_limit l(p, 4, at(0ms));
   EXPECT_EQ(l.limit(), 1u);
@@ -112,7 +112,7 @@ TEST(ConcurrencyLimit, AdaptiveFirstMeasuresTheMinimumRttAtMinLimit) {
 }
 
 TEST(ConcurrencyLimit, AttemptsStartedBeforeAProbeDoNotSetTheMinimum) {
-  config::concurrency_policy p = adaptive(1);
+  retry::concurrency_policy p = adaptive(1);
   concurrency_limit l(p, 1, at(0ms));
   auto now = 0ms;
   auto measure = [&](std::chrono::milliseconds rtt) {

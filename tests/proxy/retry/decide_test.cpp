@@ -18,8 +18,8 @@ const auto t0 = std::chrono::steady_clock::time_point{} + 1000h;
 // Sun, 06 Nov 1994 08:49:00 GMT
 const auto wall = std::chrono::system_clock::from_time_t(784111740);
 
-config::policy policy(unsigned max_retries = 3) {
-  config::policy p;
+retry::policy policy(unsigned max_retries = 3) {
+  retry::policy p;
   p.max_retries = max_retries;
   p.backoff.base = 100ms;
   p.backoff.cap = 1000ms;
@@ -114,7 +114,7 @@ TEST(Decide, R1_FullJitterDrawsBetweenZeroAndTheDoubledBase) {
 // R-1 decorrelated jitter: min(cap, uniform(base, previous * 3)), the base before the first.
 TEST(Decide, R1_DecorrelatedJitterGrowsFromThePreviousWait) {
   auto p = policy(20);
-  p.backoff.jitter = config::jitter_kind::decorrelated;
+  p.backoff.jitter = retry::jitter_kind::decorrelated;
   auto f = after(status(503), 1, 0.0);
   EXPECT_EQ(waited(decide(p, f)), 100ms);  // first retry: uniform(base, base * 3) at 0
   f.u = 0.999999;

@@ -16,14 +16,12 @@ struct captured_log {
   observe::metrics metrics{"checkout"};
 };
 
-config::config with_dependency(std::string name, config::breaker_policy b) {
-  auto cfg = config::default_config();
-  config::dependency d;
-  d.name = std::move(name);
-  d.effective = cfg.defaults;
-  d.effective.circuit_breaker = b;
-  cfg.dependencies.push_back(d);
-  return cfg;
+retry::dependency_policies with_dependency(std::string name, retry::breaker_policy b) {
+  retry::dependency_policies deps;
+  retry::policy p = deps.defaults;
+  p.circuit_breaker = b;
+  deps.named.emplace_back(std::move(name), p);
+  return deps;
 }
 
 }  // namespace
@@ -39,10 +37,10 @@ TEST(DependencyGuard, ConfiguredDependenciesExistBeforeTheirFirstRequest) {
 
 TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
   captured_log c;
-  auto cfg = config::default_config();
+  retry::dependency_policies cfg;
   retry::guard_registry reg(cfg, c.log, c.metrics);
   retry::guard_cache cache(reg);
-  auto const cap = cfg.limits.max_unknown_hosts;
+  auto const cap = cfg.max_unknown_hosts;
   for (std::size_t i = 0; i < cap; ++i)
     EXPECT_EQ(cache.find("h" + std::to_string(i) + ":80", cfg.defaults)->name(), "h" + std::to_string(i) + ":80");
   auto& a = *cache.find("one-more:80", cfg.defaults);
@@ -54,8 +52,8 @@ TEST(DependencyGuard, InventedHostNamesBeyondTheCapShareOneGuard) {
 
 TEST(DependencyGuard, MetricSeriesStayBoundedWhateverHostsAClientInvents) {
   captured_log c;
-  auto cfg = config::default_config();
-  cfg.limits.max_unknown_hosts = 5;
+  retry::dependency_policies cfg;
+  cfg.max_unknown_hosts = 5;
   retry::guard_registry reg(cfg, c.log, c.metrics);
   retry::guard_cache cache(reg);
   for (int i = 0; i < 6000; ++i) cache.find("h" + std::to_string(i) + ":80", cfg.defaults);
@@ -72,12 +70,12 @@ TEST(DependencyGuard, MetricSeriesStayBoundedWhateverHostsAClientInvents) {
 
 TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
   captured_log c;
-  config::breaker_policy b;
+  retry::breaker_policy b;
   b.min_requests = 2;
   b.failure_ratio = 0.5;
   auto cfg = with_dependency("payments", b);
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.named[0].second);
   EXPECT_TRUE(g.admit().allowed);
   g.record(true);
   g.record(true);
@@ -100,9 +98,9 @@ TEST(DependencyGuard, BreakerChangesAreLoggedWithFromToReasonAndDependency) {
 TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
   captured_log c;
   auto cfg = with_dependency("payments", {});
-  cfg.dependencies[0].effective.budget.min_retries = 0;
+  cfg.named[0].second.budget.min_retries = 0;
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.named[0].second);
   for (int i = 0; i < 5; ++i) g.admit();
   EXPECT_TRUE(g.allow_retry().granted);  // 20% of 5
   auto const refused = g.allow_retry();
@@ -115,9 +113,9 @@ TEST(DependencyGuard, R7_ExhaustedBudgetOpensTheBreakerAndSaysWhy) {
 TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
   captured_log c;
   auto cfg = with_dependency("payments", {});
-  cfg.dependencies[0].effective.budget.min_retries = 4;
+  cfg.named[0].second.budget.min_retries = 4;
   retry::guard_registry reg(cfg, c.log, c.metrics);
-  auto& g = *reg.find("payments", cfg.dependencies[0].effective);
+  auto& g = *reg.find("payments", cfg.named[0].second);
   g.admit();
   EXPECT_TRUE(g.allow_retry().granted);  // 1 of the 4 allowed
   reg.publish();
@@ -131,16 +129,11 @@ TEST(DependencyGuard, R10_PublishSetsBudgetUtilizationForTheScrape) {
 
 namespace {
 
-config::config two_dependencies(unsigned payments_min_requests) {
-  auto cfg = config::default_config();
-  for (auto const* name : {"payments", "search"}) {
-    config::dependency d;
-    d.name = name;
-    d.effective = cfg.defaults;
-    cfg.dependencies.push_back(d);
-  }
-  cfg.dependencies[0].effective.circuit_breaker.min_requests = payments_min_requests;
-  return cfg;
+retry::dependency_policies two_dependencies(unsigned payments_min_requests) {
+  retry::dependency_policies deps;
+  for (auto const* name : {"payments", "search"}) deps.named.emplace_back(name, deps.defaults);
+  deps.named[0].second.circuit_breaker.min_requests = payments_min_requests;
+  return deps;
 }
 
 }  // namespace
@@ -154,12 +147,9 @@ TEST(DependencyGuard, ReloadKeepsTheStateOfDependenciesWhoseSettingsDidNotChange
   ASSERT_TRUE(search->allow_retry().granted);
 
   auto cfg = two_dependencies(20);
-  cfg.dependencies.pop_back();  // search removed ...
-  config::dependency orders;    // ... orders added
-  orders.name = "orders";
-  orders.effective = cfg.defaults;
-  cfg.dependencies.push_back(orders);
-  cfg.limits.idle_timeout = std::chrono::seconds(5);  // not a guard setting
+  cfg.named.pop_back();                                           // search removed ...
+  cfg.named.emplace_back("orders", cfg.defaults);                 // ... orders added
+  cfg.named[0].second.attempt_timeout = std::chrono::seconds(5);  // not a guard setting
   auto const r = reg.reconfigure(cfg);
 
   EXPECT_EQ(r.kept, std::vector<std::string>{"payments"});
@@ -201,14 +191,14 @@ TEST(DependencyGuard, AGuardReplacedByAReloadIsFreedOnceNoRequestHoldsIt) {
   EXPECT_TRUE(old.expired());
   std::weak_ptr<retry::dependency_guard> removed = reg.find("search", {});
   auto cfg = two_dependencies(40);
-  cfg.dependencies.pop_back();
+  cfg.named.pop_back();
   reg.reconfigure(cfg);
   EXPECT_TRUE(removed.expired()) << "a dependency no longer configured and held by nobody";
 }
 
 TEST(DependencyGuard, ReloadKeepsUnknownHostsUnlessTheDefaultsChanged) {
   captured_log c;
-  auto cfg = config::default_config();
+  retry::dependency_policies cfg;
   retry::guard_registry reg(cfg, c.log, c.metrics);
   auto const host = reg.find("10.0.0.1:80", cfg.defaults);
   EXPECT_TRUE(reg.reconfigure(cfg).removed.empty());

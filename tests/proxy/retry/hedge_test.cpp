@@ -11,8 +11,8 @@ namespace hedge_test {
 namespace {
 const auto t0 = std::chrono::steady_clock::time_point(100s);
 
-config::policy hedged(unsigned max, std::chrono::milliseconds after, bool p95 = false) {
-  config::policy p;
+retry::policy hedged(unsigned max, std::chrono::milliseconds after, bool p95 = false) {
+  retry::policy p;
   p.attempt_timeout = 2s;
   p.hedge = {max, p95, after};
   return p;
@@ -21,9 +21,9 @@ config::policy hedged(unsigned max, std::chrono::milliseconds after, bool p95 = 
 
 TEST(HedgePlan, OnlyForHedgeableRequestsOfAHedgedSyncPolicy) {
   EXPECT_EQ(plan_hedge(hedged(1, 50ms), false, std::nullopt).max, 0u);  // POST, or a body not kept
-  EXPECT_EQ(plan_hedge(config::policy{}, true, std::nullopt).max, 0u);   // off by default
+  EXPECT_EQ(plan_hedge(retry::policy{}, true, std::nullopt).max, 0u);   // off by default
   auto async = hedged(1, 50ms);
-  async.context = config::context_kind::async;
+  async.context = retry::context_kind::async;
   EXPECT_EQ(plan_hedge(async, true, std::nullopt).max, 0u);
   auto const p = plan_hedge(hedged(2, 50ms), true, 300ms);
   EXPECT_EQ(p.max, 2u);

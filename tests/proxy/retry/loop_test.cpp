@@ -51,7 +51,7 @@ struct recording_observer final : attempt_observer {
 };
 
 struct fixture : retry_test::log_capture {
-  config::policy policy;
+  retry::policy policy;
   request_facts facts;
   retry_test::recording_gate gate;
   recording_observer observer;

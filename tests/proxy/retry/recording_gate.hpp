@@ -33,9 +33,9 @@ struct recording_gate final : dependency_gate {
 };
 
 /// A fixed concurrency limit of `n` (issue 51), for the tests that fill a lane.
-inline config::concurrency_policy fixed_concurrency(unsigned n) {
-  config::concurrency_policy p;
-  p.mode = config::concurrency_mode::fixed;
+inline retry::concurrency_policy fixed_concurrency(unsigned n) {
+  retry::concurrency_policy p;
+  p.mode = retry::concurrency_mode::fixed;
   p.limit = n;
   return p;
 }

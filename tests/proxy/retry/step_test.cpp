@@ -67,7 +67,7 @@ struct row {
 };
 
 struct fixture : retry_test::log_capture {
-  config::policy policy;
+  retry::policy policy;
   request_facts facts;
   retry_test::recording_gate gate;
   recording_observer observer;
@@ -213,7 +213,7 @@ TEST(RetryStep, EveryRowHasItsEffects) {
 
 TEST(RetryStep, Seed003_ASuccessOnTheSecondAttemptEndsOnceWithTwoAttempts) {
   fixture f;
-  f.policy.context = config::context_kind::webhook;
+  f.policy.context = retry::context_kind::webhook;
   f.facts.may_retry = true;
   retry_step step({f.policy, f.facts, f.log, f.rng, f.gate, f.observer}, t0 + 30s);
   attempt_summary s;
