@@ -1,5 +1,6 @@
 #include "proxy/admin/admin_server.hpp"
 
+#include "config/config.hpp"
 #include "proxy/admin/api_support.hpp"
 #include "proxy/admin/host_guard.hpp"
 #include "proxy/admin/page_assets.hpp"

@@ -10,6 +10,9 @@
 namespace rebound::store {
 class task_store;
 }
+namespace rebound::config {
+struct config;
+}
 
 namespace rebound::admin {
 

@@ -2,6 +2,7 @@
 /** What the scheduler and the deliveries it started share, on the worker's thread that runs
     both: what is in flight, the retries to wake at, the timers to cut short. */
 #include "proxy/delivery/scheduler.hpp"
+#include "proxy/retry/policy.hpp"
 #include "proxy/store/task.hpp"
 
 #include <boost/asio/steady_timer.hpp>

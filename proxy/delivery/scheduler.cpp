@@ -1,7 +1,9 @@
 #include "proxy/delivery/scheduler.hpp"
 
+#include "config/config.hpp"
 #include "proxy/delivery/delivery_state.hpp"
 #include "proxy/http/session_registry.hpp"
+#include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/store/task_store.hpp"
 
