@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (plan.retry && (plan.wait > remaining || plan.wait.count() < 0)) std::abort();
 
   // The whole decision after a 503 carrying this value: a retry never waits past the deadline.
-  rebound::config::policy policy;
+  rebound::retry::policy policy;
   rebound::retry::attempt_facts f;
   f.outcome = {503, std::nullopt};
   f.retry_after = value;
