@@ -15,8 +15,8 @@
 #include "proxy/store/sqlite_store.hpp"
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/http/loop_guard.hpp"
-#include "proxy/http/retry_buffer.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/retry_buffer.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/upstream/pool.hpp"
@@ -124,7 +124,7 @@ void reload(control_state& cs) {
     return;
   }
   auto const report = cs.guards.reconfigure(current->guarded());
-  auto const next_running = std::make_shared<const http::running_config>(http::running_config{current, origins});
+  auto const next_running = std::make_shared<const runtime::running_config>(runtime::running_config{current, origins});
   for (auto& w : cs.workers) {
     worker* wp = w.get();
     net::post(wp->ioc, [wp, next_running, &log = cs.log, &metrics = cs.metrics] {
@@ -309,7 +309,7 @@ void check_admin_token_file(const config::config& cfg, observe::logger& log) {
     (upstream/resolver.hpp). With port 0 the first bind picks the port and the others share
     it: `ep` and `inbound_ep` end as bound. */
 std::vector<std::unique_ptr<worker>> make_workers(unsigned n, const config::config& cfg,
-                                                  const std::shared_ptr<const http::running_config>& running,
+                                                  const std::shared_ptr<const runtime::running_config>& running,
                                                   retry::guard_registry& guards, observe::logger& log,
                                                   observe::metrics& metrics, tcp::endpoint& ep,
                                                   tcp::endpoint& inbound_ep) {
@@ -347,7 +347,7 @@ delivery::scheduler_options scheduler_options_for(const config::config& cfg, con
 
 /// What a worker runs: its accept loops (the proxy port, the inbound one), the scheduler when
 /// it is the one that claims, and its pool's sweep.
-void start_worker(worker& w, const http::session_context& ctx, const delivery::scheduler_options* scheduler,
+void start_worker(worker& w, const runtime::session_context& ctx, const delivery::scheduler_options* scheduler,
                   std::size_t workers, observe::logger& log) {
   net::co_spawn(w.ioc, accept_loop(w, *w.acceptor, ctx), observe::report_failure{&log, "accept"});
   if (w.inbound_acceptor) {
@@ -385,11 +385,11 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   retry::guard_registry guards(cfg->guarded(), log, metrics, n);  // each worker its lane of a concurrency limit
   // Throws on a CA bundle or key that does not load: start-up is refused.
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
-  auto const running = std::make_shared<const http::running_config>(http::running_config{cfg, origins});
+  auto const running = std::make_shared<const runtime::running_config>(runtime::running_config{cfg, origins});
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
   std::string const instance_token = http::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
-  http::retry_buffer kept_bodies;
+  runtime::retry_buffer kept_bodies;
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.
   std::unique_ptr<store::task_store> task_store;
   if (cfg->needs_store()) task_store = open_store(*cfg, metrics, log);
@@ -425,9 +425,9 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
 
   auto const scheduler = scheduler_options_for(*cfg, instance_token, metrics);
   for (auto& w : workers) {
-    http::session_context ctx{running,           &w->running,      &w->pool,    &log,
-                              &w->sessions,      &w->rng,          &*w->guards, instance_token,
-                              &open_connections, task_store.get(), admin_base};
+    runtime::session_context ctx{running,           &w->running,      &w->pool,    &log,
+                                 &w->sessions,      &w->rng,          &*w->guards, instance_token,
+                                 &open_connections, task_store.get(), admin_base};
     ctx.buffers = &w->buffers;
     ctx.h2_pool = &w->h2_pool;
     ctx.kept_bodies = &kept_bodies;

@@ -76,7 +76,7 @@ namespace {
 
 /// Starts a session for an accepted client, or refuses it past limits.max_connections (or
 /// what the descriptor limit allows, when that is less).
-void start_session(worker& w, const http::session_context& ctx, tcp::socket socket, std::optional<rlim_t> nofile) {
+void start_session(worker& w, const runtime::session_context& ctx, tcp::socket socket, std::optional<rlim_t> nofile) {
   auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
   auto const cap = std::min(cfg.limits.max_connections, descriptor_cap(nofile));
   if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cap) {
@@ -109,7 +109,7 @@ int accept_room(int fd, std::optional<rlim_t> nofile) {
 
 }  // namespace
 
-net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx) {
+net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, runtime::session_context ctx) {
   // The batch below must not block: a queue found empty answers would_block.
   error_code nb_ec;
   acceptor.non_blocking(true, nb_ec);

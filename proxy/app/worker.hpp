@@ -4,8 +4,8 @@
     and what runs on it: the accept loop and the pool sweep. Internal to app/. */
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/http/relay.hpp"
-#include "proxy/http/session_context.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_context.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/net.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/retry/dependency_guard.hpp"
@@ -40,8 +40,8 @@ inline constexpr std::size_t pool_max_idle_at_start = 256;
 /// io_context they use; the registry outlives it, since destroying the io_context destroys
 /// suspended sessions, which unregister.
 struct worker {
-  http::session_registry sessions;
-  http::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
+  runtime::session_registry sessions;
+  runtime::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
   net::io_context ioc{1};
   upstream::pool pool{pool_max_idle_per_upstream, pool_max_idle_at_start, pool_idle_timeout};
   h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
@@ -49,7 +49,7 @@ struct worker {
   std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
   std::mt19937_64 rng{std::random_device{}()};    // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
-  std::shared_ptr<const http::running_config> running;  ///< current; only this worker's thread touches it
+  std::shared_ptr<const runtime::running_config> running;  ///< current; only this worker's thread touches it
   std::thread thread;
 };
 
@@ -63,7 +63,7 @@ std::size_t descriptor_cap(std::optional<rlim_t> nofile);
 std::optional<rlim_t> nofile_limit();
 
 /// Accepts on `acceptor` and starts a session per client, until the acceptor closes.
-net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, http::session_context ctx);
+net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, runtime::session_context ctx);
 /** Gives the pages a burst freed back to the system every few seconds (glibc's malloc_trim,
     as HAProxy trims its pools): a thousand clients served at once leave their coroutine
     frames, buffers and heads freed but resident, scattered between what the connections

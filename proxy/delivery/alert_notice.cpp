@@ -13,7 +13,7 @@ using wall = store::wall_clock;
 
 /** A dead letter's notice for alert.webhook, as a task of its own: durable, retried on R-3's
     webhook table with one idempotency key, and EXHAUSTED at its end rather than dead-lettered. */
-std::optional<store::retry_task> alert_task(const http::session_context& ctx, const store::retry_task& dead,
+std::optional<store::retry_task> alert_task(const runtime::session_context& ctx, const store::retry_task& dead,
                                             std::string_view reason, unsigned attempts) {
   auto const& url = ctx.cfg().alert_webhook;
   auto key = idempotency::new_key();
@@ -53,7 +53,7 @@ const retry::policy& alert_policy() {
   return p;
 }
 
-void raise_alert(const http::session_context& ctx, observe::metrics* metrics, const store::retry_task& dead,
+void raise_alert(const runtime::session_context& ctx, observe::metrics* metrics, const store::retry_task& dead,
                  std::string_view reason, unsigned attempts) {
   if (ctx.cfg().alert_webhook.empty()) return;
   auto lost = [log = ctx.log, metrics, id = dead.id](const std::string& why) {

@@ -3,7 +3,7 @@
     own (durable, retried on R-3's webhook table with one idempotency key) that ends EXHAUSTED
     rather than dead-lettered, so a failing alert cannot raise another. */
 #include "config/config.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 #include "proxy/retry/step.hpp"
 #include "proxy/store/task.hpp"
 
@@ -22,7 +22,7 @@ const retry::policy& alert_policy();
     usually share one commit (a crash between the two can lose the notice, never the dead
     letter). A notice that cannot be made or stored is never dropped in silence: it is logged
     `alert_failed` and counted lost in `metrics` (when kept). */
-void raise_alert(const http::session_context& ctx, observe::metrics* metrics, const store::retry_task& dead,
+void raise_alert(const runtime::session_context& ctx, observe::metrics* metrics, const store::retry_task& dead,
                  std::string_view reason, unsigned attempts);
 
 /** An alert notice's attempts are attempts to its URL's dependency like any other, but its

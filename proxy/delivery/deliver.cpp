@@ -49,9 +49,9 @@ observe::span task_span(const observe::request_trace& trace, const retry::reques
 /** The policy a task is delivered by: its registered one, else its route's. A registered
     policy that is gone or no longer passes the checks (a newer rebound's rules) leaves the
     route's in place, with a warning: the task is still delivered. */
-net::awaitable<std::shared_ptr<const retry::policy>> registered_policy(const http::session_context& ctx,
-                                                                        delivery_state& state,
-                                                                        const store::retry_task& task) {
+net::awaitable<std::shared_ptr<const retry::policy>> registered_policy(const runtime::session_context& ctx,
+                                                                       delivery_state& state,
+                                                                       const store::retry_task& task) {
   if (task.policy_id.empty()) co_return nullptr;
   if (auto it = state.policies.find(task.policy_id); it != state.policies.end()) co_return it->second;
   auto [e, stored] = co_await store::async_get_policy(*ctx.store, task.policy_id, use_tuple);
@@ -72,7 +72,7 @@ net::awaitable<std::shared_ptr<const retry::policy>> registered_policy(const htt
 /// One delivery of a task: the worker's context, the scheduler's state, the task, and the
 /// dependency and policy it goes by.
 struct delivery_call {
-  const http::session_context& ctx;
+  const runtime::session_context& ctx;
   delivery_state& state;
   const store::retry_task& task;
   const http::dependency_route& route;
@@ -140,7 +140,7 @@ const retry::policy& policy_named(const config::config& cfg, std::string_view de
     the end of its retry step that seed 003's dead-letter rate reads) and alerted on.
     `reason` is a view: a by-value string built in the co_await expression is destroyed twice
     by GCC 12. */
-net::awaitable<void> dead_letter_unsendable(const http::session_context& ctx, delivery_state& state,
+net::awaitable<void> dead_letter_unsendable(const runtime::session_context& ctx, delivery_state& state,
                                             const store::retry_task& task, std::string_view reason) {
   bool const is_alert = task.policy_id == alert_policy_id;
   http::dependency_route route;
@@ -201,7 +201,7 @@ http::request_message<bhttp::buffer_body> request_of(const store::retry_task& ta
 
 /** A task's attempts share one trace (observe/trace.hpp), each its own span sent upstream in
     `req`'s traceparent, under the caller's span when the handed-over call came with one. */
-std::pair<observe::request_trace, observe::span_id> trace_attempt(const http::session_context& ctx,
+std::pair<observe::request_trace, observe::span_id> trace_attempt(const runtime::session_context& ctx,
                                                                   const store::retry_task& task,
                                                                   http::request_message<bhttp::buffer_body>& req) {
   observe::request_trace trace;
@@ -286,7 +286,7 @@ net::awaitable<void> attempt_task(const delivery_call& d, const http::request_ta
 }
 
 /// A claimed task: where it goes and by which policy, then postponed or attempted.
-net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_task& task,
+net::awaitable<void> deliver_once(runtime::session_context ctx, const store::retry_task& task,
                                   std::shared_ptr<delivery_state> state) {
   std::string host;
   for (auto const& [name, value] : task.headers)
@@ -313,7 +313,7 @@ net::awaitable<void> deliver_once(http::session_context ctx, const store::retry_
 /** Moves the task's lease on while its delivery runs (a third of the lease at a time): a slow
     instance (a long connect, a slow store) must not lose the task mid-attempt to another,
     which would deliver it twice. Runs until the delivery ends and cancels it. */
-net::awaitable<void> keep_lease(const http::session_context& ctx, const std::string& id,
+net::awaitable<void> keep_lease(const runtime::session_context& ctx, const std::string& id,
                                 const std::shared_ptr<delivery_state>& state) {
   net::steady_timer timer(co_await net::this_coro::executor);
   auto const lease = state->options.lease;
@@ -335,7 +335,7 @@ net::awaitable<void> keep_lease(const http::session_context& ctx, const std::str
     request is built) would throw again at every claim: it is a final failure, dead-lettered
     with R-8's alert, not a task IN_FLIGHT forever. Never throws itself: keep_lease beside it
     ends only when it ends. */
-net::awaitable<void> deliver_or_dead_letter(const http::session_context& ctx, const store::retry_task& task,
+net::awaitable<void> deliver_or_dead_letter(const runtime::session_context& ctx, const store::retry_task& task,
                                             const std::shared_ptr<delivery_state>& state) {
   std::string why;
   try {
@@ -349,7 +349,8 @@ net::awaitable<void> deliver_or_dead_letter(const http::session_context& ctx, co
 
 }  // namespace
 
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state) {
+net::awaitable<void> deliver(runtime::session_context ctx, store::retry_task task,
+                             std::shared_ptr<delivery_state> state) {
   in_flight_slot const slot(state);
   auto once = deliver_or_dead_letter(ctx, task, state);
   auto lease = keep_lease(ctx, task.id, state);

@@ -65,6 +65,7 @@ struct in_flight_slot {
 /** One claimed task's delivery, start to end: where it goes and by which policy, postponed
     (R-7, the concurrency limit) or attempted and judged, and recorded; its lease moved on
     meanwhile. Never throws: a task that cannot be sent is dead-lettered. */
-net::awaitable<void> deliver(http::session_context ctx, store::retry_task task, std::shared_ptr<delivery_state> state);
+net::awaitable<void> deliver(runtime::session_context ctx, store::retry_task task,
+                             std::shared_ptr<delivery_state> state);
 
 }  // namespace rebound::delivery

@@ -2,7 +2,7 @@
 
 #include "config/config.hpp"
 #include "proxy/delivery/delivery_state.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/store/task_store.hpp"
@@ -28,7 +28,7 @@ steady::duration next_poll(std::chrono::milliseconds poll, std::minstd_rand& dra
 /** store.retention: ended tasks go in batches, each its own commit, so deliveries and accepts
     go on between them; and the inbound side's idempotency keys and event ids whose TTL ran
     out (R-6's windows). */
-net::awaitable<void> purge_ended(const http::session_context& ctx, const scheduler_options& opts) {
+net::awaitable<void> purge_ended(const runtime::session_context& ctx, const scheduler_options& opts) {
   auto const before = wall::now() - ctx.cfg().store.retention;
   for (;;) {
     auto [pe, purged] = co_await store::async_purge(*ctx.store, before, opts.purge_batch, use_tuple);
@@ -41,7 +41,7 @@ net::awaitable<void> purge_ended(const http::session_context& ctx, const schedul
 }
 
 /// retry_tasks{status}, the backlog gauges and retry_store_up, read from the store.
-net::awaitable<void> count_tasks(const http::session_context& ctx, observe::metrics& metrics) {
+net::awaitable<void> count_tasks(const runtime::session_context& ctx, observe::metrics& metrics) {
   auto [ce, counts] = co_await store::async_counts(*ctx.store, use_tuple);
   // A count answered means the database was reached, so its id is known.
   auto const store_id = ctx.store->identity().value_or("");
@@ -66,7 +66,7 @@ struct claimed {
 
 /** Claims up to `room` due tasks and starts a delivery of each. Tasks made due by this process
     are claimed at once; a wake that is only another instance's NOTIFY waits out the gap. */
-net::awaitable<claimed> claim_due(const http::session_context& ctx, const std::shared_ptr<delivery_state>& state,
+net::awaitable<claimed> claim_due(const runtime::session_context& ctx, const std::shared_ptr<delivery_state>& state,
                                   net::steady_timer& timer, std::size_t room, bool& store_down) {
   auto const& opts = state->options;
   bool const notified = state->notified;
@@ -111,7 +111,7 @@ net::awaitable<claimed> claim_due(const http::session_context& ctx, const std::s
 
 }  // namespace
 
-net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options) {
+net::awaitable<void> run_scheduler(runtime::session_context ctx, scheduler_options options) {
   auto const state = std::make_shared<delivery_state>();
   state->options = std::move(options);
   state->poll_draws.seed(static_cast<std::minstd_rand::result_type>(state->options.seed));

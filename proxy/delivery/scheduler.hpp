@@ -4,7 +4,8 @@
     (retry::decide) as a request a client waits for. What decide says about an attempt is
     written back: delivered, due again after the drawn wait, or dead-lettered with every
     attempt kept. Pending tasks live in the store, not in memory. */
-#include "proxy/http/client_session.hpp"
+#include "proxy/net.hpp"
+#include "proxy/runtime/session_context.hpp"
 
 #include <chrono>
 #include <string>
@@ -41,6 +42,6 @@ struct scheduler_options {
 inline constexpr std::string_view alert_policy_id = "rebound:alert";
 
 /// Runs on one worker's io_context until a drain begins; `ctx.store` is set.
-net::awaitable<void> run_scheduler(http::session_context ctx, scheduler_options options);
+net::awaitable<void> run_scheduler(runtime::session_context ctx, scheduler_options options);
 
 }  // namespace rebound::delivery

@@ -1,6 +1,6 @@
 #include "proxy/grpc/call_plan.hpp"
 
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
@@ -51,7 +51,7 @@ h2::message refuse(retry::error_type t, const std::string& message) {
   return trailers_only(code_for(t), message, to_string(t));
 }
 
-void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& head) {
+void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields& head) {
   auto find = [&head](std::string_view name) { return h2::message::find_in(head, name); };
   auto const& cfg = ctx.cfg();
   auto const* method = find(":method");
@@ -155,7 +155,7 @@ upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
                               h2::message::find_in(head, "authorization") != nullptr);
 }
 
-h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {
+h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, const retry::attempts_result& result) {
   auto const& f = result.failure
                       ? *result.failure
                       : retry::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
@@ -166,7 +166,7 @@ h2::message failed_answer(const http::session_context& ctx, call_plan& plan, con
   return failed;
 }
 
-bool is_streaming_call(const http::session_context& ctx, const h2::fields& head) {
+bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& head) {
   auto const* method = h2::message::find_in(head, ":method");
   auto const* path = h2::message::find_in(head, ":path");
   auto const* authority = h2::message::find_in(head, ":authority");

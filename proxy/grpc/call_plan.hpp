@@ -4,7 +4,7 @@
     attempt sends, and how an answer's head and trailers read as an attempt summary. */
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/h2/message.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
 #include "proxy/retry/loop.hpp"
@@ -33,7 +33,7 @@ struct call_plan {
 
 /** Checks a call's head and adds to it what travels on (x-request-id, the idempotency key,
     Via). `facts.may_retry` says what R-6 allows; the caller adds what its body allows. */
-void plan_call(call_plan& plan, const http::session_context& ctx, h2::fields& head);
+void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields& head);
 
 /** The answer for a call that goes nowhere (its head refused, or the dependency's breaker
     open), else nullopt. */
@@ -44,10 +44,10 @@ upstream::destination destination_of(call_plan& plan, const h2::fields& head);
 
 /** The answer when the attempts ended without one to return: a trailers-only status for
     rebound's error type, logged as the HTTP/1.1 path logs its upstream errors. */
-h2::message failed_answer(const http::session_context& ctx, call_plan& plan, const retry::attempts_result& result);
+h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, const retry::attempts_result& result);
 
 /// Whether the call's route names it a streaming RPC (`grpc_streaming: true`).
-bool is_streaming_call(const http::session_context& ctx, const h2::fields& head);
+bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& head);
 
 /// The head an attempt sends: the scheme of its connection, the time left as its
 /// grpc-timeout (none for a `deadline` of time_point::max()), and the attempts before it, as

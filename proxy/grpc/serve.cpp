@@ -6,7 +6,7 @@
 #include "proxy/grpc/streaming_call.hpp"
 #include "proxy/grpc/unary_call.hpp"
 #include "proxy/h2/server_connection.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 
 #include <algorithm>
 
@@ -30,8 +30,8 @@ net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& 
 
 /// Serves an HTTP/2 connection: each call goes through grpc::answer_call, or grpc::relay_call
 /// when its route says it streams.
-net::awaitable<void> serve_http2(http::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                 http::session_guard& guard) {
+net::awaitable<void> serve_http2(runtime::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                 runtime::session_guard& guard) {
   auto const& limits = ctx.cfg().limits;
   h2::server_limits l;
   // A call is held whole (its trailers decide R-4): without a configured bound, gRPC's own
@@ -58,8 +58,8 @@ net::awaitable<void> serve_http2(http::session_context ctx, beast::tcp_stream& c
 
 }  // namespace
 
-net::awaitable<bool> serve_if_http2(http::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                    http::session_guard& guard) {
+net::awaitable<bool> serve_if_http2(runtime::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                    runtime::session_guard& guard) {
   auto const due = std::chrono::steady_clock::now() + ctx.cfg().limits.head_timeout;
   if (!co_await opens_http2(client, buffer, ctx.cfg().limits.idle_timeout, due)) co_return false;
   // Made first, then awaited: GCC 12 destroys a by-value argument inside a co_await twice.

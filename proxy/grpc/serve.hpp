@@ -3,13 +3,13 @@
     knowledge: a gRPC channel that targets rebound) is served as HTTP/2, each call through
     answer_call, or relay_call when its route says it streams. The HTTP/1.1 session calls it
     as its `http2` door (http/client_session.hpp), which app/ plugs in. */
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
-namespace rebound::http {
+namespace rebound::runtime {
 class session_guard;
 }
 
@@ -20,7 +20,7 @@ namespace rebound::grpc {
     parsed as HTTP/1.1). A first read shorter than the preface that still matches it is read
     on until it decides, within limits.head_timeout, as for an HTTP/1.1 head: a preface sent
     a byte at a time must not hold the connection forever. */
-net::awaitable<bool> serve_if_http2(http::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                    http::session_guard& guard);
+net::awaitable<bool> serve_if_http2(runtime::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
+                                    runtime::session_guard& guard);
 
 }  // namespace rebound::grpc

@@ -1,6 +1,6 @@
 #include "proxy/grpc/streaming_call.hpp"
 
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/status.hpp"
@@ -90,7 +90,7 @@ net::awaitable<bool> wait_for_end(clock::time_point deadline) {
 
 }  // namespace
 
-net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request call) {
+net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_request call) {
   if (ctx.latest) ctx.running = *ctx.latest;
   auto& responder = *call.responder;
   call_plan plan;

@@ -10,12 +10,12 @@
     a head of its own, that head goes to the client and the call is never sent again: the
     messages that follow are the server's, not rebound's to repeat. */
 #include "proxy/h2/server_connection.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 
 namespace rebound::grpc {
 
 /** Relays `call` until it ends: the upstream's answer ends, the client resets its stream, or
     the caller's grpc-timeout passes (the stream is then cancelled). */
-net::awaitable<void> relay_call(http::session_context ctx, h2::streamed_request call);
+net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_request call);
 
 }  // namespace rebound::grpc

@@ -1,6 +1,6 @@
 #include "proxy/grpc/unary_call.hpp"
 
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/status.hpp"
@@ -67,7 +67,7 @@ class h2_attempt final : public retry::attempt_runner {
 
 }  // namespace
 
-net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message request) {
+net::awaitable<h2::message> answer_call(runtime::session_context ctx, h2::message request) {
   if (ctx.latest) ctx.running = *ctx.latest;
   call_plan plan;
   plan_call(plan, ctx, request.head);

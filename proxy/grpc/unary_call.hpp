@@ -7,12 +7,12 @@
     credential source, each attempt to the upstream over HTTP/2 (h2/client_connection). */
 #include "proxy/h2/message.hpp"
 #include "proxy/net.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 
 namespace rebound::grpc {
 
 /** Answers `request`. rebound's own failures are trailers-only answers (grpc/status.hpp).
     Runs on the worker of the connection it came on; a reset stream cancels it. */
-net::awaitable<h2::message> answer_call(http::session_context ctx, h2::message request);
+net::awaitable<h2::message> answer_call(runtime::session_context ctx, h2::message request);
 
 }  // namespace rebound::grpc

@@ -18,7 +18,7 @@
 #include <functional>
 #include <memory>
 
-namespace rebound::http {
+namespace rebound::runtime {
 class session_guard;
 }
 
@@ -97,7 +97,7 @@ struct handlers {
 /// What the process tells a connection, and is told by it. Null members are not used.
 struct session_signals {
   const bool* draining = nullptr;        ///< a drain has begun: no new streams
-  http::session_guard* guard = nullptr;  ///< told when the connection is idle (no stream open)
+  runtime::session_guard* guard = nullptr;  ///< told when the connection is idle (no stream open)
 };
 
 /** Serves `stream` as HTTP/2 until the client closes, the connection fails, it sits idle for

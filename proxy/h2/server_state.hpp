@@ -6,7 +6,7 @@
 #include "proxy/h2/answer_budget.hpp"
 #include "proxy/h2/nghttp2_session.hpp"
 #include "proxy/h2/server_connection.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -433,7 +433,7 @@ class server_state {
   const server_limits& limits_;
   handlers handler_;
   const bool* draining_;
-  http::session_guard* guard_;
+  runtime::session_guard* guard_;
   detail::session_ptr session_;
   detail::pump pump_;
   net::steady_timer ticker_;

@@ -6,7 +6,7 @@
 #include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -14,7 +14,7 @@
 namespace rebound::http {
 
 struct client_request {
-  const session_context& ctx;
+  const runtime::session_context& ctx;
   boost::beast::tcp_stream& client;
   boost::beast::flat_buffer& buffer;  ///< bytes read past the head
   request_parser& parser;             ///< the head, and the body still to be read

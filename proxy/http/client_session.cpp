@@ -4,7 +4,7 @@
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/tunnel.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/framing.hpp"
 #include "proxy/http/loop_guard.hpp"
@@ -160,8 +160,8 @@ net::awaitable<void> answer_unread_head(beast::tcp_stream& client, error_code ec
 }
 
 /// A CONNECT: the connection becomes a tunnel, for good.
-net::awaitable<void> serve_connect(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                   const request_parser& parser, const vetted& v) {
+net::awaitable<void> serve_connect(const runtime::session_context& ctx, beast::tcp_stream& client,
+                                   beast::flat_buffer& buffer, const request_parser& parser, const vetted& v) {
   // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
   std::string made_id;
   auto correlation_id = correlation_id_of(parser.get());
@@ -222,7 +222,7 @@ namespace {
     parked for its next bytes. On the heap once per connection, so the registry's pointer to
     its stream and the deadline's to its socket stay valid across both states. */
 struct client_connection {
-  client_connection(session_context c, session_doors d, tcp::socket s)
+  client_connection(runtime::session_context c, session_doors d, tcp::socket s)
       : ctx(std::move(c)),
         doors(d),
         slot(ctx.open_connections),
@@ -230,11 +230,11 @@ struct client_connection {
         guard(*ctx.sessions, stream),
         deadline(stream.socket()),
         first(doors.http2 != nullptr) {}
-  session_context ctx;
+  runtime::session_context ctx;
   session_doors doors;
   connection_slot slot;
   beast::tcp_stream stream;
-  session_guard guard;
+  runtime::session_guard guard;
   beast::flat_buffer buffer;
   connection_deadline deadline;
   bool first;  ///< no byte read yet: they may be HTTP/2's preface
@@ -245,7 +245,7 @@ net::awaitable<void> serve_requests(connection_ptr conn);
 
 /// Takes the worker's current config for what comes next, if a reload changed it; a request
 /// in flight keeps the one it started with.
-void take_latest_config(session_context& ctx) {
+void take_latest_config(runtime::session_context& ctx) {
   if (ctx.latest && ctx.running != *ctx.latest) ctx.running = *ctx.latest;
 }
 
@@ -425,7 +425,7 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
 
 }  // namespace
 
-void serve_client(session_context ctx, session_doors doors, tcp::socket socket) {
+void serve_client(runtime::session_context ctx, session_doors doors, tcp::socket socket) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   auto conn = std::make_unique<client_connection>(std::move(ctx), doors, std::move(socket));

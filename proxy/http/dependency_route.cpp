@@ -27,7 +27,7 @@ std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const 
                      0};
 }
 
-void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t) {
+void attach_runtime(dependency_route& route, const runtime::session_context& ctx, const request_target& t) {
   route.guard = ctx.guards->find(route.name, *route.policy);
   route.slots = ctx.guards->lane_of(*route.guard);
   if (auto const* origins = ctx.origins()) {

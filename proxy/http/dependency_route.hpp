@@ -5,7 +5,7 @@
 #include "config/config.hpp"
 #include "proxy/http/wire/error_reply.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 
 #include <memory>
 #include <optional>
@@ -48,7 +48,7 @@ std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const 
 
 /// Adds the dependency's guard, TLS client and credential source, from the worker and the
 /// config generation the request runs on.
-void attach_runtime(dependency_route& route, const session_context& ctx, const request_target& t);
+void attach_runtime(dependency_route& route, const runtime::session_context& ctx, const request_target& t);
 
 /** Where a request of `route` goes, to `t` under the pool key `pool_key` (both kept alive by
     the caller): the one place an upstream::destination is made (HTTP/1.1, its single-attempt

@@ -1,5 +1,5 @@
 #include "proxy/http/forward.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
 #include "proxy/auth/jwt.hpp"
@@ -8,7 +8,7 @@
 #include "proxy/http/hand_over.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
-#include "proxy/http/retry_buffer.hpp"
+#include "proxy/runtime/retry_buffer.hpp"
 #include "proxy/http/websocket.hpp"
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
@@ -42,7 +42,7 @@ net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e,
 namespace {
 
 /// Says in the log why a request that R-6 would let retry goes out only once.
-void log_sent_once(const session_context& ctx, const retry::request_facts& facts, const retry::policy& policy,
+void log_sent_once(const runtime::session_context& ctx, const retry::request_facts& facts, const retry::policy& policy,
                    std::string_view reason) {
   if (!facts.may_retry || policy.max_retries == 0) return;
   ctx.log->info("retry_disabled", {{"correlation_id", facts.correlation_id},
@@ -56,8 +56,8 @@ void log_sent_once(const session_context& ctx, const retry::request_facts& facts
 
 // Its own coroutine: the serializer and relay state exist only while a response streams,
 // not in the frame of every request waiting for a retry.
-net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
-                                          const final_answer& a) {
+net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, beast::tcp_stream& client,
+                                          upstream::exchange& ex, const final_answer& a) {
   auto const& facts = a.facts;
   unsigned const attempts = a.client.attempts;
   auto const& key = a.key;
@@ -83,7 +83,8 @@ net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp
   co_return client_keep_alive;
 }
 
-void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, const upstream_error_event& e) {
+void log_upstream_error(const runtime::session_context& ctx, const retry::request_facts& facts,
+                        const upstream_error_event& e) {
   auto const error_type = e.error_type;
   // a certificate rebound refuses is a security event, not a flaky upstream.
   auto const level =
@@ -102,7 +103,8 @@ void log_upstream_error(const session_context& ctx, const retry::request_facts& 
 namespace {
 
 /// rebound's answer when the loop left no response, logged.
-error_reply failure_reply(const session_context& ctx, const retry::request_facts& facts, const loop_result& result) {
+error_reply failure_reply(const runtime::session_context& ctx, const retry::request_facts& facts,
+                          const loop_result& result) {
   auto const& f = *result.failure;
   log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
   return error_reply{default_status(f.type), f.type,
@@ -145,7 +147,7 @@ net::awaitable<bool> answer_failure(const client_request& r, const retry::reques
 /** A request whose body is none or kept in memory: attempts run in the retry loop and
     the last response is streamed to the client. A WebSocket handshake (`upgrade`) is one
     such request up to the upstream's 101, and a tunnel after it. */
-net::awaitable<bool> forward_buffered(const client_request& r, session_guard& session,
+net::awaitable<bool> forward_buffered(const client_request& r, runtime::session_guard& session,
                                       const retry::request_facts& facts, bool upgrade) {
   auto const& ctx = r.ctx;
   auto& client = r.client;
@@ -421,7 +423,7 @@ std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
                      std::max(1u, secs)};
 }
 
-net::awaitable<bool> forward(const client_request& r, session_guard& session) {
+net::awaitable<bool> forward(const client_request& r, runtime::session_guard& session) {
   auto const& ctx = r.ctx;
   auto& client = r.client;
   auto& parser = r.parser;
@@ -434,7 +436,7 @@ net::awaitable<bool> forward(const client_request& r, session_guard& session) {
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   // A body kept for a replay takes its room from the process's retry buffer first (a chunked
   // one the most it may grow to); with none left it streams through once.
-  retry_buffer::lease kept;
+  runtime::retry_buffer::lease kept;
   if (plan.how == forward_plan::route::buffered && !parser.is_done() && ctx.kept_bodies) {
     auto const cl = parser.content_length();
     kept = ctx.kept_bodies->take(cl ? *cl : policy.max_retry_body, ctx.cfg().limits.retry_buffer);

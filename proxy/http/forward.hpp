@@ -19,10 +19,13 @@
 #include <optional>
 #include <string_view>
 
+namespace rebound::runtime {
+class session_guard;
+}
+
 namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
-class session_guard;
 
 /** A request's facts as every way in starts them (HTTP/1.1, gRPC, delivery, the inbound
     gate): its dependency, its method, the loggable path (R-9) and the upstream its attempts go
@@ -33,7 +36,7 @@ retry::request_facts facts_of(const dependency_route& route, std::string_view me
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
-net::awaitable<bool> forward(const client_request& r, session_guard& guard);
+net::awaitable<bool> forward(const client_request& r, runtime::session_guard& guard);
 
 /// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
 /// request's facts (no header value, no query string) and the failure go in.
@@ -43,7 +46,8 @@ struct upstream_error_event {
   unsigned attempts = 0;
   std::string_view message;
 };
-void log_upstream_error(const session_context& ctx, const retry::request_facts& facts, const upstream_error_event& e);
+void log_upstream_error(const runtime::session_context& ctx, const retry::request_facts& facts,
+                        const upstream_error_event& e);
 
 /// The breaker's admission of a request (HTTP or CONNECT): nullopt when it may go, else the
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
@@ -64,8 +68,8 @@ struct final_answer {
   client_side client;
   const std::string& key;  ///< the upstream pool's key; empty: close rather than pool
 };
-net::awaitable<bool> relay_final_response(const session_context& ctx, beast::tcp_stream& client, upstream::exchange& ex,
-                                          const final_answer& a);
+net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, beast::tcp_stream& client,
+                                          upstream::exchange& ex, const final_answer& a);
 
 /// Writes rebound's own error answer; the result says whether the write succeeded.
 net::awaitable<bool> send_error(beast::tcp_stream& client, const error_reply& e, bool keep_alive,

@@ -1,7 +1,7 @@
 #include "proxy/http/forward_once.hpp"
 
 #include "proxy/http/forward.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/concurrency_lane.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"

@@ -2,7 +2,7 @@
 #include "proxy/http/wire/upgrade.hpp"
 
 #include "proxy/http/forward.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
@@ -50,8 +50,8 @@ std::vector<std::pair<std::string, std::string>> stored_head(const request_messa
   return head;
 }
 
-net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_context& ctx, const std::string& id,
-                                   bool keep_alive, std::chrono::milliseconds idle) {
+net::awaitable<bool> send_accepted(beast::tcp_stream& client, const runtime::session_context& ctx,
+                                   const std::string& id, bool keep_alive, std::chrono::milliseconds idle) {
   bhttp::response<bhttp::string_body> res{bhttp::status::accepted, 11};
   res.set(bhttp::field::content_type, "application/json");
   res.set(bhttp::field::location, std::string(ctx.admin_base) + "/retry-tasks/" + id);
@@ -69,7 +69,7 @@ net::awaitable<bool> send_accepted(beast::tcp_stream& client, const session_cont
 
 }  // namespace
 
-bool wants_hand_over(const session_context& ctx, const request_parser& parser, const retry::policy& policy) {
+bool wants_hand_over(const runtime::session_context& ctx, const request_parser& parser, const retry::policy& policy) {
   // A route that may not dead-letter never hands over: what its delivery gave up on would be
   // lost. RFC 7240 lets it answer a respond-async preference synchronously.
   if (!ctx.store || !policy.dead_letter) return false;

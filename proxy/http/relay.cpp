@@ -16,7 +16,7 @@ namespace rebound::http {
 namespace {
 
 /// A body that has streamed this much moves to a large buffer.
-constexpr std::uint64_t large_after = 2 * relay_buffers::small_size;
+constexpr std::uint64_t large_after = 2 * runtime::relay_buffers::small_size;
 
 /** One write of what is ready to go: the head if it has not gone yet, then body bytes in the
     outgoing framing (a chunk, or as they are), then the end of a chunked body when `last`.
@@ -62,17 +62,17 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   auto const* pace = how.pace;
   auto* buffers = how.buffers;
   std::uint64_t received = prefix.size();
-  std::optional<relay_buffers::lease> chunk;
-  chunk.emplace(relay_buffers::take_from(buffers, relay_buffers::small_size));
+  std::optional<runtime::relay_buffers::lease> chunk;
+  chunk.emplace(runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::small_size));
   auto& body = p.get().body();
   // Reads as large as the chunk: a fresh buffer would otherwise read 512 bytes at a time
   // (Beast sizes a read by the buffer's free capacity). Not when the whole body is already
   // buffered, as a small response's is once its head was read: growing the buffer would be
   // an allocation and a copy per request for nothing.
   auto const left = p.content_length_remaining();
-  if (buffer.capacity() < relay_buffers::small_size && buffer.max_size() >= relay_buffers::small_size &&
-      !(left && *left <= buffer.size()))
-    buffer.reserve(relay_buffers::small_size);
+  if (buffer.capacity() < runtime::relay_buffers::small_size &&
+      buffer.max_size() >= runtime::relay_buffers::small_size && !(left && *left <= buffer.size()))
+    buffer.reserve(runtime::relay_buffers::small_size);
   // The outgoing framing is what the fields the caller set say.
   bool const chunked_out = p.get().chunked();
   outgoing_piece out;
@@ -97,10 +97,10 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   for (;;) {
     std::string_view data;
     if (!p.is_done()) {
-      if (received > large_after && chunk->size() < relay_buffers::large_size) {
+      if (received > large_after && chunk->size() < runtime::relay_buffers::large_size) {
         chunk.reset();
-        chunk.emplace(relay_buffers::take_from(buffers, relay_buffers::large_size));
-        if (buffer.max_size() >= relay_buffers::large_size) buffer.reserve(relay_buffers::large_size);
+        chunk.emplace(runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::large_size));
+        if (buffer.max_size() >= runtime::relay_buffers::large_size) buffer.reserve(runtime::relay_buffers::large_size);
       }
       body.data = chunk->data();
       body.size = chunk->size();
@@ -132,23 +132,6 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
 }
 
 }  // namespace
-
-relay_buffers::lease relay_buffers::take(std::size_t size) {
-  auto& spare = spares(size);
-  if (spare.empty()) return lease(this, std::make_unique_for_overwrite<char[]>(size), size);
-  auto b = std::move(spare.back());
-  spare.pop_back();
-  return lease(this, std::move(b), size);
-}
-
-relay_buffers::lease relay_buffers::take_from(relay_buffers* pool, std::size_t size) {
-  return pool ? pool->take(size) : lease(nullptr, std::make_unique_for_overwrite<char[]>(size), size);
-}
-
-void relay_buffers::give_back(std::unique_ptr<char[]> b, std::size_t size) {
-  auto& spare = spares(size);
-  if (spare.size() < max_spare) spare.push_back(std::move(b));
-}
 
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const response_head& head,
                                          std::chrono::milliseconds idle) {

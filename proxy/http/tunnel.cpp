@@ -2,7 +2,7 @@
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/relay.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/connect.hpp"
@@ -63,7 +63,7 @@ struct side {
     throws, so `&&` waits for both directions. */
 template <class From, class To>
 net::awaitable<void> transfer(From& from, To& to, std::uint64_t& moved, side names, tunnel_state& state,
-                              relay_buffers* buffers) {
+                              runtime::relay_buffers* buffers) {
   for (;;) {
     if (auto ec = co_await readable(from)) {
       state.ended_by(names.from);
@@ -71,7 +71,7 @@ net::awaitable<void> transfer(From& from, To& to, std::uint64_t& moved, side nam
       close_end(to);
       co_return;
     }
-    auto buf = relay_buffers::take_from(buffers, relay_buffers::small_size);
+    auto buf = runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::small_size);
     auto [ec, n] = co_await from.async_read_some(net::buffer(buf.data(), buf.size()), use_tuple);
     if (ec) {
       state.ended_by(names.from);
@@ -149,7 +149,7 @@ class connect_attempt final : public retry::attempt_runner {
 }  // namespace
 
 net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel_end<upstream::connection> up,
-                                          std::chrono::milliseconds idle, relay_buffers* buffers) {
+                                          std::chrono::milliseconds idle, runtime::relay_buffers* buffers) {
   auto const start = clock::now();
   tunnel_totals totals;
   tunnel_state state;
@@ -177,7 +177,7 @@ net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel
   co_return totals;
 }
 
-void log_tunnel_closed(const session_context& ctx, const tunnel_label& label, const tunnel_totals& totals) {
+void log_tunnel_closed(const runtime::session_context& ctx, const tunnel_label& label, const tunnel_totals& totals) {
   ctx.log->info("tunnel_closed",
                 {{"correlation_id", label.correlation_id},
                  {"dependency", label.dependency},
@@ -189,8 +189,8 @@ void log_tunnel_closed(const session_context& ctx, const tunnel_label& label, co
                  {"closed_by", totals.closed_by}});
 }
 
-net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const tunnel_request& tunnel) {
+net::awaitable<void> run_tunnel(const runtime::session_context& ctx, beast::tcp_stream& client,
+                                beast::flat_buffer& buffer, const tunnel_request& tunnel) {
   auto const& target = tunnel.target;
   auto const& route = tunnel.route;
   auto const idle = ctx.cfg().limits.idle_timeout;

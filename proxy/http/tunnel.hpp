@@ -4,7 +4,7 @@
     ever retried or replayed; both run the same pump. */
 #include "proxy/http/dependency_route.hpp"
 #include "proxy/http/request_target.hpp"
-#include "proxy/http/session_context.hpp"
+#include "proxy/runtime/session_context.hpp"
 #include "proxy/upstream/connection.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <string_view>
 
-namespace rebound::http {
-
+namespace rebound::runtime {
 class relay_buffers;
+}
+
+namespace rebound::http {
 
 /// One end of a tunnel: its stream, and the bytes already read from it past a head, which
 /// belong to the tunnel and go first.
@@ -40,7 +42,7 @@ struct tunnel_totals {
     heap) only while its side has bytes to read, so an idle tunnel costs its sockets and two
     small coroutine frames. Both streams are closed when it returns. */
 net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel_end<upstream::connection> up,
-                                          std::chrono::milliseconds idle, relay_buffers* buffers);
+                                          std::chrono::milliseconds idle, runtime::relay_buffers* buffers);
 
 /// What a tunnel's `tunnel_closed` log line names besides its totals.
 struct tunnel_label {
@@ -51,7 +53,7 @@ struct tunnel_label {
 };
 
 /// the one line a tunnel logs, when it ends: how long, how many bytes each way, who closed.
-void log_tunnel_closed(const session_context& ctx, const tunnel_label& label, const tunnel_totals& totals);
+void log_tunnel_closed(const runtime::session_context& ctx, const tunnel_label& label, const tunnel_totals& totals);
 
 /// A CONNECT as the tunnel needs it.
 struct tunnel_request {
@@ -62,7 +64,7 @@ struct tunnel_request {
 
 /** Relays a CONNECT tunnel: connects (retrying the connect), answers 200, then pumps bytes
     until both directions end or the tunnel is idle for `idle_timeout`. */
-net::awaitable<void> run_tunnel(const session_context& ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                                const tunnel_request& tunnel);
+net::awaitable<void> run_tunnel(const runtime::session_context& ctx, beast::tcp_stream& client,
+                                beast::flat_buffer& buffer, const tunnel_request& tunnel);
 
 }  // namespace rebound::http

@@ -1,6 +1,6 @@
 #include "proxy/inbound/idempotency_gate.hpp"
 
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/idempotency/key.hpp"
 
@@ -35,7 +35,7 @@ struct gate_call {
   const http::client_request& request;
   const retry::request_facts& facts;  ///< what logs and traces name it by
   gate_trace& trace;
-  const http::session_context& ctx;
+  const runtime::session_context& ctx;
   store::key_store* keys;  ///< the one role of the store the gate uses; null: there is no store
   beast::tcp_stream& client;
   const http::dependency_route& route;

@@ -9,7 +9,7 @@
 
 namespace rebound::inbound {
 
-net::awaitable<bool> serve_request(const http::client_request& request, http::session_guard& guard) {
+net::awaitable<bool> serve_request(const http::client_request& request, runtime::session_guard& guard) {
   auto const& req = request.parser.get();
   std::string_view const method(req.method_string().data(), req.method_string().size());
   auto const* ir = request.ctx.cfg().inbound.route_for(method, http::loggable_path(request.target.origin_form));

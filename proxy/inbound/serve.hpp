@@ -6,12 +6,14 @@
 
 namespace rebound::http {
 struct client_request;
-class session_guard;
 }  // namespace rebound::http
+namespace rebound::runtime {
+class session_guard;
+}  // namespace rebound::runtime
 
 namespace rebound::inbound {
 
 /// Answers `request`; false when the connection must end (as http::forward says).
-net::awaitable<bool> serve_request(const http::client_request& request, http::session_guard& guard);
+net::awaitable<bool> serve_request(const http::client_request& request, runtime::session_guard& guard);
 
 }  // namespace rebound::inbound

@@ -19,7 +19,7 @@ namespace {
 using namespace session_rig;
 
 /// A door that answers every request itself, naming its target: what reached it, in order.
-net::awaitable<bool> echo_target_door(const http::client_request& r, http::session_guard&) {
+net::awaitable<bool> echo_target_door(const http::client_request& r, runtime::session_guard&) {
   std::string const target(r.parser.get().target());
   std::string const answer =
       "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(target.size()) + "\r\n\r\n" + target;
@@ -28,8 +28,8 @@ net::awaitable<bool> echo_target_door(const http::client_request& r, http::sessi
 }
 
 /// An HTTP/2 door that is never HTTP/2: it says it was asked, then lets HTTP/1.1 go on.
-net::awaitable<bool> asked_http2_door(http::session_context, beast::tcp_stream& client, beast::flat_buffer&,
-                                      http::session_guard&) {
+net::awaitable<bool> asked_http2_door(runtime::session_context, beast::tcp_stream& client, beast::flat_buffer&,
+                                      runtime::session_guard&) {
   co_await net::async_write(client, net::buffer(std::string_view("asked-h2\n")), use_tuple);
   co_return false;
 }

@@ -11,7 +11,7 @@
 #include "proxy/auth/secure_origins.hpp"
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/loop_guard.hpp"
-#include "proxy/http/session_registry.hpp"
+#include "proxy/runtime/session_registry.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/dependency_guard.hpp"
@@ -41,8 +41,8 @@ struct rig {
       : cfg(std::make_shared<const config::config>(config::load_config_text(yaml, "session_test.yaml"))),
         guards(cfg->guarded(), log, metrics),
         cache(guards) {
-    running = std::make_shared<const http::running_config>(
-        http::running_config{cfg, std::make_shared<const auth::secure_origins>(*cfg, &log)});
+    running = std::make_shared<const runtime::running_config>(
+        runtime::running_config{cfg, std::make_shared<const auth::secure_origins>(*cfg, &log)});
     ctx.running = running;
     ctx.pool = &pool;
     ctx.log = &log;
@@ -103,11 +103,11 @@ struct rig {
   std::shared_ptr<const config::config> cfg;
   retry::guard_registry guards;
   retry::guard_cache cache;
-  std::shared_ptr<const http::running_config> running;
-  http::session_registry sessions;
+  std::shared_ptr<const runtime::running_config> running;
+  runtime::session_registry sessions;
   std::mt19937_64 rng{7};
   std::atomic<std::size_t> open{0};
-  http::session_context ctx;
+  runtime::session_context ctx;
   net::io_context ioc{1};
   upstream::pool pool{16, 16, 30s};
   tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};

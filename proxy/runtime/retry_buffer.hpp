@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace rebound::http {
+namespace rebound::runtime {
 
 class retry_buffer {
  public:
@@ -60,4 +60,4 @@ class retry_buffer {
   std::atomic<std::uint64_t> used_{0};
 };
 
-}  // namespace rebound::http
+}  // namespace rebound::runtime

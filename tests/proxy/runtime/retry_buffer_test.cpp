@@ -1,4 +1,4 @@
-#include "proxy/http/retry_buffer.hpp"
+#include "proxy/runtime/retry_buffer.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-using rebound::http::retry_buffer;
+using rebound::runtime::retry_buffer;
 
 TEST(RetryBuffer, BodiesAreKeptWhileTheyFitAndTheirBytesComeBackWithTheLease) {
   retry_buffer b;

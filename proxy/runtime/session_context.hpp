@@ -13,7 +13,7 @@ struct config;
 namespace rebound::observe {
 class logger;
 class tracer;
-}
+}  // namespace rebound::observe
 namespace rebound::retry {
 class guard_cache;
 }
@@ -30,7 +30,7 @@ namespace rebound::h2 {
 class client_pool;
 }
 
-namespace rebound::http {
+namespace rebound::runtime {
 
 class relay_buffers;
 class retry_buffer;
@@ -78,4 +78,4 @@ struct session_context {
   const auth::secure_origins* origins() const { return running->origins.get(); }
 };
 
-}  // namespace rebound::http
+}  // namespace rebound::runtime

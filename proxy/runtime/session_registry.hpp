@@ -12,7 +12,7 @@
 #include <atomic>
 #include <list>
 
-namespace rebound::http {
+namespace rebound::runtime {
 
 class session_registry {
   struct entry {
@@ -78,4 +78,4 @@ class session_guard {
   session_registry::handle h_;
 };
 
-}  // namespace rebound::http
+}  // namespace rebound::runtime
