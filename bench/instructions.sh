@@ -13,7 +13,7 @@
 # Usage: bench/instructions.sh [rebound binary]
 #   PERF_CONNS=1 (wrk -c; 1 repeats best, more adds epoll batching, which varies with load)
 #   PERF_DURATION=10, PERF_FORM=host|proxy (Host routing, or absolute-form as HTTP_PROXY sends),
-#   PERF_PEER=haproxy|none
+#   PERF_PEER=haproxy|none, PERF_KEEP=DIR (keep the callgrind files there, for callgrind_annotate)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${1:-build/rebound}")
@@ -62,6 +62,7 @@ count() {  # count NAME PORT COMMAND...: instructions per request of COMMAND's p
   callgrind_control -d "$vg" >/dev/null 2>&1
   sleep 1
   local ir; ir=$(cat "$W/$name.cg".* | awk '/^summary:/ {print $2}' | head -1)
+  if [[ -n ${PERF_KEEP:-} ]]; then mkdir -p "$PERF_KEEP" && cp "$W/$name.cg".* "$PERF_KEEP/"; fi
   kill "$vg" 2>/dev/null || true
   echo "$name $n $ir"
 }

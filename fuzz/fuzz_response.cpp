@@ -1,8 +1,9 @@
 // An upstream's answer as the relay reads it: a bounded response parser (1xx, trailers,
-// chunked, close-delimited bodies), then the rewrite into the client's head.
+// chunked, close-delimited bodies), then the rewrite into the client's head and its bytes.
 #include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 
 #include <boost/asio/buffer.hpp>
 
@@ -21,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   unsigned const client_version = (data[0] & 2) ? 10 : 11;
   std::string buffered(reinterpret_cast<const char*>(data + 1), size - 1);
 
-  response_parser p;
+  field_list fields;
+  response_parser p(fields);
   p.header_limit(16 * 1024);
   p.body_limit(boost::none);  // responses are relayed, never held whole
   if (is_head) p.skip(true);
@@ -31,8 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ec) return 0;
   buffered.erase(0, used);
 
-  response_message<bhttp::buffer_body> res;
-  (void)prepare_client_response(res, p, {is_head, client_version, true, 1});
+  (void)prepare_client_response(p, {is_head, client_version, true, 1});
+  std::string head;
+  append_head(head, p);
 
   std::array<char, 4096> body{};
   while (!p.is_done()) {

@@ -253,8 +253,8 @@ net::awaitable<void> attempt_task(const delivery_call& d, const http::request_ta
   std::string retry_after;  // the summary views it
   std::string message;
   if (attempt) {
-    auto const& h = (*attempt)->response->get();
-    summary.outcome.status = h.result_int();
+    auto const& h = (*attempt)->response->fields();
+    summary.outcome.status = (*attempt)->response->get().result_int();
     if (auto it = h.find(bhttp::field::retry_after); it != h.end()) summary.retry_after = retry_after = it->value();
     // Nobody reads the answer on; reading it lets the next delivery reuse the connection.
     upstream::pool_slot const back{*ctx.pool, key};

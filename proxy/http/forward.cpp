@@ -63,11 +63,10 @@ net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, b
   auto const& key = a.key;
   auto const idle = ctx.cfg().limits.idle_timeout;
   auto& rp = *ex.response;
-  auto& res = rp.get();
   bool const upstream_keep_alive = rp.keep_alive();
-  bool const client_keep_alive = prepare_client_response(res, rp, a.client);
+  bool const client_keep_alive = prepare_client_response(rp, a.client);
   std::string head;
-  append_head(head, res.base());
+  append_head(head, rp);
   relay_pacing const how{idle, ctx.buffers};
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, rp}, client, head, how);
   if (!rr.ok()) {

@@ -208,9 +208,9 @@ net::awaitable<bool> relay_answer(once_call& c, upstream::exchange& ex, const st
   c.r.route.guard->answered(res.result_int());
   bool const upstream_keep_alive = rp->keep_alive();
   client_side const to_client{c.is_head, c.client_version, c.keepable(), 1};
-  bool const client_keep_alive = prepare_client_response(res, *rp, to_client);
+  bool const client_keep_alive = prepare_client_response(*rp, to_client);
   std::string head;
-  append_head(head, res.base());
+  append_head(head, *rp);
   relay_pacing const how{c.idle, c.r.ctx.buffers};
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, *rp}, c.r.client, head, how);
   if (!rr.ok()) {

@@ -7,6 +7,8 @@
 #include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 
+#include <array>
+#include <charconv>
 #include <iterator>
 
 namespace rebound::http {
@@ -54,39 +56,45 @@ void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
     req.content_length(*cl);  // collapses a valid "42, 42"
 }
 
-bool prepare_client_response(response_message<bhttp::buffer_body>& res,
-                             const response_parser& p, const client_side& client) {
-  bool const is_head = client.is_head;
-  unsigned const client_version = client.version;
+bool prepare_client_response(response_parser& p, const client_side& client) {
+  auto& f = p.fields();
   bool client_keep_alive = client.keep_alive;
-  strip_hop_by_hop(res.base());
-  add_via(res.base(), res.version());
-  auto const status = res.result_int();
-  bool const has_body = !(is_head || status / 100 == 1 || status == 204 || status == 304);
+  strip_hop_by_hop(f);
+  add_via(f, p.get().version());
+  auto const status = p.get().result_int();
+  bool const has_body = !(client.is_head || status / 100 == 1 || status == 204 || status == 304);
   if (has_body) {
     if (auto cl = p.content_length(); cl && !p.chunked()) {
-      res.content_length(*cl);
-    } else if (client_version >= 11) {
-      res.chunked(true);  // chunked or close-delimited upstream: re-framed so the client can keep the connection
+      std::array<char, 24> digits{};
+      auto const [end, ec] = std::to_chars(digits.data(), digits.data() + digits.size(), *cl);
+      f.set(bhttp::field::content_length, std::string_view(digits.data(), static_cast<std::size_t>(end - digits.data())));
+    } else if (client.version >= 11) {
+      // chunked or close-delimited upstream: re-framed so the client can keep the connection
+      f.erase(bhttp::field::content_length);
+      f.set(bhttp::field::transfer_encoding, "chunked");
     } else {
       client_keep_alive = false;  // an HTTP/1.0 client learns the end from the close
     }
   }
-  res.set("Rebound-Attempts", std::to_string(client.attempts));
-  if (client.gave_up) res.set(retry::retried_header, retry::retried_exhausted);
-  res.version(11);
-  res.keep_alive(client_keep_alive);
-  if (client_keep_alive && client_version < 11) res.set(bhttp::field::connection, "keep-alive");
+  std::array<char, 12> attempts{};
+  auto const [end, ec] = std::to_chars(attempts.data(), attempts.data() + attempts.size(), client.attempts);
+  f.set("Rebound-Attempts", std::string_view(attempts.data(), static_cast<std::size_t>(end - attempts.data())));
+  if (client.gave_up) f.set(retry::retried_header, retry::retried_exhausted);
+  // The client's head is HTTP/1.1 (wire_head.hpp), which keeps the connection unless told.
+  if (!client_keep_alive)
+    f.set(bhttp::field::connection, "close");
+  else if (client.version < 11)
+    f.set(bhttp::field::connection, "keep-alive");
   return client_keep_alive;
 }
 
-void prepare_switch_response(response_message<bhttp::buffer_body>& res, unsigned attempts) {
-  strip_hop_by_hop(res.base());
-  carry_websocket_upgrade(res.base());
-  add_via(res.base(), res.version());
-  res.erase(bhttp::field::content_length);
-  res.set("Rebound-Attempts", std::to_string(attempts));
-  res.version(11);
+void prepare_switch_response(response_parser& p, unsigned attempts) {
+  auto& f = p.fields();
+  strip_hop_by_hop(f);
+  carry_websocket_upgrade(f);
+  add_via(f, p.get().version());
+  f.erase(bhttp::field::content_length);
+  f.set("Rebound-Attempts", std::to_string(attempts));
 }
 
 void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size) {

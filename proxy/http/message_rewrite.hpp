@@ -53,18 +53,18 @@ struct client_side {
   bool gave_up = false;  ///< this layer retried and gave up
 };
 
-/** The response head as the client hop must see it, with `Rebound-Attempts` (and with
+/** The response head as the client hop must see it (its fields edited in place, written by
+    wire_head.hpp's append_head as HTTP/1.1), with `Rebound-Attempts` (and with
     `gave_up`, `Rebound-Retried: exhausted`: this layer retried and gave up, retry/layers.hpp);
     returns whether the client connection can stay open after this response. A
     `Rebound-Retried` from a layer below is passed on: the caller above learns that some layer
     spent its retries. */
-bool prepare_client_response(response_message<bhttp::buffer_body>& res,
-                             const response_parser& p, const client_side& client);
+bool prepare_client_response(response_parser& p, const client_side& client);
 
 /** The head of an upstream's 101 to WebSocket as the client hop must see it: hop-by-hop
     fields stripped but for the switch itself (`Connection: Upgrade`, `Upgrade: websocket`),
     the Sec-WebSocket-* fields kept, Via and `Rebound-Attempts` added. No framing field: the
     bytes after it are the new protocol's. */
-void prepare_switch_response(response_message<bhttp::buffer_body>& res, unsigned attempts);
+void prepare_switch_response(response_parser& p, unsigned attempts);
 
 }  // namespace rebound::http

@@ -52,6 +52,13 @@ struct outgoing_piece {
   }
 };
 
+/// Whether the head the caller wrote frames the body in chunks: a request's fields are its
+/// message's; an upstream's response has them in its field list (message_rewrite.hpp).
+bool chunked_out(const request_parser& p) { return p.get().chunked(); }
+bool chunked_out(const response_parser& p) {
+  return p.fields()[bhttp::field::transfer_encoding] == "chunked";
+}
+
 template <class From, class Parser, class To>
 net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::string_view head,
                                    std::string_view prefix, relay_pacing how) {
@@ -74,10 +81,10 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
       buffer.max_size() >= runtime::relay_buffers::small_size && !(left && *left <= buffer.size()))
     buffer.reserve(runtime::relay_buffers::small_size);
   // The outgoing framing is what the fields the caller set say.
-  bool const chunked_out = p.get().chunked();
+  bool const chunked = chunked_out(p);
   outgoing_piece out;
   auto send = [&](std::string_view data, bool last) {
-    out.frame(head, data, chunked_out, last, p.trailers());
+    out.frame(head, data, chunked, last, p.trailers());
     head = {};
     to.expires_after(idle);
     return net::async_write(to, out.buffers, use_tuple);
@@ -133,20 +140,13 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
 
 }  // namespace
 
-net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const response_head& head,
+net::awaitable<error_code> relay_interim(beast::tcp_stream& client, response_parser& head,
                                          std::chrono::milliseconds idle) {
-  response_message<bhttp::empty_body> interim;
-  interim.version(11);
-  interim.result(head.result_int());  // by number: Beast 1.81's status enum has no 103
-  // Nor a reason for it ("<unknown-status>"): the upstream's own goes on, else RFC 8297's.
-  if (!head.reason().empty())
-    interim.reason(head.reason());
-  else if (head.result_int() == 103)
-    interim.reason("Early Hints");
-  for (auto const& f : head) interim.insert(f.name_string(), f.value());
-  strip_hop_by_hop(interim.base());
+  strip_hop_by_hop(head.fields());
+  std::string wire;
+  append_head(wire, head);
   client.expires_after(idle);
-  auto [ec, n] = co_await bhttp::async_write(client, interim, use_tuple);
+  auto [ec, n] = co_await net::async_write(client, net::buffer(wire), use_tuple);
   co_return ec;
 }
 

@@ -71,14 +71,14 @@ net::awaitable<relay_result> relay_request_body(request_body_from from, upstream
 /** Forwards an interim (1xx) response head to an HTTP/1.1 client, hop-by-hop fields
     removed: RFC 9110 section 15.2 has a proxy forward 1xx answers (103 Early Hints, 102)
     it did not ask for. */
-net::awaitable<error_code> relay_interim(beast::tcp_stream& client, const response_head& head,
+net::awaitable<error_code> relay_interim(beast::tcp_stream& client, response_parser& head,
                                          std::chrono::milliseconds idle);
 
 /// An exchange's interim answers, passed on to an HTTP/1.1 client by relay_interim.
 class interim_to_client final : public upstream::interim_listener {
  public:
   interim_to_client(beast::tcp_stream& client, std::chrono::milliseconds idle) : client_(client), idle_(idle) {}
-  net::awaitable<error_code> interim(const response_head& head) override {
+  net::awaitable<error_code> interim(response_parser& head) override {
     return relay_interim(client_, head, idle_);
   }
 

@@ -49,14 +49,13 @@ class http1_attempt final : public retry::attempt_runner {
       co_return s;
     }
     response = std::move(*attempt);
-    auto const& h = response->response->get();
-    s.outcome.status = h.result_int();
-    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end())
-      s.retry_after = std::string_view(it->value().data(), it->value().size());
+    auto const& h = response->response->fields();
+    s.outcome.status = response->response->get().result_int();
+    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end()) s.retry_after = it->value();
     auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
       auto it = h.find(name);
       if (it == h.end()) return std::nullopt;
-      return std::string_view(it->value().data(), it->value().size());
+      return it->value();
     };
     s.below = retry::read_layer_signal({field(retry::retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
                                         field(retry::overloaded_header)});

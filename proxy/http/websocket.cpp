@@ -15,10 +15,9 @@ net::awaitable<void> relay_switch(const client_request& r, upstream::exchange& e
   auto const& ctx = r.ctx;
   auto& guard = *r.route.guard;
   auto const idle = ctx.cfg().limits.idle_timeout;
-  auto& res = ex.response->get();
-  prepare_switch_response(res, attempts);
+  prepare_switch_response(*ex.response, attempts);
   std::string head;
-  append_head(head, res.base());
+  append_head(head, *ex.response);
   r.client.expires_after(idle);
   auto [ec, n] = co_await net::async_write(r.client, net::buffer(head), use_tuple);
   // The head went out; the tunnel may live for hours without it.

@@ -126,9 +126,9 @@ net::awaitable<app_answer> ask_app(const gate_call& c, const http::request_targe
   upstream::pool_slot const back{no_reuse, key};
   if (!co_await upstream::read_response_body(back, ex, r.body, max_answer, deadline))
     co_return failed(c, http::error_type::upstream_protocol_error, "the app's answer could not be read whole", true);
-  auto& head = ex.response->get();
-  http::strip_hop_by_hop(head.base());
-  http::add_via(head.base(), head.version());
+  auto& head = ex.response->fields();
+  http::strip_hop_by_hop(head);
+  http::add_via(head, ex.response->get().version());
   for (auto const& f : head) {
     auto const name = f.name();
     if (name == bhttp::field::content_length || name == bhttp::field::transfer_encoding) continue;

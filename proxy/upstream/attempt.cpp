@@ -37,7 +37,7 @@ net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& 
   // reserved anyway (bench/README.md, "syscalls per request").
   if (buffer.capacity() < first_read_size) buffer.reserve(std::min(first_read_size, buffer.max_size()));
   for (;;) {
-    rp.emplace();
+    rp.emplace(ex.fields);
     rp->header_limit(max_response_head);
     rp->body_limit(boost::none);
     if (is_head) rp->skip(true);
@@ -50,13 +50,13 @@ net::awaitable<std::optional<retry::attempt_failure>> read_final_head(exchange& 
       if (!route.upgrade)
         co_return retry::attempt_failure{http::error_type::upstream_protocol_error,
                                          "upstream switched protocols unasked"};
-      auto why = http::switch_mismatch(rp->get().base());
+      auto why = http::switch_mismatch(rp->fields());
       if (!why.empty()) co_return retry::attempt_failure{http::error_type::upstream_protocol_error, std::move(why)};
       co_return std::nullopt;
     }
     bool const is_100 = status == 100;
     if (!route.client || (is_100 && (!route.pass_100 || route.sent_100))) continue;
-    if (auto wec = co_await route.client->interim(rp->get().base())) {
+    if (auto wec = co_await route.client->interim(*rp)) {
       route.client = nullptr;
       // A client that cannot take the 100 will not send the body the upstream now waits for.
       if (is_100 && route.stop_at_100) co_return std::nullopt;

@@ -44,7 +44,10 @@ inline constexpr std::size_t first_read_size = 16 * 1024;
 struct exchange {
   std::optional<connection> stream;
   beast::flat_buffer buffer{response_buffer_limit};  ///< bytes read past the response head
-  std::optional<response_parser> response;           ///< the final head
+  /// The head's fields (response_parser keeps them here): kept with their memory when the
+  /// exchange is recycled, so a warm exchange reads a head without allocating.
+  http::field_list fields;
+  std::optional<response_parser> response;  ///< the final head
 };
 
 /// An attempt's outcome as a value: the response head, or why there is none.
@@ -60,7 +63,7 @@ class interim_listener {
  public:
   virtual ~interim_listener() = default;
   /// Passes `head` on; an error: the listener cannot take it, and hears of no more.
-  virtual net::awaitable<error_code> interim(const http::response_head& head) = 0;
+  virtual net::awaitable<error_code> interim(http::response_parser& head) = 0;
 };
 
 /// Where the upstream is and which pool slot its connections use.

@@ -18,7 +18,11 @@
     Beast's `header_limit` bounds only the part of the head not yet parsed when a read ends
     mid-field, so how large a head may grow depended on how the reads happened to fall (an
     80 KB head passed a 64 KiB limit once reads were 16 KiB). The fields are counted here,
-    so the limit holds for the whole head whatever the read sizes. */
+    so the limit holds for the whole head whatever the read sizes.
+
+    An upstream's response keeps its header fields in a `field_list` the exchange owns
+    (`response_parser`), not in the message: the client's head is written from that list. */
+#include "proxy/http/wire/field_list.hpp"
 #include "proxy/http/wire/head_fields.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
@@ -58,6 +62,10 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body, head_a
   const head_fields& trailers() const { return trailers_; }
   field_refusal refusal() const { return refusal_; }
 
+ protected:
+  /// Header fields go to `into` instead of the message.
+  bounded_parser(field_limits limits, field_list& into) : limits_(limits), into_(&into) { into.clear(); }
+
  private:
   void on_field_impl(boost::beast::http::field name, boost::beast::string_view name_string,
                      boost::beast::string_view value, boost::system::error_code& ec) override {
@@ -65,7 +73,10 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body, head_a
     if (!this->is_header_done()) {
       head_bytes_ += size + 4;  // ": " and CRLF
       if (size > limits_.max_field || head_bytes_ > head_limit_) return refuse(field_refusal::header_field, ec);
-      this->get().insert(name, name_string, value);
+      if (into_)
+        into_->insert(name, name_string, value);
+      else
+        this->get().insert(name, name_string, value);
       return;
     }
     trailer_bytes_ += size + 4;  // ": " and CRLF
@@ -81,6 +92,7 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body, head_a
   }
 
   field_limits limits_;
+  field_list* into_ = nullptr;
   std::size_t head_limit_ = 8192;  ///< Beast's default
   std::size_t head_bytes_ = 0;
   head_fields trailers_;
@@ -91,7 +103,18 @@ class bounded_parser : public boost::beast::http::parser<isRequest, Body, head_a
 
 /// A request whose body is relayed (or kept) through a caller's buffer.
 using request_parser = bounded_parser<true, boost::beast::http::buffer_body>;
-/// An upstream's response, relayed the same way.
-using response_parser = bounded_parser<false, boost::beast::http::buffer_body>;
+/** An upstream's response, relayed the same way. Its header fields are in `fields()`, a list
+    that outlives the parser (the exchange keeps it for its next head); `get()` holds the
+    status line and the body's buffer, and no fields. */
+class response_parser : public bounded_parser<false, boost::beast::http::buffer_body> {
+ public:
+  explicit response_parser(field_list& fields, field_limits limits = {})
+      : bounded_parser(limits, fields), fields_(fields) {}
+  field_list& fields() { return fields_; }
+  const field_list& fields() const { return fields_; }
+
+ private:
+  field_list& fields_;
+};
 
 }  // namespace rebound::http

@@ -56,9 +56,10 @@ class connection_names {
   std::vector<std::string_view> more_;  ///< a ninth name on: rare enough to allocate
 };
 
-}  // namespace
-
-void strip_hop_by_hop(head_fields& f) {
+/// One rule for both field stores: a head rebound builds or parses (basic_fields) and an
+/// upstream's response (field_list).
+template <class Fields>
+void strip_fields(Fields& f) {
   // One walk of the fields, erasing by position: a lookup by name per listed field cost a
   // tree search with case-insensitive compares each, twice per proxied request. The names
   // view Connection's values, so Connection itself goes last.
@@ -81,7 +82,8 @@ void strip_hop_by_hop(head_fields& f) {
   if (has_connection) f.erase(bhttp::field::connection);
 }
 
-void add_via(head_fields& f, unsigned received_version, std::string_view token) {
+template <class Fields>
+void add_via_to(Fields& f, unsigned received_version, std::string_view token) {
   // Several Via lines are one list: folded into one in their order, then this hop's entry
   // (RFC 9110 section 7.6.3: the protocol version this hop received the message in). Built on
   // the stack while it fits, as it does unless the client sent long Via lines: this runs for
@@ -113,6 +115,17 @@ void add_via(head_fields& f, unsigned received_version, std::string_view token) 
     put(")");
   }
   f.set(bhttp::field::via, spilled.empty() ? std::string_view(stack.data(), used) : std::string_view(spilled));
+}
+
+}  // namespace
+
+void strip_hop_by_hop(head_fields& f) { strip_fields(f); }
+void strip_hop_by_hop(field_list& f) { strip_fields(f); }
+void add_via(head_fields& f, unsigned received_version, std::string_view token) {
+  add_via_to(f, received_version, token);
+}
+void add_via(field_list& f, unsigned received_version, std::string_view token) {
+  add_via_to(f, received_version, token);
 }
 
 bool forwardable_trailer(bhttp::field name, std::string_view name_string) {

@@ -21,21 +21,25 @@ std::string_view trim(std::string_view s) {
 }
 
 /// Whether a Connection field names `option` (its values are tokens, RFC 9110 section 7.6.1).
-bool connection_names(const head_fields& f, std::string_view option) {
-  auto const [first, last] = f.equal_range(bhttp::field::connection);
-  for (auto it = first; it != last; ++it)
-    for (auto token : bhttp::token_list{it->value()})
+/// Fields: a request's head_fields or an upstream response's field_list.
+template <class Fields>
+bool connection_names(const Fields& f, std::string_view option) {
+  for (auto const& field : f) {
+    if (field.name() != bhttp::field::connection) continue;
+    for (auto token : bhttp::token_list{field.value()})
       if (boost::beast::iequals(token, option)) return true;
+  }
   return false;
 }
 
 /// The protocol names of every Upgrade field, in order; its elements are `name[/version]`,
 /// which Beast's token_list would stop at. Empty elements (`a, , b`) are skipped (RFC 9110 5.6.1).
-std::vector<std::string_view> upgrade_protocols(const head_fields& f) {
+template <class Fields>
+std::vector<std::string_view> upgrade_protocols(const Fields& f) {
   std::vector<std::string_view> names;
-  auto const [first, last] = f.equal_range(bhttp::field::upgrade);
-  for (auto it = first; it != last; ++it) {
-    auto rest = view(it->value());
+  for (auto const& field : f) {
+    if (field.name() != bhttp::field::upgrade) continue;
+    auto rest = view(field.value());
     while (!rest.empty()) {
       auto const comma = rest.find(',');
       auto const element = trim(rest.substr(0, comma));
@@ -90,12 +94,20 @@ upgrade_ask read_upgrade(const request_head& req) {
   return {upgrade_ask::kind::websocket, {}};
 }
 
-void carry_websocket_upgrade(head_fields& f) {
+namespace {
+
+template <class Fields>
+void carry_upgrade(Fields& f) {
   f.set(bhttp::field::connection, "Upgrade");
   f.set(bhttp::field::upgrade, websocket_protocol);
 }
 
-std::string switch_mismatch(const response_head& res) {
+}  // namespace
+
+void carry_websocket_upgrade(head_fields& f) { carry_upgrade(f); }
+void carry_websocket_upgrade(field_list& f) { carry_upgrade(f); }
+
+std::string switch_mismatch(const field_list& res) {
   // A 101 names the protocols it switched to, in layer order (RFC 9110 7.8): `h2c, websocket` is
   // WebSocket over HTTP/2, not the switch asked for, so the answer must name websocket alone.
   auto const names = upgrade_protocols(res);

@@ -4,6 +4,7 @@
     request asks for, whether its handshake is well formed, which fields cross the hop, and
     whether an upstream's 101 switched to what was asked. Every way in that meets an Upgrade
     field asks here. */
+#include "proxy/http/wire/field_list.hpp"
 #include "proxy/http/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
@@ -39,9 +40,10 @@ upgrade_ask read_upgrade(const request_head& req);
     `Connection: Upgrade` and `Upgrade: websocket`. The Sec-WebSocket-* fields are
     end-to-end and stay as they came. */
 void carry_websocket_upgrade(head_fields& f);
+void carry_websocket_upgrade(field_list& f);
 
-/// Whether an upstream's 101 switched to WebSocket as asked; empty when it did, else why not
-/// (a 101 without `Upgrade: websocket` and `Connection: upgrade` is not that switch).
-std::string switch_mismatch(const response_head& res);
+/// Whether an upstream's 101 (its fields) switched to WebSocket as asked; empty when it did, else
+/// why not (a 101 without `Upgrade: websocket` and `Connection: upgrade` is not that switch).
+std::string switch_mismatch(const field_list& res);
 
 }  // namespace rebound::http

@@ -3,6 +3,7 @@
 #include "proxy/http/wire/hop_by_hop.hpp"
 
 #include <charconv>
+#include <cstring>
 
 namespace rebound::http {
 namespace {
@@ -16,7 +17,8 @@ void append_version(std::string& out, unsigned version) {
   out += static_cast<char>('0' + version % 10);
 }
 
-void append_field(std::string& out, const head_fields::value_type& field) {
+template <class Field>
+void append_field(std::string& out, const Field& field) {
   auto const name = field.name_string();
   auto const value = field.value();
   out.append(name.data(), name.size());
@@ -25,9 +27,28 @@ void append_field(std::string& out, const head_fields::value_type& field) {
   out += "\r\n";
 }
 
-void append_fields(std::string& out, const head_fields& f) {
-  for (auto const& field : f) append_field(out, field);
-  out += "\r\n";
+/// Sized first, then copied: appending piece by piece checked the capacity four times per
+/// field, a sixth of the head's cost.
+template <class Fields>
+void append_fields(std::string& out, const Fields& f) {
+  std::size_t size = 2;
+  for (auto const& field : f) size += field.name_string().size() + field.value().size() + 4;
+  auto const at = out.size();
+  out.resize(at + size);
+  char* to = out.data() + at;
+  auto const put = [&to](const char* from, std::size_t n) {
+    std::memcpy(to, from, n);
+    to += n;
+  };
+  for (auto const& field : f) {
+    auto const name = field.name_string();
+    auto const value = field.value();
+    put(name.data(), name.size());
+    put(": ", 2);
+    put(value.data(), value.size());
+    put("\r\n", 2);
+  }
+  put("\r\n", 2);
 }
 
 /// Most heads fit at once; a larger one grows the string once or twice.
@@ -48,20 +69,21 @@ void append_head(std::string& out, const request_head& h) {
   append_fields(out, h);
 }
 
-void append_head(std::string& out, const response_head& h) {
+void append_head(std::string& out, const response_parser& p) {
   out.reserve(out.size() + typical_head);
-  append_version(out, h.version());
-  out += ' ';
+  out += "HTTP/1.1 ";
   std::array<char, 8> code{};
-  auto const status = h.result_int();
+  auto const status = p.get().result_int();
   auto const [end, ec] = std::to_chars(code.data(), code.data() + code.size(), status);
   out.append(code.data(), end);
   out += ' ';
-  auto reason = h.reason();
+  std::string_view reason = p.get().reason();
   if (reason.empty()) reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  // Beast 1.81 has no reason of its own for 103 ("<unknown-status>"): RFC 8297's.
+  if (status == 103 && reason.front() == '<') reason = "Early Hints";
   out.append(reason.data(), reason.size());
   out += "\r\n";
-  append_fields(out, h);
+  append_fields(out, p.fields());
 }
 
 std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n) {

@@ -8,6 +8,7 @@
     largest user-space cost of a forwarded request. One string per head, written together
     with the first body bytes in a single gather write, costs one copy of a few hundred bytes
     instead. The parsed message stays Beast's; only the writing is done here. */
+#include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
@@ -23,9 +24,9 @@ namespace rebound::http {
 /// Appends the request line, the fields and the blank line of `h` to `out`.
 void append_head(std::string& out, const request_head& h);
 
-/// Appends the status line (the reason phrase as received, else the standard one), the
-/// fields and the blank line of `h` to `out`.
-void append_head(std::string& out, const response_head& h);
+/// Appends an upstream response's head as rebound relays it: an HTTP/1.1 status line (the
+/// reason phrase as received, else the standard one), its fields and the blank line.
+void append_head(std::string& out, const response_parser& p);
 
 /// The size line that opens a chunk of `n` bytes ("1a2b\r\n"), written into `buf`.
 std::string_view chunk_size_line(std::array<char, 20>& buf, std::size_t n);

@@ -1,4 +1,5 @@
 #include "proxy/http/message_rewrite.hpp"
+#include "proxy/http/wire/wire_head.hpp"
 
 #include <gtest/gtest.h>
 
@@ -81,6 +82,54 @@ TEST(MessageRewrite, ARebuiltRequestIsFramedByItsBodyAndItsMethod) {
       EXPECT_EQ(cl, req.end()) << r.method;
     EXPECT_EQ(req.find(boost::beast::http::field::transfer_encoding), req.end()) << r.method;
   }
+}
+
+namespace {
+
+/// The head rebound sends its client for an upstream's `wire`, answering `client`.
+std::string client_head(std::string_view wire, const client_side& client, bool* keep = nullptr) {
+  field_list fields;
+  response_parser p(fields);
+  boost::beast::error_code ec;
+  p.eager(false);
+  if (client.is_head) p.skip(true);
+  p.put(boost::asio::buffer(wire.data(), wire.size()), ec);
+  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  bool const kept = prepare_client_response(p, client);
+  if (keep) *keep = kept;
+  std::string out;
+  append_head(out, p);
+  return out;
+}
+
+}  // namespace
+
+TEST(MessageRewrite, TheClientsResponseHeadIsReframedForItsHopWithViaAndAttempts) {
+  bool keep = false;
+  // Hop-by-hop fields go, Via gains this hop (naming the version received), Content-Length stays.
+  EXPECT_EQ(client_head("HTTP/1.0 200 OK\r\nVia: 1.1 lb\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+                        "Content-Length: 2\r\nKeep-Alive: timeout=5\r\nETag: \"a\"\r\n\r\nok",
+                        {false, 11, true, 1}, &keep),
+            "HTTP/1.1 200 OK\r\nETag: \"a\"\r\nVia: 1.1 lb, 1.0 rebound\r\nContent-Length: 2\r\n"
+            "Rebound-Attempts: 1\r\n\r\n");
+  EXPECT_TRUE(keep);
+  // A chunked answer to an HTTP/1.1 client stays chunked, rebound's own framing.
+  EXPECT_EQ(client_head("HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\nRetry-After: 2\r\n\r\n",
+                        {false, 11, false, 3, true}, &keep),
+            "HTTP/1.1 503 Busy\r\nRetry-After: 2\r\nVia: 1.1 rebound\r\nTransfer-Encoding: chunked\r\n"
+            "Rebound-Attempts: 3\r\nRebound-Retried: exhausted\r\nConnection: close\r\n\r\n");
+  EXPECT_FALSE(keep);
+  // An HTTP/1.0 client learns a close-delimited body's end from the close.
+  EXPECT_EQ(client_head("HTTP/1.1 200 OK\r\n\r\n", {false, 10, true, 1}, &keep),
+            "HTTP/1.1 200 OK\r\nVia: 1.1 rebound\r\nRebound-Attempts: 1\r\nConnection: close\r\n\r\n");
+  EXPECT_FALSE(keep);
+  // ...and one that may keep its connection is told so, as HTTP/1.0 needs.
+  EXPECT_EQ(client_head("HTTP/1.1 204 No Content\r\n\r\n", {false, 10, true, 1}, &keep),
+            "HTTP/1.1 204 No Content\r\nVia: 1.1 rebound\r\nRebound-Attempts: 1\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_TRUE(keep);
+  // The answer to HEAD keeps the length the upstream announced.
+  EXPECT_EQ(client_head("HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", {true, 11, true, 1}),
+            "HTTP/1.1 200 OK\r\nContent-Length: 99\r\nVia: 1.1 rebound\r\nRebound-Attempts: 1\r\n\r\n");
 }
 
 }  // namespace message_rewrite_test

@@ -93,8 +93,7 @@ TEST(Upgrade, CarriedFieldsAreTheSwitchItself) {
 }
 
 TEST(Upgrade, ASwitchMustBeToWebSocketWithConnectionUpgrade) {
-  rebound::http::response_head res;
-  res.result(101);
+  rebound::http::field_list res;
   EXPECT_NE(switch_mismatch(res).find("without an Upgrade"), std::string::npos);
   res.set(bhttp::field::upgrade, "h2c");
   res.set(bhttp::field::connection, "Upgrade");
