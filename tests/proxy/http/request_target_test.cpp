@@ -56,7 +56,8 @@ TEST(RequestTarget, PortsOutsideTheRangeAreRefusedNotWrapped) {
 }
 
 TEST(RequestTarget, GarbageAndUserinfoAndOtherSchemesAreRefused) {
-  for (auto bad : {"", "example.com/x", "ftp://a/", "http://user:pw@a/", "http:///x", "http://a b/", "*"})
+  for (auto bad : {"", "example.com/x", "ftp://a/", "http://user:pw@a/", "http:///x", "http://a b/", "*",
+                   "http://svc:8x/", "http://svc:80x"})
     EXPECT_FALSE(parse_request_target("GET", bad, "h", 1, 11).value) << bad;
 }
 
@@ -92,4 +93,22 @@ TEST(RequestTarget, OriginFormWithASpaceOrControlCharacterIsRefused) {
        std::initializer_list<std::string_view>{"/p ath", std::string_view("/p\0a", 4), "/a\r\nX: 1", "/a\t", "/\x7f"})
     EXPECT_FALSE(parse_request_target("GET", bad, "svc.local", 1, 11).value) << bad;
   EXPECT_TRUE(parse_request_target("GET", "/caf\xc3\xa9?q=\xff", "svc.local", 1, 11).value);
+}
+
+// The common Host value skips Boost.URL (fill_plain_host): for every value, plain or not,
+// the origin form's result must be what the full parse of the same authority gives.
+TEST(RequestTarget, AHostHeaderMeansWhatTheSameAuthorityMeansInAnAbsoluteTarget) {
+  for (std::string host :
+       {"svc.local", "SVC.Local:8080", "svc:80", "svc:", "a-b.c-d:65535", "svc:0", "svc:65536", "svc:8x", "127.0.0.1",
+        "127.0.0.1:81", "127.1", "a.b.99", "0x7f000001", "[::1]:82", "under_score.local", "a..b", "-x", "x%41",
+        "us@er", ":80", "a b"}) {
+    auto const origin = parse_request_target("GET", "/", host, 1, 11);
+    auto const absolute = parse_request_target("GET", "http://" + host + "/", "", 0, 11);
+    ASSERT_EQ(origin.value.has_value(), absolute.value.has_value()) << host << ": " << origin.error << absolute.error;
+    if (!origin.value) continue;
+    EXPECT_EQ(origin.value->host, absolute.value->host) << host;
+    EXPECT_EQ(origin.value->connect_host, absolute.value->connect_host) << host;
+    EXPECT_EQ(origin.value->port, absolute.value->port) << host;
+    EXPECT_EQ(origin.value->authority, absolute.value->authority) << host;
+  }
 }
