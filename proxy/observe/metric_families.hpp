@@ -2,6 +2,8 @@
 /** What the metrics registry (metrics.cpp) and each dependency's series (dependency_metrics.cpp)
     share: the histograms' buckets, the names and help of the counters whose series appear
     with their first event, and the per-thread shards' helpers. Internal to observe/. */
+#include "proxy/observe/thread_shard.hpp"
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/histogram.h>
@@ -101,13 +103,7 @@ T& lazily(std::atomic<T*>& slot, prometheus::Family<T>& family, const prometheus
   return c;
 }
 
-/// The shard the calling thread writes, given out round robin on the thread's first write:
-/// workers are made one after another at start-up, so each gets a shard of its own.
-inline std::size_t this_thread_shard(std::size_t count) {
-  static std::atomic<std::size_t> next{0};
-  thread_local std::size_t const mine = next.fetch_add(1, std::memory_order_relaxed);
-  return mine % count;
-}
+using observe::this_thread_shard;
 
 /// The bucket a value falls in, as prometheus-cpp's Observe finds it (the first bound >= it);
 /// the last slot is +Inf.

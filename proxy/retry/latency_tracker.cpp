@@ -29,9 +29,19 @@ std::uint64_t latency_tracker::epoch_of(time_point now) const {
   return static_cast<std::uint64_t>(now.time_since_epoch() / slice_width_) + 1;
 }
 
+template <class F>
+void latency_tracker::for_each_live_slice(std::uint64_t e, F&& f) const {
+  for (auto const& shard : shards_)
+    for (auto const& s : shard.ring) {
+      auto const se = s.epoch.load(std::memory_order_acquire);
+      if (se == 0 || se > e || e - se >= slices) continue;
+      f(s);
+    }
+}
+
 void latency_tracker::record(duration took, time_point now) {
   auto const e = epoch_of(now);
-  auto& s = ring_[e % slices];
+  auto& s = shards_[observe::this_thread_shard(shard_count)].ring[e % slices];
   auto seen = s.epoch.load(std::memory_order_acquire);
   if (seen != e) {
     if (seen > e) return;  // a sample from a slice already overwritten by a later one: too old to count
@@ -45,11 +55,9 @@ void latency_tracker::record(duration took, time_point now) {
 std::uint64_t latency_tracker::samples(time_point now) const {
   auto const e = epoch_of(now);
   std::uint64_t n = 0;
-  for (auto const& s : ring_) {
-    auto const se = s.epoch.load(std::memory_order_acquire);
-    if (se == 0 || se > e || e - se >= slices) continue;
+  for_each_live_slice(e, [&n](const slice& s) {
     for (auto const& c : s.counts) n += c.load(std::memory_order_relaxed);
-  }
+  });
   return n;
 }
 
@@ -57,15 +65,13 @@ std::optional<latency_tracker::duration> latency_tracker::quantile(double q, tim
   auto const e = epoch_of(now);
   std::array<std::uint64_t, bucket_count> sum{};
   std::uint64_t total = 0;
-  for (auto const& s : ring_) {
-    auto const se = s.epoch.load(std::memory_order_acquire);
-    if (se == 0 || se > e || e - se >= slices) continue;
+  for_each_live_slice(e, [&](const slice& s) {
     for (std::size_t b = 0; b < bucket_count; ++b) {
       auto const c = s.counts[b].load(std::memory_order_relaxed);
       sum[b] += c;
       total += c;
     }
-  }
+  });
   if (total < min_samples) return std::nullopt;
   // The smallest bucket with at least q of the samples at or below it.
   auto const rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));

@@ -7,9 +7,13 @@
     100 us to about 100 s, so a quantile is read to within 19%) and the epoch it counts. A
     record is two relaxed atomic adds; a slice that has fallen out of the window is cleared
     by the first writer that finds it stale. A record racing that clear may be lost: one
-    sample of hundreds, which a quantile estimate does not notice.
+    sample of hundreds, which a quantile estimate does not notice. Each thread records into
+    a ring of its own (observe/thread_shard.hpp), which reads add up: every answered attempt
+    records, and workers sharing one ring bounced its counters' cache lines between cores.
 
     Pure with respect to time: every call takes `now`. */
+#include "proxy/observe/thread_shard.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -46,10 +50,18 @@ class latency_tracker {
     std::atomic<std::uint64_t> epoch{0};  ///< which slice of time it counts, plus one (0: never used)
     std::array<std::atomic<std::uint32_t>, bucket_count> counts{};
   };
+  /// Rings: as many as workers usually run; more workers share them.
+  static constexpr std::size_t shard_count = 4;
+  struct alignas(observe::cache_line) shard {
+    std::array<slice, slices> ring{};
+  };
   std::uint64_t epoch_of(time_point now) const;
+  /// Calls `f` with each slice of every ring that counts for the window ending at epoch `e`.
+  template <class F>
+  void for_each_live_slice(std::uint64_t e, F&& f) const;
 
   std::chrono::nanoseconds slice_width_;
-  std::array<slice, slices> ring_{};
+  std::array<shard, shard_count> shards_{};
 };
 
 }  // namespace rebound::retry

@@ -24,7 +24,7 @@ std::uint64_t rolling_count::epoch_of(time_point now) const {
 
 void rolling_count::add(time_point now) {
   auto const epoch = epoch_of(now);
-  auto& slot = ring_[epoch % bucket_count];
+  auto& slot = shards_[observe::this_thread_shard(shard_count)].ring[epoch % bucket_count];
   auto word = slot.load(std::memory_order_relaxed);
   for (;;) {
     // A bucket still holding an older epoch is stale: this event starts it afresh.
@@ -36,18 +36,20 @@ void rolling_count::add(time_point now) {
 std::uint64_t rolling_count::in_window(time_point now) const {
   auto const epoch = epoch_of(now);
   std::uint64_t total = 0;
-  for (auto const& slot : ring_) {
-    auto const word = slot.load(std::memory_order_relaxed);
-    // Unsigned distance: a bucket from the future (another thread's newer `now`) or more
-    // than a window old does not count.
-    auto const age = (epoch - epoch_part(word)) & epoch_mask;
-    if (age < bucket_count) total += count_part(word);
-  }
+  for (auto const& s : shards_)
+    for (auto const& slot : s.ring) {
+      auto const word = slot.load(std::memory_order_relaxed);
+      // Unsigned distance: a bucket from the future (another thread's newer `now`) or more
+      // than a window old does not count.
+      auto const age = (epoch - epoch_part(word)) & epoch_mask;
+      if (age < bucket_count) total += count_part(word);
+    }
   return total;
 }
 
 void rolling_count::clear() {
-  for (auto& slot : ring_) slot.store(0, std::memory_order_relaxed);
+  for (auto& s : shards_)
+    for (auto& slot : s.ring) slot.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace rebound::retry

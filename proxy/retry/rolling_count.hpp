@@ -5,9 +5,14 @@
 
     The window is a ring of time buckets, not a list of timestamps: memory is fixed and old
     counts expire by being overwritten. Each bucket is one atomic word holding its epoch
-    (which slice of time it counts) and its count, so adding is a compare-exchange.
+    (which slice of time it counts) and its count, so adding is a compare-exchange. Each
+    thread adds to a ring of its own (observe/thread_shard.hpp) and a read adds the rings up:
+    every request of every worker adds to its dependency's counts, and one shared ring
+    bounced its cache line between the workers' cores on each.
 
     Pure with respect to time: every call takes `now`. */
+#include "proxy/observe/thread_shard.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -33,8 +38,14 @@ class rolling_count {
  private:
   std::uint64_t epoch_of(time_point now) const;
 
+  /// Rings: as many as workers usually run; more workers share them.
+  static constexpr std::size_t shard_count = 4;
+  struct alignas(observe::cache_line) shard {
+    std::array<std::atomic<std::uint64_t>, bucket_count> ring{};
+  };
+
   std::chrono::nanoseconds bucket_width_;
-  std::array<std::atomic<std::uint64_t>, bucket_count> ring_{};
+  std::array<shard, shard_count> shards_{};
 };
 
 }  // namespace rebound::retry

@@ -58,4 +58,20 @@ TEST(RollingCount, ConcurrentAddsAreNotLost) {
   EXPECT_EQ(c.in_window(at(2s)), 40000u);
 }
 
+// Each thread counts in a ring of its own (a shared one bounced between the workers' cores):
+// what another thread counted must age out, and be cleared, as if it were one ring.
+TEST(RollingCount, AnotherThreadsCountsAgeAndClearAsOnesOwn) {
+  rolling_count c(10s);
+  std::thread([&] {
+    for (int i = 0; i < 7; ++i) c.add(at(100ms));
+  }).join();
+  c.add(at(5s));
+  EXPECT_EQ(c.in_window(at(5s)), 8u);
+  c.add(at(10100ms));  // the other thread's bucket has left the window
+  EXPECT_EQ(c.in_window(at(10100ms)), 2u);
+  std::thread([&] { c.add(at(10100ms)); }).join();
+  c.clear();
+  EXPECT_EQ(c.in_window(at(10100ms)), 0u);
+}
+
 }  // namespace rolling_count_test
