@@ -99,7 +99,7 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
       !id.empty())
     plan.correlation_id = id;
   else
-    set_field(head, "x-request-id", plan.correlation_id = observe::new_correlation_id(*ctx.rng));
+    set_field(head, "x-request-id", plan.correlation_id = std::string(observe::new_correlation_id(*ctx.rng).view()));
   facts.correlation_id = plan.correlation_id;
   facts.traceparent = plan.traceparent = value("traceparent");
   if (auto const* a = find("authorization")) facts.credential_expires = auth::jwt_expiry(auth::bearer_token(*a));

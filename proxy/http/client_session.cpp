@@ -163,9 +163,9 @@ net::awaitable<void> answer_unread_head(beast::tcp_stream& client, error_code ec
 net::awaitable<void> serve_connect(const runtime::session_context& ctx, beast::tcp_stream& client,
                                    beast::flat_buffer& buffer, const request_parser& parser, const vetted& v) {
   // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
-  std::string made_id;
+  observe::made_correlation_id made_id;
   auto correlation_id = correlation_id_of(parser.get());
-  if (correlation_id.empty()) correlation_id = made_id = observe::new_correlation_id(*ctx.rng);
+  if (correlation_id.empty()) correlation_id = (made_id = observe::new_correlation_id(*ctx.rng)).view();
   tunnel_request const tunnel{v.target, v.dependency, correlation_id};
   co_await run_tunnel(ctx, client, buffer, tunnel);
 }

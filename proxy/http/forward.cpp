@@ -235,7 +235,7 @@ struct forward_plan {
   bool keep_after_refusal = false;
   retry::request_facts facts;
   std::string key;                  ///< R-6's key (the request's own or one made): facts.idempotency_key views it
-  std::string made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
+  observe::made_correlation_id made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
   /// The caller's traceparent, copied: a traced attempt replaces that field, and facts (its
   /// traceparent, a correlation id read from it) must not view what it frees.
   std::string caller_traceparent;
@@ -261,8 +261,8 @@ void correlate(forward_plan& plan, request_message<bhttp::buffer_body>& req, std
   }
   if (!plan.facts.correlation_id.empty()) return;
   plan.made_correlation_id = observe::new_correlation_id(rng);
-  req.set("X-Request-ID", plan.made_correlation_id);
-  plan.facts.correlation_id = plan.made_correlation_id;
+  req.set("X-Request-ID", plan.made_correlation_id.view());
+  plan.facts.correlation_id = plan.made_correlation_id.view();
 }
 
 /** The caller's X-Request-Timeout (retry/request_timeout.hpp) into `facts.deadline`, or the

@@ -25,12 +25,12 @@ std::string_view correlation_id_of(const correlation_fields& f) {
   return trace_id_of(f.traceparent);
 }
 
-std::string new_correlation_id(std::mt19937_64& rng) {
+made_correlation_id new_correlation_id(std::mt19937_64& rng) {
   static constexpr char digits[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (int half = 0; half < 2; ++half) {
+  made_correlation_id id;
+  for (std::size_t half = 0; half < 2; ++half) {
     auto bits = rng();
-    for (int i = 0; i < 16; ++i, bits >>= 4) id[half * 16 + i] = digits[bits & 0xf];
+    for (std::size_t i = 0; i < 16; ++i, bits >>= 4) id.digits[half * 16 + i] = digits[bits & 0xf];
   }
   return id;
 }

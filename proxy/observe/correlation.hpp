@@ -8,6 +8,7 @@
     that could pass for something else in a log search) is not logged: rebound makes its own
     id and sends it upstream as X-Request-ID (replacing an unusable X-Request-ID), so the
     upstream's logs carry the id rebound's do. */
+#include <array>
 #include <random>
 #include <string>
 #include <string_view>
@@ -35,7 +36,14 @@ struct correlation_fields {
     one with new_correlation_id and sends it on as X-Request-ID where it can. */
 std::string_view correlation_id_of(const correlation_fields& f);
 
+/// An id rebound made, held by value: a 32-character std::string was a malloc on every
+/// request that came without one.
+struct made_correlation_id {
+  std::array<char, 32> digits{};
+  std::string_view view() const { return {digits.data(), digits.size()}; }
+};
+
 /// A new id: 32 lowercase hex digits. Not a secret, so the worker's generator suffices.
-std::string new_correlation_id(std::mt19937_64& rng);
+made_correlation_id new_correlation_id(std::mt19937_64& rng);
 
 }  // namespace rebound::observe

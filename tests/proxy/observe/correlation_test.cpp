@@ -41,7 +41,8 @@ TEST(Correlation, MalformedTraceparentGivesNothing) {
 
 TEST(Correlation, NewIdsAre32HexDigitsAndDiffer) {
   std::mt19937_64 rng(7);
-  auto a = new_correlation_id(rng), b = new_correlation_id(rng);
+  auto const made_a = new_correlation_id(rng), made_b = new_correlation_id(rng);
+  std::string const a(made_a.view()), b(made_b.view());
   EXPECT_EQ(a.size(), 32u);
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(a, b);
