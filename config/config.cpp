@@ -4,6 +4,9 @@
 #include "config/typed_values.hpp"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
+#include <string>
 
 namespace rebound::config {
 
@@ -20,12 +23,21 @@ const policy& dependency::policy_for(std::string_view method, std::string_view p
 
 const dependency* config::find_dependency(std::string_view host, std::uint16_t port) const {
   if (host_index.empty()) return nullptr;
-  std::string key = lower(host);
-  auto const bare = key.size();
-  key += ":" + std::to_string(port);
-  if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
-  key.resize(bare);
-  if (auto it = host_index.find(key); it != host_index.end()) return &dependencies[it->second];
+  // "host:port", lower-cased, on the stack: this runs for every request, and a cluster-local
+  // name with its port is past std::string's inline 15 characters (a malloc each time).
+  std::array<char, 300> stack;
+  std::string spilled;  // a longer host, which no DNS name is
+  char* key = stack.data();
+  if (host.size() + 6 > stack.size()) {
+    spilled.resize(host.size() + 6);
+    key = spilled.data();
+  }
+  std::transform(host.begin(), host.end(), key, [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; });
+  auto const bare = host.size();
+  key[bare] = ':';
+  auto const [end, ec] = std::to_chars(key + bare + 1, key + bare + 6, port);
+  for (auto const size : {static_cast<std::size_t>(end - key), bare})
+    if (auto it = host_index.find(std::string_view(key, size)); it != host_index.end()) return &dependencies[it->second];
   return nullptr;
 }
 

@@ -4,6 +4,7 @@
     Everything here is plain data, built once by `load_config` and then shared read-only by
     every worker thread; nothing on the data path parses YAML or strings again.
 */
+#include "proxy/retry/name_hash.hpp"
 #include "proxy/retry/policy.hpp"
 
 #include <chrono>
@@ -297,7 +298,7 @@ struct config {
   bool needs_store() const { return hands_over() || inbound.needs_store(); }
 
   /// Lower-cased `host` and `host:port` keys to an index into `dependencies`.
-  std::unordered_map<std::string, std::size_t> host_index;
+  std::unordered_map<std::string, std::size_t, retry::name_hash, std::equal_to<>> host_index;
 
   /// What the per-dependency guards are made from (retry/dependency_guard.hpp).
   retry::dependency_policies guarded() const;

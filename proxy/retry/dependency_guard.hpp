@@ -5,6 +5,7 @@
 
     The pure rules live in budget.hpp and breaker.hpp; this file adds the clock, the random
     draw for the breaker's jitter, and the log events of breaker changes. */
+#include "proxy/retry/name_hash.hpp"
 #include "proxy/retry/policy.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"
@@ -177,11 +178,6 @@ class guard_cache {
   }
 
  private:
-  /// Lets the cache be searched with a string_view: no string is built per request.
-  struct name_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   guard_registry& registry_;
   unsigned lane_;
   std::unordered_map<std::string, std::shared_ptr<dependency_guard>, name_hash, std::equal_to<>> cache_;

@@ -68,6 +68,12 @@ dependencies:
   EXPECT_EQ(c.find_dependency("api.TEST", 80)->name, "plain");
   EXPECT_EQ(c.find_dependency("api.test", 8443)->name, "special");
   EXPECT_EQ(c.find_dependency("other.test", 80), nullptr);
+  EXPECT_EQ(c.find_dependency("api.test", 65535)->name, "plain");
+  // A host longer than the key's stack room is still looked up, not cut short.
+  std::string const long_host(400, 'a');
+  EXPECT_EQ(c.find_dependency(long_host, 80), nullptr);
+  auto const long_known = load_config_text("dependencies: {far: {hosts: [\"" + long_host + ".test\"]}}\n", "t.yaml");
+  ASSERT_NE(long_known.find_dependency(long_host + ".TEST", 443), nullptr);
 }
 
 TEST(Load, UnknownKeyIsAnErrorWithPositionAndSuggestion) {
