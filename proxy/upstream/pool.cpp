@@ -50,7 +50,10 @@ void pool::recycle(std::unique_ptr<exchange> ex) {
   ex->stream.reset();  // closes a connection that did not go back to the pool
   ex->response.reset();
   ex->buffer.clear();
-  if (spare_exchanges_.size() < max_spare_exchanges && ex->buffer.capacity() <= first_read_size)
+  // Only what a typical answer grows is kept: a spare that once held a 64 KiB head would
+  // keep that memory for as long as it waits.
+  if (spare_exchanges_.size() < max_spare_exchanges && ex->buffer.capacity() <= first_read_size &&
+      ex->fields.capacity_bytes() <= max_spare_fields_bytes)
     spare_exchanges_.push_back(std::move(ex));
 }
 

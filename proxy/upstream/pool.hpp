@@ -85,8 +85,8 @@ class pool {
       read buffer and free it when the answer was relayed; a busy worker now reuses a few. */
   std::unique_ptr<exchange> spare_exchange();
   /** Takes back an exchange whose answer went out: kept, emptied, while fewer than
-      max_spare_exchanges are and its buffer is no larger than a first read's room (a large
-      head's buffer is not held for the next small one); otherwise freed. */
+      max_spare_exchanges are and its buffer and field list are no larger than a typical
+      answer needs (a large head's memory is not held for the next small one); otherwise freed. */
   void recycle(std::unique_ptr<exchange> ex);
 
  private:
@@ -121,6 +121,8 @@ class pool {
   static constexpr std::size_t max_empty_queues = 64;
   std::vector<std::unique_ptr<exchange>> spare_exchanges_;
   static constexpr std::size_t max_spare_exchanges = 16;
+  /// A spare's field list may keep this much: a dozen fields of a few hundred bytes.
+  static constexpr std::size_t max_spare_fields_bytes = 4096;
 };
 
 }  // namespace rebound::upstream

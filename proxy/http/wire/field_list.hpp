@@ -89,6 +89,9 @@ class field_list {
   const_iterator begin() const { return {*this, entries_.data()}; }
   const_iterator end() const { return {*this, entries_.data() + entries_.size()}; }
 
+  /// The memory the list holds, used or kept: what a recycled exchange carries.
+  std::size_t capacity_bytes() const { return bytes_.capacity() + entries_.capacity() * sizeof(entry); }
+
   /// Empties the list and keeps its memory for the next head.
   void clear() {
     bytes_.clear();

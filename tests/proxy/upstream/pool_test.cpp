@@ -270,6 +270,15 @@ TEST(Pool, AnExchangeWhoseBufferGrewPastAFirstReadIsNotKept) {
   EXPECT_EQ(p.spare_exchange()->buffer.capacity(), 0u) << "a 64 KiB buffer was kept for the next answer";
 }
 
+TEST(Pool, AnExchangeWhoseFieldListGrewPastATypicalHeadIsNotKept) {
+  pool p(8, 64, 30s);
+  auto ex = p.spare_exchange();
+  for (int i = 0; i < 200; ++i)  // an upstream's 40 KB head
+    ex->fields.insert(boost::beast::http::field::unknown, "X-Filler", std::string(200, 'f'));
+  p.recycle(std::move(ex));
+  EXPECT_LT(p.spare_exchange()->fields.capacity_bytes(), 1024u) << "a 40 KB field list was kept for the next answer";
+}
+
 }  // namespace
 }  // namespace pool_test
 
