@@ -1,5 +1,6 @@
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/wire/wire_head.hpp"
+#include "tests/proxy/http/wire/parse_head.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,14 +14,7 @@ using namespace rebound::http;
 
 namespace {
 
-/// A request head as Beast parses it off the wire.
-void parse(rebound::http::request_parser& p, std::string_view wire) {
-  boost::beast::error_code ec;
-  p.eager(false);
-  p.put(boost::asio::buffer(wire.data(), wire.size()), ec);
-  ASSERT_FALSE(ec) << ec.message();
-  ASSERT_TRUE(p.is_header_done());
-}
+using rebound::http::testing::parse_head;
 
 }  // namespace
 
@@ -47,7 +41,7 @@ TEST(MessageRewrite, AbsoluteFormBecomesOriginFormAndAnOriginFormTargetStaysAsIt
     auto const t = parse_request_target("GET", c.target, c.host, c.host.empty() ? 0 : 1, 11);
     ASSERT_TRUE(t.value) << c.target;
     rebound::http::request_parser p;
-    parse(p, c.wire);
+    parse_head(p, c.wire);
     prepare_upstream_request(p.get(), p, *t.value, c.via_token);
     EXPECT_EQ(p.get().target(), "/a?b=1") << c.target;
     EXPECT_EQ(p.get()[bhttp::field::host], c.want_host);
@@ -90,11 +84,8 @@ namespace {
 std::string client_head(std::string_view wire, const client_side& client, bool* keep = nullptr) {
   field_list fields;
   response_parser p(fields);
-  boost::beast::error_code ec;
-  p.eager(false);
   if (client.is_head) p.skip(true);
-  p.put(boost::asio::buffer(wire.data(), wire.size()), ec);
-  EXPECT_TRUE(p.is_header_done()) << ec.message();
+  parse_head(p, wire);
   bool const kept = prepare_client_response(p, client);
   if (keep) *keep = kept;
   std::string out;

@@ -1,5 +1,7 @@
 #include "proxy/http/wire/wire_head.hpp"
 
+#include "tests/proxy/http/wire/parse_head.hpp"
+
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
@@ -51,19 +53,12 @@ TEST(WireHead, AnExtensionMethodKeepsItsName) {
   EXPECT_EQ(out, "PURGE /cache HTTP/1.0\r\n\r\n");
 }
 
-/// An upstream's head as the relay reads it: its fields into `fields`.
-void read_response(rebound::http::response_parser& p, std::string_view wire) {
-  boost::beast::error_code ec;
-  p.eager(false);
-  p.put(boost::asio::buffer(wire.data(), wire.size()), ec);
-  ASSERT_FALSE(ec) << ec.message();
-  ASSERT_TRUE(p.is_header_done());
-}
+using rebound::http::testing::parse_head;
 
 TEST(WireHead, AResponseKeepsTheUpstreamsReasonPhraseAndItsFieldsAsReceived) {
   rebound::http::field_list fields;
   rebound::http::response_parser p(fields);
-  read_response(p, "HTTP/1.1 503 Try Later\r\nRetry-After: 3\r\nx-odd-CASE: a b \r\n\r\n");
+  parse_head(p, "HTTP/1.1 503 Try Later\r\nRetry-After: 3\r\nx-odd-CASE: a b \r\n\r\n");
   std::string out;
   append_head(out, p);
   EXPECT_EQ(out, "HTTP/1.1 503 Try Later\r\nRetry-After: 3\r\nx-odd-CASE: a b\r\n\r\n");
@@ -72,19 +67,19 @@ TEST(WireHead, AResponseKeepsTheUpstreamsReasonPhraseAndItsFieldsAsReceived) {
 TEST(WireHead, AResponseWithoutAReasonGetsTheStandardOneAndAnUnknownCodeStaysItsNumber) {
   rebound::http::field_list fields;
   rebound::http::response_parser ok(fields);
-  read_response(ok, "HTTP/1.0 200 \r\n\r\n");
+  parse_head(ok, "HTTP/1.0 200 \r\n\r\n");
   std::string out;
   append_head(out, ok);
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\n\r\n");  // rebound speaks HTTP/1.1 to its client
 
   rebound::http::response_parser hints(fields);
-  read_response(hints, "HTTP/1.1 103 \r\nLink: </s.css>; rel=preload\r\n\r\n");
+  parse_head(hints, "HTTP/1.1 103 \r\nLink: </s.css>; rel=preload\r\n\r\n");
   out.clear();
   append_head(out, hints);
   EXPECT_EQ(out, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
 
   rebound::http::response_parser odd(fields);
-  read_response(odd, "HTTP/1.1 599 \r\n\r\n");
+  parse_head(odd, "HTTP/1.1 599 \r\n\r\n");
   out.clear();
   append_head(out, odd);
   EXPECT_TRUE(out.starts_with("HTTP/1.1 599 ")) << out;
