@@ -6,9 +6,9 @@
 #include "proxy/http/wire/framing.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/wire/upgrade.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/asio/buffer.hpp>
 
@@ -19,6 +19,7 @@
 
 namespace bhttp = boost::beast::http;
 using namespace rebound::http;
+using namespace rebound::plan;
 
 namespace {
 

@@ -2,7 +2,7 @@
 // straight from the client. Input: method, target and Host separated by newlines; the
 // first byte picks the HTTP version and how many Host fields the request had.
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto const target = next();
   auto const host = rest;
 
-  auto const r = rebound::http::parse_request_target(method, target, host, host_count, version);
+  auto const r = rebound::plan::parse_request_target(method, target, host, host_count, version);
   if (r.value) {
     // What was accepted must be usable: a host to connect to and a path to send.
     if (r.value->connect_host.empty() || r.value->origin_form.empty() ||
@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     (void)rebound::http::pool_key(*r.value, nullptr);
   }
-  auto const c = rebound::http::parse_connect_target(target);
+  auto const c = rebound::plan::parse_connect_target(target);
   if (c.value && c.value->connect_host.empty()) std::abort();
   return 0;
 }

@@ -4,9 +4,9 @@
 #include "proxy/admin/api_support.hpp"
 #include "proxy/admin/task_submission.hpp"
 #include "proxy/auth/secret_file.hpp"
-#include "proxy/http/dependency_route.hpp"
+#include "proxy/plan/dependency_route.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/observe/log.hpp"
@@ -113,8 +113,8 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   auto& sub = std::get<task_submission>(read);
   auto& target = sub.target;
   auto const absolute = "http://" + target.authority + target.origin_form;
-  auto const route = http::route_request(ctx.cfg, target, sub.method, false);
-  if (auto const unknown = http::refuse_unknown_host(ctx.cfg, route, target))
+  auto const route = plan::route_request(ctx.cfg, target, sub.method, false);
+  if (auto const unknown = plan::refuse_unknown_host(ctx.cfg, route, target))
     co_return a.error(bhttp::status::forbidden, "unknown_host", unknown->message);
 
   std::string policy_id;

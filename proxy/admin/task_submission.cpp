@@ -60,7 +60,7 @@ std::variant<task_submission, submission_error> read_task_submission(std::string
   if (s.method.empty() || s.method == "CONNECT" ||
       !std::all_of(s.method.begin(), s.method.end(), [](char c) { return std::isupper(static_cast<unsigned char>(c)); }))
     return refused("method must be an HTTP method other than CONNECT");
-  auto parsed = http::parse_request_target(s.method, *url, "", 0, 11);
+  auto parsed = plan::parse_request_target(s.method, *url, "", 0, 11);
   if (!parsed.value) return refused("target: " + parsed.error);
   s.target = std::move(*parsed.value);
   s.body = str("body").value_or("");

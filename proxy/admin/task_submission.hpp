@@ -3,7 +3,7 @@
     (seed 001's task) against the same limits the proxy port keeps on a request. Kept apart
     from the API's coroutine so that it is a pure function of the text, which the task-JSON
     fuzz target drives (fuzz/fuzz_task_json.cpp). */
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/http/status.hpp>
 
@@ -19,7 +19,7 @@ namespace rebound::admin {
 
 struct task_submission {
   std::string method = "POST";
-  http::request_target target;  ///< an absolute http:// URL, parsed as the proxy port would
+  plan::request_target target;  ///< an absolute http:// URL, parsed as the proxy port would
   /// The caller's fields as given (valid names and values), none dropped yet: the route's
   /// idempotency header and the framing fields are dropped once the route is known.
   std::vector<std::pair<std::string, std::string>> headers;

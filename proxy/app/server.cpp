@@ -14,7 +14,7 @@
 #include "proxy/store/postgres_store.hpp"
 #include "proxy/store/sqlite_store.hpp"
 #include "proxy/h2/client_connection.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "proxy/runtime/retry_buffer.hpp"
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/net.hpp"
@@ -387,7 +387,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   auto const origins = std::make_shared<const auth::secure_origins>(*cfg, &log);
   auto const running = std::make_shared<const runtime::running_config>(runtime::running_config{cfg, origins});
   // Declared before the workers: their sessions, destroyed with the workers' io_contexts, use both.
-  std::string const instance_token = http::new_instance_token();
+  std::string const instance_token = plan::new_instance_token();
   std::atomic<std::size_t> open_connections{0};
   runtime::retry_buffer kept_bodies;
   // Opened only when the config hands calls over; throws (start-up refused) when it cannot be.

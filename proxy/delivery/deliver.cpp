@@ -4,10 +4,10 @@
 #include "config/load.hpp"
 #include "proxy/delivery/alert_notice.hpp"
 #include "proxy/delivery/task_step.hpp"
-#include "proxy/http/dependency_route.hpp"
+#include "proxy/plan/dependency_route.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/retry/step.hpp"
@@ -75,7 +75,7 @@ struct delivery_call {
   const runtime::session_context& ctx;
   delivery_state& state;
   const store::retry_task& task;
-  const http::dependency_route& route;
+  const plan::dependency_route& route;
   const retry::policy& policy;
 };
 
@@ -143,7 +143,7 @@ const retry::policy& policy_named(const config::config& cfg, std::string_view de
 net::awaitable<void> dead_letter_unsendable(const runtime::session_context& ctx, delivery_state& state,
                                             const store::retry_task& task, std::string_view reason) {
   bool const is_alert = task.policy_id == alert_policy_id;
-  http::dependency_route route;
+  plan::dependency_route route;
   route.name = task.dependency;
   route.policy = &policy_named(ctx.cfg(), task.dependency);
   route.guard = ctx.guards->find(route.name, *route.policy);
@@ -189,7 +189,7 @@ net::awaitable<bool> postponed(const delivery_call& d, retry::concurrency_lane::
 
 /// The stored call as an HTTP/1.1 request, its body framed whole.
 http::request_message<bhttp::buffer_body> request_of(const store::retry_task& task,
-                                                     const http::request_target& target) {
+                                                     const plan::request_target& target) {
   http::request_message<bhttp::buffer_body> req;
   req.method_string(task.method);
   req.target(target.origin_form);
@@ -220,7 +220,7 @@ std::pair<observe::request_trace, observe::span_id> trace_attempt(const runtime:
 /** One attempt of the task, judged by the retry step (R-1..R-5) like a request's, and
     recorded. R-3's total time and R-2's count run from the window's start: the accept, or the
     replay. */
-net::awaitable<void> attempt_task(const delivery_call& d, const http::request_target& target,
+net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_target& target,
                                   retry::concurrency_lane::slot& slot) {
   auto const& [ctx, state, task, route, policy] = d;
   auto req = request_of(task, target);
@@ -291,15 +291,15 @@ net::awaitable<void> deliver_once(runtime::session_context ctx, const store::ret
   std::string host;
   for (auto const& [name, value] : task.headers)
     if (beast::iequals(name, "Host")) host = value;
-  auto parsed = http::parse_request_target(task.method, task.target, host, 1, 11);
+  auto parsed = plan::parse_request_target(task.method, task.target, host, 1, 11);
   if (!parsed.value) {
     // Only a store written by another program holds such a task.
     co_await dead_letter_unsendable(ctx, *state, task, "the stored target cannot be parsed");
     co_return;
   }
   auto& target = *parsed.value;
-  auto route = http::route_request(ctx.cfg(), target, task.method, false);
-  http::attach_runtime(route, ctx, target);
+  auto route = plan::route_request(ctx.cfg(), target, task.method, false);
+  plan::attach_runtime(route, ctx, target);
   bool const is_alert = task.policy_id == alert_policy_id;
   std::shared_ptr<const retry::policy> registered;
   if (!is_alert) registered = co_await registered_policy(ctx, *state, task);  // not inside ?: (GCC 12)

@@ -7,7 +7,7 @@
 #include "proxy/grpc/status.hpp"
 #include "proxy/grpc/timeout.hpp"
 #include "proxy/http/forward.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/correlation.hpp"
@@ -64,7 +64,7 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
   }
   plan.method = *method;
   plan.path = *path;
-  auto target = http::parse_request_target(plan.method, plan.path, *authority, 1, 11);
+  auto target = plan::parse_request_target(plan.method, plan.path, *authority, 1, 11);
   if (!target.value) {
     plan.refusal = refuse(retry::error_type::bad_request, target.error);
     return;
@@ -72,17 +72,17 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
   plan.target = std::move(*target.value);
   bool passed_here = false;
   for (auto const& f : head)
-    passed_here |= f.name == "via" && http::via_value_names_instance(f.value, ctx.instance_token);
-  if (auto loop = http::refuse_loop(plan.target, passed_here, cfg.listen)) {
+    passed_here |= f.name == "via" && plan::via_value_names_instance(f.value, ctx.instance_token);
+  if (auto loop = plan::refuse_loop(plan.target, passed_here, cfg.listen)) {
     plan.refusal = refuse(loop->type, loop->message);
     return;
   }
-  plan.route = http::route_request(cfg, plan.target, plan.method, false);
-  if (auto unknown = http::refuse_unknown_host(cfg, plan.route, plan.target)) {
+  plan.route = plan::route_request(cfg, plan.target, plan.method, false);
+  if (auto unknown = plan::refuse_unknown_host(cfg, plan.route, plan.target)) {
     plan.refusal = refuse(unknown->type, unknown->message);
     return;
   }
-  http::attach_runtime(plan.route, ctx, plan.target);
+  plan::attach_runtime(plan.route, ctx, plan.target);
   auto const& policy = *plan.route.policy;
 
   auto& facts = plan.facts;
@@ -131,7 +131,7 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
       }
       facts.deadline = clock::now() + *left;
     }
-  set_field(head, "via", "2 " + http::via_mark(ctx.instance_token));
+  set_field(head, "via", "2 " + plan::via_mark(ctx.instance_token));
 }
 
 std::optional<h2::message> refused_before_attempts(call_plan& plan) {
@@ -151,7 +151,7 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
 
 upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
   plan.pool_key = http::pool_key(plan.target, plan.route.tls);
-  return http::destination_of(plan.route, plan.target, plan.pool_key,
+  return plan::destination_of(plan.route, plan.target, plan.pool_key,
                               h2::message::find_in(head, "authorization") != nullptr);
 }
 
@@ -172,9 +172,9 @@ bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& he
   auto const* authority = h2::message::find_in(head, ":authority");
   if (!authority) authority = h2::message::find_in(head, "host");
   if (!method || !path || !authority || path->empty() || path->front() != '/') return false;
-  auto target = http::parse_request_target(*method, *path, *authority, 1, 11);
+  auto target = plan::parse_request_target(*method, *path, *authority, 1, 11);
   if (!target.value) return false;  // refused by plan_call, whole
-  auto const route = http::route_request(ctx.cfg(), *target.value, *method, false);
+  auto const route = plan::route_request(ctx.cfg(), *target.value, *method, false);
   return route.policy && route.policy->grpc_streaming;
 }
 

@@ -5,8 +5,8 @@
 #include "proxy/h2/client_connection.hpp"
 #include "proxy/h2/message.hpp"
 #include "proxy/runtime/session_context.hpp"
-#include "proxy/http/dependency_route.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
 #include <chrono>
@@ -20,8 +20,8 @@ using clock = std::chrono::steady_clock;
 /// What a call's head says, checked once before its first attempt.
 struct call_plan {
   std::optional<h2::message> refusal;  ///< set: answer this, nothing is sent
-  http::request_target target;
-  http::dependency_route route;
+  plan::request_target target;
+  plan::dependency_route route;
   retry::request_facts facts;
   std::string method, path;
   std::string correlation_id;

@@ -4,8 +4,8 @@
     goes. The session makes one per request once the head is vetted and routed, and hands it
     to every step (forward, forward_once, hand_over) in place of six loose parameters. */
 #include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/dependency_route.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/runtime/session_context.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -18,8 +18,8 @@ struct client_request {
   boost::beast::tcp_stream& client;
   boost::beast::flat_buffer& buffer;  ///< bytes read past the head
   request_parser& parser;             ///< the head, and the body still to be read
-  const request_target& target;
-  const dependency_route& route;
+  const plan::request_target& target;
+  const plan::dependency_route& route;
 };
 
 }  // namespace rebound::http

@@ -7,9 +7,9 @@
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/framing.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/observe/log.hpp"
 
@@ -38,8 +38,8 @@ struct vetted {
   std::optional<error_reply> refusal;
   bool keep_after_refusal = false;  ///< the connection may carry another request after the refusal
   bool is_connect = false;
-  request_target target;
-  dependency_route dependency;
+  plan::request_target target;
+  plan::dependency_route dependency;
 };
 
 /** Checks framing and target and finds the dependency. A plain function, so its
@@ -52,8 +52,8 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
     return false;
   }
   v.is_connect = req.method() == bhttp::verb::connect;
-  auto target = v.is_connect ? parse_connect_target(req.target())
-                             : parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
+  auto target = v.is_connect ? plan::parse_connect_target(req.target())
+                             : plan::parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
                                                     req.count(bhttp::field::host), req.version());
   if (!target.value) {
     v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
@@ -71,13 +71,13 @@ bool vet_request(vetted& v, const request_parser& parser, const config::config& 
     v.keep_after_refusal = parser.is_done();
     return false;
   }
-  if (auto loop = refuse_loop(t, via_names_instance(req.base(), instance_token), cfg.listen)) {
+  if (auto loop = plan::refuse_loop(t, plan::via_names_instance(req.base(), instance_token), cfg.listen)) {
     v.refusal = std::move(loop);
     return false;
   }
-  v.dependency = route_request(cfg, v.target, std::string_view(req.method_string().data(), req.method_string().size()),
+  v.dependency = plan::route_request(cfg, v.target, std::string_view(req.method_string().data(), req.method_string().size()),
                                v.is_connect);
-  if (auto unknown = refuse_unknown_host(cfg, v.dependency, t)) {
+  if (auto unknown = plan::refuse_unknown_host(cfg, v.dependency, t)) {
     v.refusal = std::move(unknown);
     v.keep_after_refusal = parser.is_done();
     return false;
@@ -99,7 +99,7 @@ bool vet_inbound_request(vetted& v, const request_parser& parser, const config::
         error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener", {}, 0};
     return false;
   }
-  auto target = parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
+  auto target = plan::parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
                                      req.count(bhttp::field::host), req.version());
   if (!target.value) {
     v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
@@ -110,11 +110,11 @@ bool vet_inbound_request(vetted& v, const request_parser& parser, const config::
   t.scheme = "http";
   t.connect_host = cfg.inbound.app.host;
   t.port = cfg.inbound.app.port;
-  if (auto loop = refuse_loop(t, via_names_instance(req.base(), instance_token), cfg.inbound.listen)) {
+  if (auto loop = plan::refuse_loop(t, plan::via_names_instance(req.base(), instance_token), cfg.inbound.listen)) {
     v.refusal = std::move(loop);
     return false;
   }
-  v.dependency = dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};
+  v.dependency = plan::dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};
   return true;
 }
 
@@ -407,7 +407,7 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
       continue;
     }
     auto const& t = v.target;
-    attach_runtime(v.dependency, c.ctx, t);
+    plan::attach_runtime(v.dependency, c.ctx, t);
     if (v.is_connect) {
       co_await serve_connect(c.ctx, client, buffer, parser, v);
       co_return;

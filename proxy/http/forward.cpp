@@ -215,7 +215,7 @@ net::awaitable<bool> forward_buffered(const client_request& r, runtime::session_
 
 }  // namespace
 
-retry::request_facts facts_of(const dependency_route& route, std::string_view method, const request_target& t) {
+retry::request_facts facts_of(const plan::dependency_route& route, std::string_view method, const plan::request_target& t) {
   retry::request_facts facts;
   facts.dependency = route.name;
   facts.method = method;
@@ -404,7 +404,7 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 
 }  // namespace
 
-upstream::destination destination_of(const dependency_route& route, const request_target& t,
+upstream::destination destination_of(const plan::dependency_route& route, const plan::request_target& t,
                                      const std::string& pool_key, const request_message<bhttp::buffer_body>& req) {
   return destination_of(route, t, pool_key, req.find(bhttp::field::authorization) != req.end());
 }

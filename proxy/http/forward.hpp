@@ -3,12 +3,12 @@
     rebound sends itself. Called by the client session once a request head is valid. */
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
-#include "proxy/http/dependency_route.hpp"
+#include "proxy/plan/dependency_route.hpp"
 #include "proxy/http/wire/error_response.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/request_body.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/attempt.hpp"
 
@@ -31,7 +31,7 @@ namespace bhttp = boost::beast::http;
     gate): its dependency, its method, the loggable path (R-9) and the upstream its attempts go
     to (TLS or not, host, port), which traces name. Views into `route`, `method` and `t`, which
     must outlive the facts; each door then adds what only it knows (R-6, correlation, deadline). */
-retry::request_facts facts_of(const dependency_route& route, std::string_view method, const request_target& t);
+retry::request_facts facts_of(const plan::dependency_route& route, std::string_view method, const plan::request_target& t);
 
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection
@@ -53,9 +53,9 @@ void log_upstream_error(const runtime::session_context& ctx, const retry::reques
 /// 503 circuit_open answer with a Retry-After of the time until a probe may go.
 std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
-/// destination_of (dependency_route.hpp) for an HTTP/1.1 request: its own Authorization, if
+/// destination_of (plan/dependency_route.hpp) for an HTTP/1.1 request: its own Authorization, if
 /// it carries one, is kept and rebound's credential stays off it (SPEC 5).
-upstream::destination destination_of(const dependency_route& route, const request_target& t,
+upstream::destination destination_of(const plan::dependency_route& route, const plan::request_target& t,
                                      const std::string& pool_key, const request_message<bhttp::buffer_body>& req);
 
 /** Streams an exchange's response (its head read, its body not) to the client, then pools the

@@ -4,8 +4,8 @@
     as it arrives and Expect: 100-continue passed through (RFC 9110 section 10.1.1). */
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
-#include "proxy/http/dependency_route.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>

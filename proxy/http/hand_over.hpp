@@ -6,8 +6,8 @@
 #include "proxy/http/wire/bounded_parser.hpp"
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
-#include "proxy/http/dependency_route.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 

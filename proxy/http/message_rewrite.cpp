@@ -13,7 +13,7 @@
 
 namespace rebound::http {
 
-std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
+std::string pool_key(const plan::request_target& t, const upstream::tls_client* tls) {
   // Sized once: built with operator+ it took three allocations on every request.
   auto const port = std::to_string(t.port);
   std::string key;
@@ -42,7 +42,7 @@ std::string_view traceparent_of(const head_fields& f) {
 std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
 
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
-                              const request_parser& p, const request_target& t,
+                              const request_parser& p, const plan::request_target& t,
                               std::string_view via_token) {
   strip_hop_by_hop(req.base());
   add_via(req.base(), req.version(), via_token);

@@ -2,7 +2,7 @@
 /** How a proxy rewrites message heads between its two hops (RFC 9110 section 7.6, RFC 9112
     section 3.2): origin-form target, Host, hop-by-hop fields, Via, framing. */
 #include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -22,7 +22,7 @@ namespace bhttp = boost::beast::http;
 /** The upstream pool slot of a target: one per (scheme, host, port), and for an https
     origin per TLS client (`tls->identity()`): a connection verified against one dependency's
     CA, or presenting its client certificate, must never carry another dependency's request. */
-std::string pool_key(const request_target& t, const upstream::tls_client* tls);
+std::string pool_key(const plan::request_target& t, const upstream::tls_client* tls);
 
 /// The path without its query, the only part of a target that may be logged.
 std::string_view loggable_path(std::string_view origin_form);
@@ -36,7 +36,7 @@ std::string_view traceparent_of(const head_fields& f);
 
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
-                              const request_parser& p, const request_target& t,
+                              const request_parser& p, const plan::request_target& t,
                               std::string_view via_token = {});
 
 /** The framing of a request rebuilt around a body held whole (a delivered task, the inbound

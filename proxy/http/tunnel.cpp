@@ -129,7 +129,7 @@ net::awaitable<bool> hand_on(beast::flat_buffer& read_ahead, To& to, std::uint64
     requests go through (retry/loop.hpp, retry/step.hpp). */
 class connect_attempt final : public retry::attempt_runner {
  public:
-  explicit connect_attempt(const request_target& target) : target_(target) {}
+  explicit connect_attempt(const plan::request_target& target) : target_(target) {}
 
   net::awaitable<retry::attempt_summary> run(clock::time_point deadline) override {
     auto r = co_await upstream::connect_to(target_.connect_host, target_.port, deadline);
@@ -143,7 +143,7 @@ class connect_attempt final : public retry::attempt_runner {
   std::optional<upstream::connect_result> last;  ///< the last connect's, kept when it succeeded
 
  private:
-  const request_target& target_;
+  const plan::request_target& target_;
 };
 
 }  // namespace

@@ -2,8 +2,8 @@
 /** Byte tunnels: a CONNECT's, and a connection upgraded after an upstream's 101
     (websocket.hpp). rebound cannot see inside either, so once bytes may flow nothing is
     ever retried or replayed; both run the same pump. */
-#include "proxy/http/dependency_route.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/runtime/session_context.hpp"
 #include "proxy/upstream/connection.hpp"
 
@@ -57,8 +57,8 @@ void log_tunnel_closed(const runtime::session_context& ctx, const tunnel_label& 
 
 /// A CONNECT as the tunnel needs it.
 struct tunnel_request {
-  const request_target& target;
-  const dependency_route& route;
+  const plan::request_target& target;
+  const plan::dependency_route& route;
   std::string_view correlation_id;  ///< R-10's, from the CONNECT head; empty: none given
 };
 

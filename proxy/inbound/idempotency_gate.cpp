@@ -38,7 +38,7 @@ struct gate_call {
   const runtime::session_context& ctx;
   store::key_store* keys;  ///< the one role of the store the gate uses; null: there is no store
   beast::tcp_stream& client;
-  const http::dependency_route& route;
+  const plan::dependency_route& route;
   const config::inbound_route& ir;
   http::request_message<bhttp::buffer_body>& req;
   unsigned version;
@@ -99,7 +99,7 @@ app_answer failed(const gate_call& c, http::error_type type, std::string message
 
 /** The request goes to the app once (one layer retries: the caller's), its answer read whole
     by `deadline`, unless its Content-Length says it is larger than inbound.max_body. */
-net::awaitable<app_answer> ask_app(const gate_call& c, const http::request_target& t, const std::string& body,
+net::awaitable<app_answer> ask_app(const gate_call& c, const plan::request_target& t, const std::string& body,
                                    std::chrono::steady_clock::time_point deadline) {
   auto const max_body = c.ctx.cfg().inbound.max_body;
   auto& req = c.req;

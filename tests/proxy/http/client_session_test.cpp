@@ -4,7 +4,7 @@
 #include "proxy/http/client_session.hpp"
 
 #include "proxy/http/client_request.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "tests/proxy/http/session_rig.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -91,7 +91,7 @@ TEST(ClientSession, ARequestThatAlreadyPassedThisInstanceIsALoop508) {
   rig r;
   r.serve({nullptr, echo_target_door});
   auto const in = r.talk(
-      "GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\nVia: 1.1 " + http::via_mark(instance_token) + "\r\n\r\n",
+      "GET http://svc.test/a HTTP/1.1\r\nHost: svc.test\r\nVia: 1.1 " + plan::via_mark(instance_token) + "\r\n\r\n",
       [](const std::string& s) { return s.find("\r\n\r\n") != std::string::npos; });
   EXPECT_TRUE(in.starts_with("HTTP/1.1 508 ")) << in;
   EXPECT_NE(in.find("loop_detected"), std::string::npos) << in;

@@ -19,7 +19,7 @@ using rebound::http::testing::parse_head;
 }  // namespace
 
 TEST(MessageRewrite, PoolKeyNamesSchemeHostAndPortOfTheTarget) {
-  request_target t;
+  rebound::plan::request_target t;
   t.scheme = "http";
   t.connect_host = "2001:db8::1";
   t.port = 8080;
@@ -38,7 +38,7 @@ TEST(MessageRewrite, AbsoluteFormBecomesOriginFormAndAnOriginFormTargetStaysAsIt
                               "tok", "api.example:81", "1.1 rebound (tok)"},
                         case_{"/a?b=1", "api.example", "GET /a?b=1 HTTP/1.1\r\nHost: api.example\r\n\r\n", "",
                               "api.example", "1.1 rebound"}}) {
-    auto const t = parse_request_target("GET", c.target, c.host, c.host.empty() ? 0 : 1, 11);
+    auto const t = rebound::plan::parse_request_target("GET", c.target, c.host, c.host.empty() ? 0 : 1, 11);
     ASSERT_TRUE(t.value) << c.target;
     rebound::http::request_parser p;
     parse_head(p, c.wire);

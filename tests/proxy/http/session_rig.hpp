@@ -10,7 +10,7 @@
 #include "config/load.hpp"
 #include "proxy/auth/secure_origins.hpp"
 #include "proxy/http/client_request.hpp"
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/metrics.hpp"

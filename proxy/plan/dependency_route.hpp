@@ -4,7 +4,7 @@
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
 #include "proxy/http/wire/error_reply.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 #include "proxy/runtime/session_context.hpp"
 
 #include <memory>
@@ -21,7 +21,7 @@ class tls_client;
 struct destination;
 }  // namespace rebound::upstream
 
-namespace rebound::http {
+namespace rebound::plan {
 
 struct dependency_route {
   std::string name;                                ///< the key of budgets, breakers, metrics and logs
@@ -43,7 +43,7 @@ dependency_route route_request(const config::config& cfg, request_target& t, std
 
 /** SPEC 2's `unknown_hosts: deny`, for every way in (HTTP/1.1, CONNECT, gRPC, the task API):
     the 403 for a route that names no configured dependency, or nullopt. */
-std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
+std::optional<http::error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
                                                const request_target& t);
 
 /// Adds the dependency's guard, TLS client and credential source, from the worker and the
@@ -59,4 +59,4 @@ void attach_runtime(dependency_route& route, const runtime::session_context& ctx
 upstream::destination destination_of(const dependency_route& route, const request_target& t,
                                      const std::string& pool_key, bool carries_authorization);
 
-}  // namespace rebound::http
+}  // namespace rebound::plan

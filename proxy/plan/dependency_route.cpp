@@ -1,11 +1,11 @@
-#include "proxy/http/dependency_route.hpp"
+#include "proxy/plan/dependency_route.hpp"
 
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/attempt.hpp"
 #include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/secure_origins.hpp"
 
-namespace rebound::http {
+namespace rebound::plan {
 
 dependency_route route_request(const config::config& cfg, request_target& t, std::string_view method, bool is_connect) {
   auto const* d = cfg.find_dependency(t.host, t.port);
@@ -20,10 +20,10 @@ dependency_route route_request(const config::config& cfg, request_target& t, std
   return r;
 }
 
-std::optional<error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
+std::optional<http::error_reply> refuse_unknown_host(const config::config& cfg, const dependency_route& r,
                                                const request_target& t) {
   if (r.dependency || cfg.unknown_hosts != config::unknown_hosts_policy::deny) return std::nullopt;
-  return error_reply{403, error_type::unknown_host, "host " + t.authority + " is not a configured dependency", r.name,
+  return http::error_reply{403, http::error_type::unknown_host, "host " + t.authority + " is not a configured dependency", r.name,
                      0};
 }
 
@@ -45,4 +45,4 @@ upstream::destination destination_of(const dependency_route& route, const reques
   return to;
 }
 
-}  // namespace rebound::http
+}  // namespace rebound::plan

@@ -12,7 +12,7 @@
 
 #include "config/config.hpp"
 #include "proxy/http/wire/error_reply.hpp"
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/http/fields.hpp>
 
@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-namespace rebound::http {
+namespace rebound::plan {
 
 /// A token that tells this process's Via entries from other instances': 8 hex digits.
 std::string new_instance_token();
@@ -33,7 +33,7 @@ std::string via_mark(std::string_view token);
 bool via_value_names_instance(std::string_view via, std::string_view token);
 
 /// Whether any Via field holds rebound's entry with `token`.
-bool via_names_instance(const head_fields& f, std::string_view token);
+bool via_names_instance(const http::head_fields& f, std::string_view token);
 
 /** Whether `connect_host`:`port` is rebound's proxy listener `listen`. A listener on the
     unspecified address (0.0.0.0, ::) counts as every loopback and unspecified address. */
@@ -42,6 +42,6 @@ bool targets_listener(std::string_view connect_host, std::uint16_t port, const c
 /** The 508 every way in (HTTP/1.1, CONNECT, gRPC, the inbound listener) answers a loop with,
     or nullopt: `t` goes to `listen`, or the request passed through this process already
     (`passed_here`, from via_names_instance or via_value_names_instance). */
-std::optional<error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen);
+std::optional<http::error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen);
 
-}  // namespace rebound::http
+}  // namespace rebound::plan

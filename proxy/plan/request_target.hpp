@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace rebound::http {
+namespace rebound::plan {
 
 struct request_target {
   std::string scheme = "http";  ///< lower case
@@ -33,4 +33,4 @@ target_result parse_request_target(std::string_view method, std::string_view tar
 /// For CONNECT: `host:port`, port required (RFC 9110 section 9.3.6).
 target_result parse_connect_target(std::string_view target);
 
-}  // namespace rebound::http
+}  // namespace rebound::plan

@@ -1,11 +1,11 @@
-#include "proxy/http/loop_guard.hpp"
+#include "proxy/plan/loop_guard.hpp"
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/beast/core/string.hpp>
 
 #include <random>
 
-namespace rebound::http {
+namespace rebound::plan {
 
 std::string new_instance_token() {
   std::random_device rd;
@@ -25,7 +25,7 @@ bool via_value_names_instance(std::string_view via, std::string_view token) {
   return !token.empty() && via.find(via_mark(token)) != std::string_view::npos;
 }
 
-bool via_names_instance(const head_fields& f, std::string_view token) {
+bool via_names_instance(const http::head_fields& f, std::string_view token) {
   for (auto const& h : f)
     if (h.name() == boost::beast::http::field::via &&
         via_value_names_instance(std::string_view(h.value().data(), h.value().size()), token))
@@ -33,10 +33,10 @@ bool via_names_instance(const head_fields& f, std::string_view token) {
   return false;
 }
 
-std::optional<error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen) {
+std::optional<http::error_reply> refuse_loop(const request_target& t, bool passed_here, const config::endpoint& listen) {
   if (!passed_here && !targets_listener(t.connect_host, t.port, listen)) return std::nullopt;
-  return error_reply{508,
-                     error_type::loop_detected,
+  return http::error_reply{508,
+                     http::error_type::loop_detected,
                      "forwarding loop: the request targets this rebound (" + t.connect_host + ":" +
                          std::to_string(t.port) + ") or already passed through it",
                      {},
@@ -56,4 +56,4 @@ bool targets_listener(std::string_view connect_host, std::uint16_t port, const c
   return target == own;
 }
 
-}  // namespace rebound::http
+}  // namespace rebound::plan

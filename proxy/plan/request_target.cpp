@@ -1,4 +1,4 @@
-#include "proxy/http/request_target.hpp"
+#include "proxy/plan/request_target.hpp"
 
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
@@ -8,7 +8,7 @@
 #include <cctype>
 #include <charconv>
 
-namespace rebound::http {
+namespace rebound::plan {
 namespace {
 
 std::string lower(std::string_view s) {
@@ -161,4 +161,4 @@ target_result parse_connect_target(std::string_view target) {
   return target_result{std::move(t), {}};
 }
 
-}  // namespace rebound::http
+}  // namespace rebound::plan
