@@ -82,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   prepare_upstream_request(upstream, p, *target.value, "0123abcd");
   if (websocket) carry_websocket_upgrade(upstream.base());
   (void)pool_key(*target.value, nullptr);
-  (void)loggable_path(target.value->origin_form);
+  (void)path_of(target.value->origin_form);
   for (auto const& f : p.trailers()) (void)forwardable_trailer(f.name(), f.name_string());
   return 0;
 }

@@ -1,7 +1,7 @@
 // The deadlines callers send: X-Request-Timeout (issue 22) and gRPC's grpc-timeout. Any value
 // reads as a duration in range or as malformed; what rebound sends on reads back to no more
 // than what was left, and formatting never overflows.
-#include "proxy/grpc/timeout.hpp"
+#include "proxy/retry/grpc_timeout.hpp"
 #include "proxy/retry/request_timeout.hpp"
 
 #include <chrono>
@@ -27,10 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::abort();  // a 400 says why
   }
 
-  if (auto const g = rebound::grpc::parse_timeout(value)) {
+  if (auto const g = rebound::retry::parse_grpc_timeout(value)) {
     if (g->count() < 0) std::abort();
-    auto const sent = rebound::grpc::format_timeout(*g);
-    auto const back = rebound::grpc::parse_timeout(sent);
+    auto const sent = rebound::retry::format_grpc_timeout(*g);
+    auto const back = rebound::retry::parse_grpc_timeout(sent);
     if (!back || *back > *g + milliseconds{1}) std::abort();
   }
   return 0;

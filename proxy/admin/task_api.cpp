@@ -148,7 +148,7 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   ctx.log.info("task_accepted", {{"task_id", t.id},
                                  {"dependency", t.dependency},
                                  {"method", t.method},
-                                 {"path", http::loggable_path(target.origin_form)},
+                                 {"path", plan::path_of(target.origin_form)},
                                  {"idempotency_key", t.idempotency_key},
                                  {"via", "admin_api"}});
   std::string body;

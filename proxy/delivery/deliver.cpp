@@ -5,6 +5,7 @@
 #include "proxy/delivery/alert_notice.hpp"
 #include "proxy/delivery/task_step.hpp"
 #include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/plan/request_target.hpp"
@@ -203,12 +204,13 @@ http::request_message<bhttp::buffer_body> request_of(const store::retry_task& ta
     `req`'s traceparent, under the caller's span when the handed-over call came with one. */
 std::pair<observe::request_trace, observe::span_id> trace_attempt(const runtime::session_context& ctx,
                                                                   const store::retry_task& task,
+                                                                  const retry::request_facts& facts,
                                                                   http::request_message<bhttp::buffer_body>& req) {
   observe::request_trace trace;
   observe::span_id attempt_span{};
   if (!ctx.tracer) return {trace, attempt_span};
   trace = ctx.tracer->begin_task(
-      http::traceparent_of(req), task.id,
+      facts.traceparent, task.id,
       std::chrono::duration_cast<std::chrono::milliseconds>(task.window_start.time_since_epoch()).count(), *ctx.rng);
   if (trace.sampled) {
     attempt_span = observe::tracer::new_span_id(*ctx.rng);
@@ -226,12 +228,16 @@ net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_ta
   auto req = request_of(task, target);
   auto const key = http::pool_key(target, route.tls);
   auto const to = http::destination_of(route, target, key, req);
-  auto facts = http::facts_of(route, task.method, target);
-  facts.may_retry = true;  // every task carries an idempotency key
-  // A copy: a traced attempt replaces the traceparent field a correlation id may be read from.
-  std::string const correlation(http::correlation_id_of(req));
-  facts.correlation_id = correlation.empty() ? std::string_view(task.id) : std::string_view(correlation);
-  facts.idempotency_key = task.idempotency_key;
+  // The one request plan over the stored head: the caller's correlation id, else the task's
+  // id; the key the task was stored with, which lets every delivery go again. For a
+  // delivery it refuses nothing (no caller's deadline is read; the key was checked when the
+  // call was stored).
+  plan::request_plan planned;
+  plan::request_in const in{plan::door::delivery, route,       target,
+                            req.method(),         task.method, *ctx.rng,
+                            steady::now(),        task.id,     task.idempotency_key};
+  (void)plan::plan_request(planned, plan::list_view(task.headers), in);
+  auto const& facts = planned.facts;
   auto const started_wall = wall::now();
   auto const started = steady::now();
   auto const left = task.window_start + policy.total_timeout - started_wall;
@@ -242,7 +248,7 @@ net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_ta
       {policy, facts, *ctx.log, *ctx.rng, *route.guard, observer, false},
       started + std::max(std::chrono::duration_cast<steady::duration>(left), steady::duration::zero()),
       task.attempts - std::min(task.attempts, task.attempts_before));
-  auto const [trace, attempt_span] = trace_attempt(ctx, task, req);
+  auto const [trace, attempt_span] = trace_attempt(ctx, task, facts, req);
   auto const deadline = started + policy.attempt_timeout;
   upstream::outgoing_request const out{req, task.body, req.method() == bhttp::verb::head};
   auto attempt = co_await upstream::run_attempt(*ctx.pool, to, out, deadline);

@@ -3,14 +3,11 @@
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/upstream/credential_source.hpp"
-#include "proxy/auth/jwt.hpp"
 #include "proxy/grpc/status.hpp"
-#include "proxy/grpc/timeout.hpp"
+#include "proxy/retry/grpc_timeout.hpp"
 #include "proxy/http/forward.hpp"
 #include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/idempotency/key.hpp"
-#include "proxy/observe/correlation.hpp"
 #include "proxy/retry/retry_after.hpp"
 #include "proxy/retry/layers.hpp"
 
@@ -85,52 +82,18 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
   plan::attach_runtime(plan.route, ctx, plan.target);
   auto const& policy = *plan.route.policy;
 
-  auto& facts = plan.facts;
-  facts = http::facts_of(plan.route, plan.method, plan.target);
-  facts.path = plan.path;  // a gRPC path is the method's name: no query to hide
-  facts.grpc = true;
-  // the client's id (the rule HTTP/1.1 follows), else one rebound makes and sends on.
-  auto value = [&find](std::string_view name) {
-    auto const* v = find(name);
-    return v ? std::string_view(*v) : std::string_view();
-  };
-  if (auto const id =
-          observe::correlation_id_of({value("x-request-id"), value("x-correlation-id"), value("traceparent")});
-      !id.empty())
-    plan.correlation_id = id;
-  else
-    set_field(head, "x-request-id", plan.correlation_id = std::string(observe::new_correlation_id(*ctx.rng).view()));
-  facts.correlation_id = plan.correlation_id;
-  facts.traceparent = plan.traceparent = value("traceparent");
-  if (auto const* a = find("authorization")) facts.credential_expires = auth::jwt_expiry(auth::bearer_token(*a));
-
-  // a call is a POST on the wire; it may go again when a key makes it safe to
-  // (idempotency/key.hpp, the rule every way in follows).
-  plan.key_header = lower(policy.idempotency.header);
-  unsigned sent_keys = 0;
-  for (auto const& f : head) sent_keys += f.name == plan.key_header;
-  auto const* sent = find(plan.key_header);
-  auto key = idempotency::plan_key({sent ? std::optional<std::string_view>(*sent) : std::nullopt, sent_keys > 1},
-                                   boost::beast::http::verb::post, policy.idempotency.inject);
-  if (key.refusal) {
-    plan.refusal = refuse(retry::error_type::bad_request, *key.refusal);
+  // The one request plan (plan/request_plan.hpp): correlation, grpc-timeout, the caller's JWT,
+  // R-6 (a call is a POST on the wire; it may go again when a key makes it safe to).
+  plan::request_in const in{plan::door::grpc, plan.route, plan.target, boost::beast::http::verb::post,
+                            plan.method,      *ctx.rng,   clock::now()};
+  if (auto refusal = plan::plan_request(plan.request, plan::list_view(head), in)) {
+    plan.refusal = refuse(refusal->type, refusal->message);
     return;
   }
-  plan.key = std::move(key.key);
-  if (key.made) set_field(head, plan.key_header, plan.key);
-  facts.idempotency_key = plan.key;
-  facts.may_retry = key.may_retry;
-  facts.why_not = key.why_not;
-
-  // the caller's own deadline, when it is the nearer one.
-  if (auto const* t = find("grpc-timeout"))
-    if (auto left = parse_timeout(*t)) {
-      if (left->count() == 0) {
-        plan.refusal = refuse(retry::error_type::deadline_exceeded, "grpc-timeout had run out on arrival");
-        return;
-      }
-      facts.deadline = clock::now() + *left;
-    }
+  plan.request.facts.path = plan.path;  // a gRPC path is the method's name: no query to hide
+  plan::edits_of(plan.request, policy.idempotency.header, [&head](std::string_view name, std::string_view value) {
+    set_field(head, lower(name), std::string(value));  // HTTP/2 names are lower-case
+  });
   set_field(head, "via", "2 " + plan::via_mark(ctx.instance_token));
 }
 
@@ -140,7 +103,7 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
     return std::move(plan.refusal);
   }
   auto& guard = *plan.route.guard;
-  if (auto refusal = http::refused_by_breaker(guard)) {
+  if (auto refusal = plan::admit(guard)) {
     auto answer = trailers_only(code::unavailable, refusal->message, to_string(refusal->type));
     say_what_this_layer_did(answer.head, {}, refusal->type);
     guard.answered(counted_status(answer.head, {}));
@@ -159,7 +122,7 @@ h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, 
   auto const& f = result.failure
                       ? *result.failure
                       : retry::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
-  http::log_upstream_error(ctx, plan.facts, {to_string(f.type), 200, result.attempts, f.message});
+  http::log_upstream_error(ctx, plan.request.facts, {to_string(f.type), 200, result.attempts, f.message});
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
   say_what_this_layer_did(failed.head, result, f.type);
   plan.route.guard->answered(counted_status(failed.head, {}));
@@ -182,8 +145,9 @@ h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point dead
   h2::fields h = head;
   set_field(h, ":scheme", tls ? "https" : "http");
   if (deadline != clock::time_point::max())
-    set_field(h, "grpc-timeout",
-              format_timeout(std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now())));
+    set_field(
+        h, "grpc-timeout",
+        retry::format_grpc_timeout(std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now())));
   if (attempt > 1) set_field(h, "grpc-previous-rpc-attempts", std::to_string(attempt - 1));
   return h;
 }

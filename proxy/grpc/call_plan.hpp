@@ -6,6 +6,7 @@
 #include "proxy/h2/message.hpp"
 #include "proxy/runtime/session_context.hpp"
 #include "proxy/plan/dependency_route.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/retry/loop.hpp"
 
@@ -22,17 +23,13 @@ struct call_plan {
   std::optional<h2::message> refusal;  ///< set: answer this, nothing is sent
   plan::request_target target;
   plan::dependency_route route;
-  retry::request_facts facts;
   std::string method, path;
-  std::string correlation_id;
-  std::string traceparent;  ///< the caller's, copied: facts.traceparent views it (the head may grow)
-  std::string key_header;  ///< the idempotency header's name, lower-cased (HTTP/2)
-  std::string key;
-  std::string pool_key;  ///< the upstream connections' key (destination_of)
+  plan::request_plan request;  ///< the one request plan: facts, correlation, deadline, R-6 key
+  std::string pool_key;        ///< the upstream connections' key (destination_of)
 };
 
 /** Checks a call's head and adds to it what travels on (x-request-id, the idempotency key,
-    Via). `facts.may_retry` says what R-6 allows; the caller adds what its body allows. */
+    Via). `request.facts.may_retry` says what R-6 allows; the caller adds what its body allows. */
 void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields& head);
 
 /** The answer for a call that goes nowhere (its head refused, or the dependency's breaker

@@ -103,10 +103,11 @@ net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_reque
   auto const& policy = *plan.route.policy;
   auto& guard = *plan.route.guard;
   // R-6 and the request body kept for a replay decide whether a retry can go.
-  call.body->keep_up_to(plan.facts.may_retry ? policy.max_retry_body : 0);
-  auto const deadline = plan.facts.deadline.value_or(clock::time_point::max());
+  call.body->keep_up_to(plan.request.facts.may_retry ? policy.max_retry_body : 0);
+  auto const deadline = plan.request.facts.deadline.value_or(clock::time_point::max());
   stream_attempt attempt(*ctx.h2_pool, destination_of(plan, call.head), call.head, call.body, deadline);
-  retry::step_context const step{policy, plan.facts, *ctx.log, *ctx.rng, guard, guard, true, ctx.tracer, plan.route.slots};
+  retry::step_context const step{policy, plan.request.facts, *ctx.log,        *ctx.rng, guard, guard,
+                                 true,   ctx.tracer,         plan.route.slots};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   call.body->stop_keeping();

@@ -71,15 +71,15 @@ net::awaitable<h2::message> answer_call(runtime::session_context ctx, h2::messag
   if (ctx.latest) ctx.running = *ctx.latest;
   call_plan plan;
   plan_call(plan, ctx, request.head);
-  if (plan.facts.may_retry && plan.route.policy && request.body.size() > plan.route.policy->max_retry_body) {
-    plan.facts.may_retry = false;
-    plan.facts.why_not = "message larger than max_retry_body: sent once";
+  if (plan.request.facts.may_retry && plan.route.policy && request.body.size() > plan.route.policy->max_retry_body) {
+    plan.request.facts.may_retry = false;
+    plan.request.facts.why_not = "message larger than max_retry_body: sent once";
   }
   if (auto refusal = refused_before_attempts(plan)) co_return std::move(*refusal);
   auto& guard = *plan.route.guard;
   h2_attempt attempt(*ctx.h2_pool, destination_of(plan, request.head), request);
-  retry::step_context const step{*plan.route.policy, plan.facts, *ctx.log,  *ctx.rng,        guard,
-                                  guard,               true,       ctx.tracer, plan.route.slots};
+  retry::step_context const step{*plan.route.policy, plan.request.facts, *ctx.log, *ctx.rng, guard, guard, true,
+                                 ctx.tracer,         plan.route.slots};
   retry::loop_hooks const hooks{ctx.sessions->draining_flag(), {}, nullptr};
   auto result = co_await retry::run_attempts(step, attempt, hooks);
   if (result.client_gone) co_return h2::message{};  // the stream is gone: nobody reads an answer

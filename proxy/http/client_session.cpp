@@ -9,6 +9,7 @@
 #include "proxy/http/wire/framing.hpp"
 #include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/observe/correlation.hpp"
 #include "proxy/observe/log.hpp"
@@ -164,7 +165,7 @@ net::awaitable<void> serve_connect(const runtime::session_context& ctx, beast::t
                                    beast::flat_buffer& buffer, const request_parser& parser, const vetted& v) {
   // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
   observe::made_correlation_id made_id;
-  auto correlation_id = correlation_id_of(parser.get());
+  auto correlation_id = plan::correlation_id_of(plan::fields_view(parser.get().base()));
   if (correlation_id.empty()) correlation_id = (made_id = observe::new_correlation_id(*ctx.rng)).view();
   tunnel_request const tunnel{v.target, v.dependency, correlation_id};
   co_await run_tunnel(ctx, client, buffer, tunnel);

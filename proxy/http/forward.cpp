@@ -2,7 +2,6 @@
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
-#include "proxy/auth/jwt.hpp"
 #include "proxy/http/cancel_at.hpp"
 #include "proxy/http/forward_once.hpp"
 #include "proxy/http/hand_over.hpp"
@@ -12,12 +11,9 @@
 #include "proxy/http/websocket.hpp"
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
-#include "proxy/idempotency/key.hpp"
-#include "proxy/observe/correlation.hpp"
-#include "proxy/retry/field_value.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/retry/hedge.hpp"
 #include "proxy/http/retry_loop.hpp"
-#include "proxy/retry/request_timeout.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
@@ -215,17 +211,6 @@ net::awaitable<bool> forward_buffered(const client_request& r, runtime::session_
 
 }  // namespace
 
-retry::request_facts facts_of(const plan::dependency_route& route, std::string_view method, const plan::request_target& t) {
-  retry::request_facts facts;
-  facts.dependency = route.name;
-  facts.method = method;
-  facts.path = loggable_path(t.origin_form);
-  facts.tls = route.tls != nullptr;
-  facts.server_address = t.connect_host;
-  facts.server_port = t.port;
-  return facts;
-}
-
 namespace {
 
 /// How a request is to be forwarded, decided before anything is sent.
@@ -233,150 +218,57 @@ struct forward_plan {
   enum class route { refuse, buffered, once } how = route::buffered;
   error_reply refusal;  ///< with route::refuse
   bool keep_after_refusal = false;
-  retry::request_facts facts;
-  std::string key;                  ///< R-6's key (the request's own or one made): facts.idempotency_key views it
-  observe::made_correlation_id made_correlation_id;  ///< facts.correlation_id views it when rebound made the id
-  /// The caller's traceparent, copied: a traced attempt replaces that field, and facts (its
-  /// traceparent, a correlation id read from it) must not view what it frees.
-  std::string caller_traceparent;
+  plan::request_plan request;      ///< what every door decides (plan/request_plan.hpp)
   std::string_view sent_once_why;  ///< with route::once
   bool upgrade = false;            ///< a WebSocket handshake (http/wire/upgrade.hpp)
 
-  forward_plan() = default;
-  forward_plan(const forward_plan&) = delete;  // facts views its strings: it stays where it was made
-  forward_plan& operator=(const forward_plan&) = delete;
+  void refuse(error_reply e, bool keep_after) {
+    how = route::refuse;
+    refusal = std::move(e);
+    keep_after_refusal = keep_after;
+  }
 };
 
-/// the request's correlation id (see observe/correlation.hpp), made and sent upstream
-/// as X-Request-ID when the client gave none that can be used.
-void correlate(forward_plan& plan, request_message<bhttp::buffer_body>& req, std::mt19937_64& rng) {
-  plan.facts.correlation_id = correlation_id_of(req);
-  if (auto const field = traceparent_of(req); !field.empty()) {
-    plan.caller_traceparent = field;
-    plan.facts.traceparent = plan.caller_traceparent;
-    auto const id = plan.facts.correlation_id;
-    if (id.data() >= field.data() && id.data() < field.data() + field.size())
-      plan.facts.correlation_id = std::string_view(plan.caller_traceparent)
-                                      .substr(static_cast<std::size_t>(id.data() - field.data()), id.size());
-  }
-  if (!plan.facts.correlation_id.empty()) return;
-  plan.made_correlation_id = observe::new_correlation_id(rng);
-  req.set("X-Request-ID", plan.made_correlation_id.view());
-  plan.facts.correlation_id = plan.made_correlation_id.view();
-}
-
-/** The caller's X-Request-Timeout (retry/request_timeout.hpp) into `facts.deadline`, or the
-    answer that refuses the request before any attempt: 400 when a value cannot be read (a
-    caller that set a deadline must not silently get none), 504 when no time is left. Several
-    fields are all read and the earliest wins; the attempts send one field of their own. */
-std::optional<error_reply> take_caller_deadline(retry::request_facts& facts,
-                                                const request_message<bhttp::buffer_body>& req,
-                                                std::string_view dependency,
-                                                std::chrono::steady_clock::time_point now) {
-  std::optional<std::chrono::milliseconds> least;
-  auto take = [&](std::string_view value) -> std::optional<error_reply> {
-    auto const v = retry::parse_request_timeout(value);
-    if (auto const* bad = std::get_if<retry::malformed_timeout>(&v))
-      return error_reply{400, error_type::bad_request, bad->why, std::string(dependency), 0};
-    auto const ms = std::get<std::chrono::milliseconds>(v);
-    if (!least || ms < *least) least = ms;
-    return std::nullopt;
-  };
-  auto const [first, last] = req.equal_range(retry::request_timeout_header);
-  for (auto it = first; it != last; ++it) {
-    std::string_view rest(it->value().data(), it->value().size());
-    // `1, 2` in one field is the same list as two fields (RFC 9110 section 5.3); an element
-    // left empty by a stray comma says nothing. A field that is empty as a whole is malformed.
-    if (rest.find(',') == std::string_view::npos) {
-      if (auto refusal = take(rest)) return refusal;
-      continue;
-    }
-    while (!rest.empty()) {
-      auto const comma = rest.find(',');
-      auto const element = retry::trim_ows(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      if (element.empty()) continue;
-      if (auto refusal = take(element)) return refusal;
-    }
-  }
-  if (!least) return std::nullopt;
-  if (least->count() == 0)
-    return error_reply{504, error_type::deadline_exceeded,
-                       std::string(retry::request_timeout_header) + " left no time: nothing was sent",
+/// An upgrade the route lets through is forwarded as one; a malformed handshake, or one the
+/// route's `upgrades:` refuses, is answered and nothing reaches the upstream.
+std::optional<error_reply> refused_upgrade(const upgrade_ask& ask, const retry::policy& policy,
+                                           std::string_view dependency) {
+  if (ask.what == upgrade_ask::kind::malformed)
+    return error_reply{400, error_type::bad_request, ask.why, std::string(dependency), 0};
+  if (!policy.websocket_upgrades)
+    return error_reply{403, error_type::upgrade_refused,
+                       "this route does not let WebSocket upgrades through (upgrades: [])", std::string(dependency), 0};
+  if (retry::hands_over_calls(policy.context))
+    return error_reply{403, error_type::upgrade_refused,
+                       "this route hands its calls over for later delivery; a WebSocket cannot wait",
                        std::string(dependency), 0};
-  facts.deadline = now + *least;
   return std::nullopt;
 }
 
-/** The decisions about a request head, in a plain function so their temporaries stay off
-    the coroutine frame that lives as long as the request (and its backoff waits). */
+/** The decisions about a request head: HTTP/1.1's Expect, the one request plan every door
+    runs (plan/request_plan.hpp), then what only HTTP/1.1 has: upgrades and whether the body
+    is kept for a resend. A plain function, so its temporaries stay off the coroutine frame
+    that lives as long as the request (and its backoff waits). */
 void plan_request(forward_plan& plan, const client_request& r, std::chrono::steady_clock::time_point now) {
   auto& parser = r.parser;
-  auto const& target = r.target;
-  std::string_view const dependency = r.route.name;
   auto const& policy = *r.route.policy;
-  auto& rng = *r.ctx.rng;
   auto& req = parser.get();
-  if (auto unmet = unmet_expectation(req)) {
-    plan.how = forward_plan::route::refuse;
-    plan.refusal = std::move(*unmet);
-    return;
-  }
-
-  auto& facts = plan.facts;
-  facts =
-      facts_of(r.route, req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension", target);
-  correlate(plan, req, rng);
-  if (auto refusal = take_caller_deadline(facts, req, dependency, now)) {
-    plan.how = forward_plan::route::refuse;
-    plan.refusal = std::move(*refusal);
-    plan.keep_after_refusal = parser.is_done() && req.keep_alive();
-    return;
-  }
-  // An upgrade the route lets through is forwarded as one; a malformed handshake, or one the
-  // route's `upgrades:` refuses, is answered here and nothing reaches the upstream.
+  if (auto unmet = unmet_expectation(req)) return plan.refuse(std::move(*unmet), false);
+  bool const keep_after = parser.is_done() && req.keep_alive();
   auto const ask = read_upgrade(req.base());
-  if (ask.what != upgrade_ask::kind::none) {
-    std::optional<error_reply> refusal;
-    if (ask.what == upgrade_ask::kind::malformed)
-      refusal = error_reply{400, error_type::bad_request, ask.why, std::string(dependency), 0};
-    else if (!policy.websocket_upgrades)
-      refusal =
-          error_reply{403, error_type::upgrade_refused,
-                      "this route does not let WebSocket upgrades through (upgrades: [])", std::string(dependency), 0};
-    else if (retry::hands_over_calls(policy.context))
-      refusal = error_reply{403, error_type::upgrade_refused,
-                            "this route hands its calls over for later delivery; a WebSocket cannot wait",
-                            std::string(dependency), 0};
-    plan.upgrade = true;
-    if (refusal) {
-      plan.how = forward_plan::route::refuse;
-      plan.refusal = std::move(*refusal);
-      plan.keep_after_refusal = parser.is_done() && req.keep_alive();
-      return;
-    }
-  }
-  // the request's own credential is kept; a JWT's exp bounds its retries.
-  if (auto it = req.find(bhttp::field::authorization); it != req.end())
-    facts.credential_expires = auth::jwt_expiry(auth::bearer_token(it->value()));
-
-  // whether this request may be sent more than once (idempotency/key.hpp).
-  auto const& key_header = policy.idempotency.header;
-  auto key = idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), policy.idempotency.inject);
-  if (key.refusal) {
-    plan.how = forward_plan::route::refuse;
-    plan.refusal = error_reply{400, error_type::bad_request, std::move(*key.refusal), std::string(dependency), 0};
-    plan.keep_after_refusal = parser.is_done() && req.keep_alive();
-    return;
-  }
-  if (key.made) req.set(key_header, key.key);
-  plan.key = std::move(key.key);
-  facts.idempotency_key = plan.key;
-  facts.may_retry = key.may_retry;
-  facts.why_not = key.why_not;
+  plan.upgrade = ask.what != upgrade_ask::kind::none;
+  auto const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
+  plan::request_in const in{plan::door::http1, r.route, r.target, req.method(), method, *r.ctx.rng, now};
+  if (auto refusal = plan::plan_request(plan.request, plan::fields_view(req.base()), in))
+    return plan.refuse(std::move(*refusal), keep_after);
+  plan::edits_of(plan.request, policy.idempotency.header,
+                 [&req](std::string_view name, std::string_view value) { req.set(name, value); });
+  if (plan.upgrade)
+    if (auto refusal = refused_upgrade(ask, policy, r.route.name)) return plan.refuse(std::move(*refusal), keep_after);
 
   // A body can be sent again only if it is kept: one over max_retry_body streams through
   // once. A chunked body is kept while it fits (forward_buffered finds out).
+  auto const& facts = plan.request.facts;
   bool const has_body = !parser.is_done();
   auto const cl = parser.content_length();
   // With Expect: 100-continue the head must go upstream before the body is read (RFC 9110
@@ -395,11 +287,8 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
 /** An open breaker in enforce mode fails the request fast (503 circuit_open) with the time
     until it lets a probe through as Retry-After; nothing reaches the upstream. */
 void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, const request_parser& parser) {
-  auto refusal = refused_by_breaker(guard);
-  if (!refusal) return;
-  plan.how = forward_plan::route::refuse;
-  plan.refusal = std::move(*refusal);
-  plan.keep_after_refusal = parser.is_done() && parser.get().keep_alive();
+  if (auto refusal = plan::admit(guard))
+    plan.refuse(std::move(*refusal), parser.is_done() && parser.get().keep_alive());
 }
 
 }  // namespace
@@ -407,19 +296,6 @@ void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, 
 upstream::destination destination_of(const plan::dependency_route& route, const plan::request_target& t,
                                      const std::string& pool_key, const request_message<bhttp::buffer_body>& req) {
   return destination_of(route, t, pool_key, req.find(bhttp::field::authorization) != req.end());
-}
-
-std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard) {
-  auto const a = guard.admit();
-  if (a.allowed) return std::nullopt;
-  auto const secs = static_cast<unsigned>((a.retry_after.count() + 999) / 1000);
-  return error_reply{503,
-                     error_type::circuit_open,
-                     "the circuit breaker of " + guard.name() + " is open; it lets a trial request through in " +
-                         std::to_string(a.retry_after.count()) + " ms",
-                     guard.name(),
-                     0,
-                     std::max(1u, secs)};
 }
 
 net::awaitable<bool> forward(const client_request& r, runtime::session_guard& session) {
@@ -452,12 +328,12 @@ net::awaitable<bool> forward(const client_request& r, runtime::session_guard& se
       co_await send_error(client, plan.refusal, plan.keep_after_refusal, ctx.cfg().limits.idle_timeout);
       co_return plan.keep_after_refusal;
     case forward_plan::route::buffered:
-      co_return co_await forward_buffered(r, session, plan.facts, plan.upgrade);
+      co_return co_await forward_buffered(r, session, plan.request.facts, plan.upgrade);
     case forward_plan::route::once:
-      log_sent_once(ctx, plan.facts, policy, plan.sent_once_why);
+      log_sent_once(ctx, plan.request.facts, policy, plan.sent_once_why);
       break;
   }
-  co_return co_await forward_once(r, plan.facts, {});
+  co_return co_await forward_once(r, plan.request.facts, {});
 }
 
 }  // namespace rebound::http

@@ -27,12 +27,6 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-/** A request's facts as every way in starts them (HTTP/1.1, gRPC, delivery, the inbound
-    gate): its dependency, its method, the loggable path (R-9) and the upstream its attempts go
-    to (TLS or not, host, port), which traces name. Views into `route`, `method` and `t`, which
-    must outlive the facts; each door then adds what only it knows (R-6, correlation, deadline). */
-retry::request_facts facts_of(const plan::dependency_route& route, std::string_view method, const plan::request_target& t);
-
 /** Forwards the request whose head `parser` holds: through the retry loop when its body is
     none or kept in memory, streamed once otherwise. Returns whether the client connection
     may carry another request (false after errors that leave its stream in doubt). */
@@ -48,10 +42,6 @@ struct upstream_error_event {
 };
 void log_upstream_error(const runtime::session_context& ctx, const retry::request_facts& facts,
                         const upstream_error_event& e);
-
-/// The breaker's admission of a request (HTTP or CONNECT): nullopt when it may go, else the
-/// 503 circuit_open answer with a Retry-After of the time until a probe may go.
-std::optional<error_reply> refused_by_breaker(retry::dependency_guard& guard);
 
 /// destination_of (plan/dependency_route.hpp) for an HTTP/1.1 request: its own Authorization, if
 /// it carries one, is kept and rebound's credential stays off it (SPEC 5).

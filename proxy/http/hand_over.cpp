@@ -5,7 +5,7 @@
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/idempotency/key.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"
 
@@ -99,20 +99,18 @@ net::awaitable<bool> hand_over(const client_request& r) {
   };
 
   if (auto const unmet = unmet_expectation(req)) co_return co_await refuse(*unmet, false);
-  // A delivery goes again after any failure, so it always carries a key: the app's,
-  // else one made now and stored with the task.
+  // The one request plan (plan/request_plan.hpp): a delivery goes again after any failure, so
+  // it always carries a key: the app's, else one made now and stored with the task.
   auto const& key_header = route.policy->idempotency.header;
-  auto key = idempotency::plan_key(idempotency::sent_key_in(req, key_header), req.method(), true,
-                                   idempotency::key_need::always);
-  if (key.refusal) {
-    error_reply const bad{400, error_type::bad_request, *key.refusal, {}, 0};
-    co_return co_await refuse(bad, parser.is_done() && keep);
-  }
-  if (key.key.empty()) {
-    error_reply const none{503, error_type::store_unavailable, "no idempotency key could be generated", {}, 0};
-    co_return co_await refuse(none, false);
-  }
-  if (key.made) req.set(key_header, key.key);
+  plan::request_plan planned;
+  auto const method = std::string_view(req.method_string().data(), req.method_string().size());
+  plan::request_in const in{plan::door::hand_over,           route, target, req.method(), method, *ctx.rng,
+                            std::chrono::steady_clock::now()};
+  if (auto const refusal = plan::plan_request(planned, plan::fields_view(req.base()), in))
+    // The request's own key refused: the connection may go on once its body is read; no key
+    // rebound could make: it closes.
+    co_return co_await refuse(*refusal, refusal->status < 500 && parser.is_done() && keep);
+  plan::edits_of(planned, key_header, [&req](std::string_view name, std::string_view value) { req.set(name, value); });
   std::string body;
   auto const got = co_await take_whole_body(r, body, max_body);
   if (got.how == whole_body::end::client_gone) co_return false;
@@ -124,7 +122,7 @@ net::awaitable<bool> hand_over(const client_request& r) {
   prepare_upstream_request(req, parser, target, ctx.instance_token);
   auto made =
       store::new_task({route.name, std::string(req.method_string()), "http://" + target.authority + target.origin_form,
-                       stored_head(req), std::move(body), std::string(), key_header, key.key});
+                       stored_head(req), std::move(body), std::string(), key_header, planned.key});
   if (!made) {
     error_reply const none{503, error_type::store_unavailable, "no task id could be generated", {}, 0};
     co_return co_await refuse(none, false);
@@ -150,8 +148,8 @@ net::awaitable<bool> hand_over(const client_request& r) {
   ctx.log->info("task_accepted", {{"task_id", id},
                                   {"dependency", route.name},
                                   {"method", std::string_view(req.method_string())},
-                                  {"path", loggable_path(target.origin_form)},
-                                  {"idempotency_key", key.key}});
+                                  {"path", plan::path_of(target.origin_form)},
+                                  {"idempotency_key", planned.key}});
   co_return co_await send_accepted(client, ctx, id, keep && !ctx.sessions->draining(), idle);
 }
 

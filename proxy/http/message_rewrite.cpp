@@ -4,7 +4,6 @@
 
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/wire/upgrade.hpp"
-#include "proxy/observe/correlation.hpp"
 #include "proxy/retry/layers.hpp"
 
 #include <array>
@@ -22,24 +21,6 @@ std::string pool_key(const plan::request_target& t, const upstream::tls_client* 
   if (tls) key.append("#").append(tls->identity());
   return key;
 }
-
-std::string_view correlation_id_of(const head_fields& f) {
-  auto value = [&f](std::string_view name) {
-    auto const it = f.find(name);
-    return it == f.end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
-  };
-  return observe::correlation_id_of({value("X-Request-ID"), value("X-Correlation-ID"), traceparent_of(f)});
-}
-
-std::string_view traceparent_of(const head_fields& f) {
-  // One lookup on every request's path: the range is empty, one field, or more (none counts).
-  auto const [first, last] = f.equal_range("traceparent");
-  if (first == last || std::next(first) != last) return {};
-  auto const v = first->value();
-  return {v.data(), v.size()};
-}
-
-std::string_view loggable_path(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
 
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const plan::request_target& t,

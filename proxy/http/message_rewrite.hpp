@@ -24,16 +24,6 @@ namespace bhttp = boost::beast::http;
     CA, or presenting its client certificate, must never carry another dependency's request. */
 std::string pool_key(const plan::request_target& t, const upstream::tls_client* tls);
 
-/// The path without its query, the only part of a target that may be logged.
-std::string_view loggable_path(std::string_view origin_form);
-
-/// the correlation id the request carries (observe/correlation.hpp's rule), or empty.
-std::string_view correlation_id_of(const head_fields& f);
-
-/// The caller's traceparent, or empty when there is none or more than one: W3C Trace Context
-/// (test_traceparent_duplicated) has two such fields start a new trace, as an invalid one does.
-std::string_view traceparent_of(const head_fields& f);
-
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const plan::request_target& t,

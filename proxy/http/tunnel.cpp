@@ -1,4 +1,5 @@
 #include "proxy/http/tunnel.hpp"
+#include "proxy/plan/request_plan.hpp"
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/relay.hpp"
@@ -197,7 +198,7 @@ net::awaitable<void> run_tunnel(const runtime::session_context& ctx, beast::tcp_
   std::string_view const dependency = route.name;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
-  if (auto refusal = refused_by_breaker(guard)) {
+  if (auto refusal = plan::admit(guard)) {
     guard.answered(refusal->status);
     co_await send_error(client, *refusal, false, idle);
     co_return;

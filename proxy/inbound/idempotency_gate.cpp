@@ -8,6 +8,7 @@
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
+#include "proxy/plan/request_plan.hpp"
 #include "proxy/inbound/gate_step.hpp"
 #include "proxy/inbound/gate_trace.hpp"
 #include "proxy/store/task_store.hpp"
@@ -387,8 +388,8 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   auto& req = request.parser.get();
   auto const& route = request.route;
   std::string const method(req.method_string());
-  auto const facts = http::facts_of(route, method, request.target);
-  gate_trace trace(request.ctx.tracer, *request.ctx.rng, http::traceparent_of(req), facts);
+  auto const facts = plan::facts_of(route, method, request.target);
+  gate_trace trace(request.ctx.tracer, *request.ctx.rng, plan::traceparent_of(plan::fields_view(req.base())), facts);
   gate_call const c{request,
                     facts,
                     trace,

@@ -10,7 +10,7 @@ namespace rebound::plan {
 dependency_route route_request(const config::config& cfg, request_target& t, std::string_view method, bool is_connect) {
   auto const* d = cfg.find_dependency(t.host, t.port);
   if (!d) return {t.host + ":" + std::to_string(t.port), &cfg.defaults, nullptr, nullptr, nullptr, nullptr};
-  auto const path = std::string_view(t.origin_form).substr(0, t.origin_form.find('?'));
+  auto const path = path_of(t.origin_form);
   dependency_route r{d->name, &d->policy_for(method, path), d, nullptr, nullptr, nullptr};
   if (d->origin && !is_connect) {
     t.connect_host = d->origin->host;

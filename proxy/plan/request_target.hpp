@@ -33,4 +33,8 @@ target_result parse_request_target(std::string_view method, std::string_view tar
 /// For CONNECT: `host:port`, port required (RFC 9110 section 9.3.6).
 target_result parse_connect_target(std::string_view target);
 
+/** The path of an origin-form target without its query: what routes match, and the only part
+    of a target that may be logged (R-9). A view into `origin_form`. */
+inline std::string_view path_of(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
+
 }  // namespace rebound::plan

@@ -37,7 +37,7 @@ struct request_facts {
   bool may_retry = false;  ///< R-6 allows it and the body is buffered
   bool grpc = false;       ///< a gRPC call: its logs name grpc_method and grpc_status
   /// Where the attempts go, for traces' url.full, server.address and server.port: set by
-  /// http::facts_of (an `origin:`'s host and port), empty where no span reads it.
+  /// plan::facts_of (an `origin:`'s host and port), empty where no span reads it.
   bool tls = false;  ///< rebound speaks TLS to the upstream
   std::uint16_t server_port = 0;
   std::string_view server_address;  ///< IPv6 without brackets

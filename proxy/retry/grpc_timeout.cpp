@@ -1,11 +1,11 @@
-#include "proxy/grpc/timeout.hpp"
+#include "proxy/retry/grpc_timeout.hpp"
 
 #include <algorithm>
 #include <charconv>
 
-namespace rebound::grpc {
+namespace rebound::retry {
 
-std::optional<std::chrono::microseconds> parse_timeout(std::string_view value) {
+std::optional<std::chrono::microseconds> parse_grpc_timeout(std::string_view value) {
   if (value.size() < 2 || value.size() > 9) return std::nullopt;
   auto const digits = value.substr(0, value.size() - 1);
   for (char c : digits)
@@ -17,11 +17,11 @@ std::optional<std::chrono::microseconds> parse_timeout(std::string_view value) {
   // time_point would.
   switch (value.back()) {
     case 'H':
-      return std::min(duration_cast<microseconds>(hours(n)), longest_timeout);
+      return std::min(duration_cast<microseconds>(hours(n)), longest_grpc_timeout);
     case 'M':
-      return std::min(duration_cast<microseconds>(minutes(n)), longest_timeout);
+      return std::min(duration_cast<microseconds>(minutes(n)), longest_grpc_timeout);
     case 'S':
-      return std::min(duration_cast<microseconds>(seconds(n)), longest_timeout);
+      return std::min(duration_cast<microseconds>(seconds(n)), longest_grpc_timeout);
     case 'm':
       return duration_cast<microseconds>(milliseconds(n));
     case 'u':
@@ -33,7 +33,7 @@ std::optional<std::chrono::microseconds> parse_timeout(std::string_view value) {
   }
 }
 
-std::string format_timeout(std::chrono::microseconds left) {
+std::string format_grpc_timeout(std::chrono::microseconds left) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
   if (ms < 1) ms = 1;
   if (ms <= 99'999'999) return std::to_string(ms) + "m";
@@ -41,4 +41,4 @@ std::string format_timeout(std::chrono::microseconds left) {
   return std::to_string(s) + "S";
 }
 
-}  // namespace rebound::grpc
+}  // namespace rebound::retry
