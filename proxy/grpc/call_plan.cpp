@@ -6,6 +6,7 @@
 #include "proxy/grpc/status.hpp"
 #include "proxy/retry/grpc_timeout.hpp"
 #include "proxy/http/forward.hpp"
+#include "proxy/plan/locate.hpp"
 #include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/retry/retry_after.hpp"
@@ -61,24 +62,17 @@ void plan_call(call_plan& plan, const runtime::session_context& ctx, h2::fields&
   }
   plan.method = *method;
   plan.path = *path;
-  auto target = plan::parse_request_target(plan.method, plan.path, *authority, 1, 11);
-  if (!target.value) {
-    plan.refusal = refuse(retry::error_type::bad_request, target.error);
-    return;
-  }
-  plan.target = std::move(*target.value);
   bool passed_here = false;
   for (auto const& f : head)
     passed_here |= f.name == "via" && plan::via_value_names_instance(f.value, ctx.instance_token);
-  if (auto loop = plan::refuse_loop(plan.target, passed_here, cfg.listen)) {
-    plan.refusal = refuse(loop->type, loop->message);
+  plan::located where;
+  plan::locate(where, {plan.method, plan.path, *authority, 1, 11, passed_here}, plan::listener::proxy, cfg);
+  if (where.refusal) {
+    plan.refusal = refuse(where.refusal->type, where.refusal->message);
     return;
   }
-  plan.route = plan::route_request(cfg, plan.target, plan.method, false);
-  if (auto unknown = plan::refuse_unknown_host(cfg, plan.route, plan.target)) {
-    plan.refusal = refuse(unknown->type, unknown->message);
-    return;
-  }
+  plan.target = std::move(where.target);
+  plan.route = std::move(where.route);
   plan::attach_runtime(plan.route, ctx, plan.target);
   auto const& policy = *plan.route.policy;
 
@@ -134,11 +128,11 @@ bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& he
   auto const* path = h2::message::find_in(head, ":path");
   auto const* authority = h2::message::find_in(head, ":authority");
   if (!authority) authority = h2::message::find_in(head, "host");
-  if (!method || !path || !authority || path->empty() || path->front() != '/') return false;
-  auto target = plan::parse_request_target(*method, *path, *authority, 1, 11);
-  if (!target.value) return false;  // refused by plan_call, whole
-  auto const route = plan::route_request(ctx.cfg(), *target.value, *method, false);
-  return route.policy && route.policy->grpc_streaming;
+  if (!method || !path || !authority) return false;
+  // Located as plan_call locates it (its loop check aside): a call refused there is refused whole.
+  plan::located where;
+  plan::locate(where, {*method, *path, *authority, 1, 11, false}, plan::listener::proxy, ctx.cfg());
+  return !where.refusal && where.route.policy->grpc_streaming;
 }
 
 h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point deadline, unsigned attempt) {

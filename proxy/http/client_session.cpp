@@ -7,6 +7,7 @@
 #include "proxy/runtime/session_registry.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/http/wire/framing.hpp"
+#include "proxy/plan/locate.hpp"
 #include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/plan/request_plan.hpp"
@@ -34,89 +35,22 @@ constexpr std::size_t read_slack = 64 * 1024 + 16 * 1024;
 /// The first read of a request: most heads fit; the parser reads on if one does not.
 constexpr std::size_t first_read = 4096;
 
-/// A request head checked and routed, or the answer that refuses it.
-struct vetted {
-  std::optional<error_reply> refusal;
-  bool keep_after_refusal = false;  ///< the connection may carry another request after the refusal
-  bool is_connect = false;
-  plan::request_target target;
-  plan::dependency_route dependency;
-};
-
-/** Checks framing and target and finds the dependency. A plain function, so its
-    temporaries stay off the session's coroutine frame, which lives as long as the
-    connection. */
-bool vet_request(vetted& v, const request_parser& parser, const config::config& cfg, std::string_view instance_token) {
+/** Checks framing, then locates the request on the listener it came to (plan/locate.hpp:
+    target, loop, route, unknown host). A plain function, so its temporaries stay off the
+    session's coroutine frame, which lives as long as the connection. */
+bool vet_request(plan::located& v, const request_parser& parser, const config::config& cfg,
+                 std::string_view instance_token, plan::listener where) {
   auto const& req = parser.get();
   if (auto problem = check_request_framing(req.base(), req.version())) {
     v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
     return false;
   }
-  v.is_connect = req.method() == bhttp::verb::connect;
-  auto target = v.is_connect ? plan::parse_connect_target(req.target())
-                             : plan::parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
-                                                    req.count(bhttp::field::host), req.version());
-  if (!target.value) {
-    v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
-    return false;
-  }
-  v.target = std::move(*target.value);
-  auto const& t = v.target;
-  if (t.scheme == "https") {
-    v.refusal = error_reply{400,
-                            error_type::bad_request,
-                            "https:// targets travel in a CONNECT tunnel; to have rebound retry them, call http:// "
-                            "and configure the dependency's origin: https://...",
-                            {},
-                            0};
-    v.keep_after_refusal = parser.is_done();
-    return false;
-  }
-  if (auto loop = plan::refuse_loop(t, plan::via_names_instance(req.base(), instance_token), cfg.listen)) {
-    v.refusal = std::move(loop);
-    return false;
-  }
-  v.dependency = plan::route_request(cfg, v.target, std::string_view(req.method_string().data(), req.method_string().size()),
-                               v.is_connect);
-  if (auto unknown = plan::refuse_unknown_host(cfg, v.dependency, t)) {
-    v.refusal = std::move(unknown);
-    v.keep_after_refusal = parser.is_done();
-    return false;
-  }
-  return true;
-}
-
-/** The same for a request on the inbound listener: whatever its Host, it goes to the app
-    (`inbound.app`), the Host kept, as a dependency's `origin:` does it. */
-bool vet_inbound_request(vetted& v, const request_parser& parser, const config::config& cfg,
-                         std::string_view instance_token) {
-  auto const& req = parser.get();
-  if (auto problem = check_request_framing(req.base(), req.version())) {
-    v.refusal = error_reply{problem->status, error_type::bad_request, problem->message, {}, 0};
-    return false;
-  }
-  if (req.method() == bhttp::verb::connect) {
-    v.refusal =
-        error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener", {}, 0};
-    return false;
-  }
-  auto target = plan::parse_request_target(req.method_string(), req.target(), req[bhttp::field::host],
-                                     req.count(bhttp::field::host), req.version());
-  if (!target.value) {
-    v.refusal = error_reply{400, error_type::bad_request, target.error, {}, 0};
-    return false;
-  }
-  v.target = std::move(*target.value);
-  auto& t = v.target;
-  t.scheme = "http";
-  t.connect_host = cfg.inbound.app.host;
-  t.port = cfg.inbound.app.port;
-  if (auto loop = plan::refuse_loop(t, plan::via_names_instance(req.base(), instance_token), cfg.inbound.listen)) {
-    v.refusal = std::move(loop);
-    return false;
-  }
-  v.dependency = plan::dependency_route{"inbound", &cfg.inbound.forward, nullptr, nullptr, nullptr, nullptr};
-  return true;
+  auto const view = [](boost::core::string_view s) { return std::string_view(s.data(), s.size()); };
+  plan::target_in const in{
+      view(req.method_string()),     view(req.target()), view(req[bhttp::field::host]),
+      req.count(bhttp::field::host), req.version(),      plan::via_names_instance(req.base(), instance_token)};
+  plan::locate(v, in, where, cfg);
+  return !v.refusal;
 }
 
 /// The answer to a request head Beast refused, or nullopt when there is nobody to answer.
@@ -162,12 +96,12 @@ net::awaitable<void> answer_unread_head(beast::tcp_stream& client, error_code ec
 
 /// A CONNECT: the connection becomes a tunnel, for good.
 net::awaitable<void> serve_connect(const runtime::session_context& ctx, beast::tcp_stream& client,
-                                   beast::flat_buffer& buffer, const request_parser& parser, const vetted& v) {
+                                   beast::flat_buffer& buffer, const request_parser& parser, const plan::located& v) {
   // Logged only: a tunnel's bytes are the client's, so an id rebound made goes nowhere.
   observe::made_correlation_id made_id;
   auto correlation_id = plan::correlation_id_of(plan::fields_view(parser.get().base()));
   if (correlation_id.empty()) correlation_id = (made_id = observe::new_correlation_id(*ctx.rng)).view();
-  tunnel_request const tunnel{v.target, v.dependency, correlation_id};
+  tunnel_request const tunnel{v.target, v.route, correlation_id};
   co_await run_tunnel(ctx, client, buffer, tunnel);
 }
 
@@ -399,21 +333,21 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
       co_await answer_unread_head(client, ec, head_late, idle);
       break;
     }
-    vetted v;
-    bool const vetted_ok = c.ctx.inbound ? vet_inbound_request(v, parser, cfg, c.ctx.instance_token)
-                                         : vet_request(v, parser, cfg, c.ctx.instance_token);
-    if (!vetted_ok) {
-      co_await send_error(client, *v.refusal, v.keep_after_refusal, idle);
-      if (!v.keep_after_refusal) break;
+    plan::located v;
+    if (!vet_request(v, parser, cfg, c.ctx.instance_token,
+                     c.ctx.inbound ? plan::listener::inbound : plan::listener::proxy)) {
+      bool const keep_after = v.refusal_keeps_connection && parser.is_done();
+      co_await send_error(client, *v.refusal, keep_after, idle);
+      if (!keep_after) break;
       continue;
     }
     auto const& t = v.target;
-    plan::attach_runtime(v.dependency, c.ctx, t);
+    plan::attach_runtime(v.route, c.ctx, t);
     if (v.is_connect) {
       co_await serve_connect(c.ctx, client, buffer, parser, v);
       co_return;
     }
-    client_request const request{c.ctx, client, buffer, parser, t, v.dependency};
+    client_request const request{c.ctx, client, buffer, parser, t, v.route};
     bool keep = false;
     if (c.doors.inbound)
       keep = co_await c.doors.inbound(request, c.guard);
