@@ -1,123 +1,15 @@
 #include "config/describe.hpp"
 
+#include "config/object_writer.hpp"
+#include "config/policy_keys.hpp"
 #include "config/typed_values.hpp"
-#include "proxy/observe/json.hpp"
 
 namespace rebound::config {
-namespace {
-
-/** An object of the effective config, open while in scope, written through the one JSON
-    writer (observe/json.hpp) with the config's own vocabulary. */
-class object_writer {
- public:
-  explicit object_writer(observe::json_writer& w) : w_(w) { w_.open_object(); }
-  ~object_writer() { w_.close_object(); }
-  object_writer(const object_writer&) = delete;
-  object_writer& operator=(const object_writer&) = delete;
-
-  void string(std::string_view k, std::string_view v) { w_.field(k, v); }
-  void number(std::string_view k, double v) { w_.key(k).number(v); }
-  void integer(std::string_view k, std::uint64_t v) { w_.field(k, v); }
-  void boolean(std::string_view k, bool v) { w_.field(k, v); }
-  void strings(std::string_view k, const auto& list) {
-    w_.key(k).open_array();
-    for (std::string_view s : list) w_.value(s);
-    w_.close_array();
-  }
-  /// The writer, after the key `k`: the caller writes its value.
-  observe::json_writer& nested(std::string_view k) { return w_.key(k); }
-
- private:
-  observe::json_writer& w_;
-};
-
-}  // namespace
-
 namespace {
 
 std::string endpoint_text(const endpoint& e) {
   auto const host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
   return host + ":" + std::to_string(e.port);
-}
-
-/// Into `w`, the policy's keys as they would stand in the YAML; a route has no budget or
-/// breaker of its own (R-7 tracks them per dependency).
-void write_policy(object_writer& w, const policy& p, bool with_guards = true) {
-  w.string("context", to_string(p.context));
-  w.integer("max_retries", p.max_retries);
-  {
-    object_writer b(w.nested("backoff"));
-    b.string("base", format_duration(p.backoff.base));
-    b.string("cap", format_duration(p.backoff.cap));
-    b.string("jitter", p.backoff.jitter == jitter_kind::full ? "full" : "decorrelated");
-  }
-  if (!p.schedule.empty()) {
-    std::vector<std::string> steps;
-    for (auto const s : p.schedule) steps.push_back(format_duration(s));
-    w.strings("schedule", steps);
-  }
-  w.string("total_timeout", format_duration(p.total_timeout));
-  w.string("attempt_timeout", format_duration(p.attempt_timeout));
-  w.strings("retry_on", p.retry_on.names());
-  w.string("max_retry_body", format_size(p.max_retry_body));
-  w.boolean("retry_layered", p.retry_layered);
-  if (p.hedge.enabled()) {
-    object_writer h(w.nested("hedge"));
-    h.string("after", p.hedge.after_p95 ? std::string("p95") : format_duration(p.hedge.after));
-    h.integer("max", p.hedge.max);
-  } else {
-    w.string("hedge", "off");
-  }
-  w.strings("upgrades", p.websocket_upgrades ? std::vector<std::string>{"websocket"} : std::vector<std::string>{});
-  {
-    object_writer i(w.nested("idempotency"));
-    i.string("header", p.idempotency.header);
-    i.boolean("inject", p.idempotency.inject);
-  }
-  if (with_guards) {
-    object_writer b(w.nested("budget"));
-    b.number("ratio", p.budget.ratio);
-    b.string("window", format_duration(p.budget.window));
-    b.integer("min_retries", p.budget.min_retries);
-  }
-  if (with_guards) {
-    auto const& cb = p.circuit_breaker;
-    object_writer c(w.nested("circuit_breaker"));
-    c.string("mode", to_string(cb.mode));
-    c.number("failure_ratio", cb.failure_ratio);
-    c.integer("min_requests", cb.min_requests);
-    c.string("window", format_duration(cb.window));
-    c.boolean("open_on_budget_exhausted", cb.open_on_budget_exhausted);
-    c.string("open_for", format_duration(cb.open_for));
-    c.integer("half_open_probes", cb.half_open_probes);
-  }
-  if (with_guards) {
-    auto const& cc = p.concurrency;
-    object_writer c(w.nested("concurrency"));
-    c.string("mode", to_string(cc.mode));
-    if (cc.mode == concurrency_mode::fixed) c.integer("limit", cc.limit);
-    if (cc.mode == concurrency_mode::adaptive) {
-      c.integer("min_limit", cc.min_limit);
-      c.integer("max_limit", cc.max_limit);
-      c.number("tolerance", cc.tolerance);
-      c.string("probe_interval", format_duration(cc.probe_interval));
-    }
-  }
-  if (with_guards) {
-    auto const& od = p.outlier_detection;
-    if (!od.enabled) {
-      w.string("outlier_detection", "off");
-    } else {
-      object_writer o(w.nested("outlier_detection"));
-      o.integer("consecutive_failures", od.consecutive_failures);
-      o.string("base_ejection", format_duration(od.base_ejection));
-      o.string("max_ejection", format_duration(od.max_ejection));
-      o.number("max_ejected_share", od.max_ejected_share);
-    }
-  }
-  if (!p.approval.empty()) w.string("approval", p.approval);
-  if (!p.dead_letter) w.boolean("dead_letter", false);
-  if (p.grpc_streaming) w.boolean("grpc_streaming", true);
 }
 
 /// File paths only: the config holds no secret to redact.
@@ -152,7 +44,7 @@ std::string policy_json(const policy& p) {
   observe::json_writer json(out);
   {
     object_writer w(json);
-    write_policy(w, p, false);
+    describe_policy(w, p, false);
   }
   return out;
 }
@@ -269,7 +161,7 @@ void write_dependencies(object_writer& w, const std::vector<dependency>& depende
     if (d.origin) one.string("origin", format_origin(*d.origin));
     if (d.tls) write_tls(one, *d.tls);
     if (d.auth) write_auth(one, *d.auth);
-    write_policy(one, d.effective);
+    describe_policy(one, d.effective);
     if (!d.routes.empty()) {
       auto& list = one.nested("routes").open_array();
       for (auto const& r : d.routes) {
@@ -279,7 +171,7 @@ void write_dependencies(object_writer& w, const std::vector<dependency>& depende
           if (!r.path_prefix.empty()) match.string("path_prefix", r.path_prefix);
           if (!r.methods.empty()) match.strings("methods", r.methods);
         }
-        write_policy(route, r.effective, false);
+        describe_policy(route, r.effective, false);
       }
       list.close_array();
     }
@@ -316,7 +208,7 @@ std::string effective_config_json(const config& cfg) {
     }
     {
       object_writer d(w.nested("defaults"));
-      write_policy(d, cfg.defaults);
+      describe_policy(d, cfg.defaults);
     }
     write_dependencies(w, cfg.dependencies);
   }

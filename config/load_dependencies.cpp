@@ -89,11 +89,11 @@ void reader::read_routes(const YAML::Node& n, const std::string& path, dependenc
     check_keys_list(body, rpath, keys);
     // R-7 tracks budgets and breakers per dependency, and issue 51 the concurrency limit: a
     // route cannot have its own.
-    for (auto const* key : {"budget", "circuit_breaker", "concurrency", "outlier_detection"})
-      if (body[key])
-        error(body[key], join(rpath, key),
+    for (auto const key : per_dependency_keys())
+      if (auto const n = body[std::string(key)])
+        error(n, join(rpath, key),
               std::string(key) + " is tracked per dependency, not per route: set it on the dependency",
-              std::string_view(key) == "budget" || std::string_view(key) == "circuit_breaker" ? "R-7" : "");
+              key == "budget" || key == "circuit_breaker" ? "R-7" : "");
     route r;
     if (auto m = body["match"]) read_match(m, join(rpath, "match"), r);
     auto const layer = read_policy_layer(body, rpath);
@@ -102,7 +102,7 @@ void reader::read_routes(const YAML::Node& n, const std::string& path, dependenc
     r.effective.circuit_breaker = d.effective.circuit_breaker;
     r.effective.concurrency = d.effective.concurrency;
     r.effective.outlier_detection = d.effective.outlier_detection;
-    check_hedged_methods(body, rpath, r, layer.hedge.has_value());
+    check_hedged_methods(body, rpath, r, layer.wrote("hedge"));
     d.routes.push_back(std::move(r));
   }
 }

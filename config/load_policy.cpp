@@ -11,51 +11,20 @@
 
 namespace rebound::config {
 
-/// Reads the policy keys of `n` (the caller has checked the keys).
-reader::policy_layer reader::read_policy_layer(const YAML::Node& n, const std::string& path) {
-  policy_layer l;
-  l.node = n;
-  l.path = path;
-  optional_typed(n, "context", path, l.context, parse_context);
-  optional_typed(n, "max_retries", path, l.max_retries, parse_max_retries);
-  optional_typed(n, "total_timeout", path, l.total_timeout, parse_duration);
-  optional_typed(n, "attempt_timeout", path, l.attempt_timeout, parse_duration);
-  optional_typed(n, "max_retry_body", path, l.max_retry_body, parse_size);
-  optional_typed(n, "retry_layered", path, l.retry_layered, parse_bool);
-  // `off` as the issue and SPEC write it, or a plain boolean.
-  optional_typed(n, "dead_letter", path, l.dead_letter, [](std::string_view v) {
-    if (v == "on") return parsed<bool>::ok(true);
-    if (v == "off") return parsed<bool>::ok(false);
-    auto b = parse_bool(v);
-    if (!b.value) b.error = "invalid value \"" + std::string(v) + "\" (expected on or off)";
-    return b;
-  });
-  optional_typed(n, "grpc_streaming", path, l.grpc_streaming, parse_bool);
-  if (auto a = n["approval"]) {
-    if (auto v = scalar(a, join(path, "approval"))) l.approval = *v;
-  }
-  if (auto b = n["backoff"]) read_backoff(b, path, l);
-  if (auto sch = n["schedule"]) read_schedule(sch, path, l);
-  if (auto i = n["idempotency"]) read_idempotency(i, path, l);
-  if (auto b = n["budget"]) read_budget(b, path, l);
-  if (auto cb = n["circuit_breaker"]) read_circuit_breaker(cb, path, l);
-  if (auto h = n["hedge"]) read_hedge(h, join(path, "hedge"), l.hedge);
-  if (auto c = n["concurrency"]) read_concurrency(c, join(path, "concurrency"), l.concurrency);
-  if (auto o = n["outlier_detection"]) read_outlier_detection(o, join(path, "outlier_detection"), l.outlier_detection);
-  if (auto u = n["upgrades"]) read_upgrades(u, path, l);
-  if (auto r = n["retry_on"]) read_retry_on(r, path, l);
-  return l;
-}
-
 /// `backoff: {base, cap, jitter}`.
 void reader::read_backoff(const YAML::Node& b, const std::string& path, policy_layer& l) {
   auto const bpath = join(path, "backoff");
   if (expect_map(b, bpath)) {
     check_keys(b, bpath, {"base", "cap", "jitter"});
-    optional_typed(b, "base", bpath, l.base, parse_duration);
-    optional_typed(b, "cap", bpath, l.cap, parse_duration);
-    optional_typed(b, "jitter", bpath, l.jitter, parse_jitter);
-    if (b["jitter"] && !l.jitter) diags_.back().rule = "R-1";
+    std::optional<duration> base, cap;
+    std::optional<jitter_kind> jitter;
+    optional_typed(b, "base", bpath, base, parse_duration);
+    optional_typed(b, "cap", bpath, cap, parse_duration);
+    optional_typed(b, "jitter", bpath, jitter, parse_jitter);
+    if (b["jitter"] && !jitter) diags_.back().rule = "R-1";
+    if (base) l.write("backoff.base", *base, [](policy& p, duration v) { p.backoff.base = v; });
+    if (cap) l.write("backoff.cap", *cap, [](policy& p, duration v) { p.backoff.cap = v; });
+    if (jitter) l.write("backoff.jitter", *jitter, [](policy& p, jitter_kind v) { p.backoff.jitter = v; });
   }
 }
 
@@ -77,7 +46,8 @@ void reader::read_schedule(const YAML::Node& sch, const std::string& path, polic
       else
         steps.push_back(*d.value);
     }
-    if (diags_.size() == before) l.schedule = std::move(steps);
+    if (diags_.size() == before)
+      l.write("schedule", std::move(steps), [](policy& p, const std::vector<duration>& v) { p.schedule = v; });
   }
 }
 
@@ -86,8 +56,14 @@ void reader::read_idempotency(const YAML::Node& i, const std::string& path, poli
   auto const ipath = join(path, "idempotency");
   if (expect_map(i, ipath)) {
     check_keys(i, ipath, {"header", "inject"});
-    typed(i, "header", ipath, l.idempotency_header, parse_header_name);
-    optional_typed(i, "inject", ipath, l.inject, parse_bool);
+    std::optional<std::string> header;
+    std::optional<bool> inject;
+    optional_typed(i, "header", ipath, header, parse_header_name);
+    optional_typed(i, "inject", ipath, inject, parse_bool);
+    if (header)
+      l.write("idempotency.header", std::move(*header),
+              [](policy& p, const std::string& v) { p.idempotency.header = v; });
+    if (inject) l.write("idempotency.inject", *inject, [](policy& p, bool v) { p.idempotency.inject = v; });
   }
 }
 
@@ -98,17 +74,23 @@ void reader::read_budget(const YAML::Node& b, const std::string& path, policy_la
     error(b, bpath, "the retry budget may not be disabled: without it, retries multiply an outage", "R-7");
   } else if (expect_map(b, bpath)) {
     check_keys(b, bpath, {"ratio", "window", "min_retries"});
-    optional_typed(b, "ratio", bpath, l.budget_ratio, parse_ratio);
-    if (l.budget_ratio && (*l.budget_ratio == 0 || *l.budget_ratio > 0.2)) {
+    std::optional<double> ratio;
+    std::optional<duration> window;
+    std::optional<unsigned> min_retries;
+    optional_typed(b, "ratio", bpath, ratio, parse_ratio);
+    if (ratio && (*ratio == 0 || *ratio > 0.2)) {
       error(b["ratio"], join(bpath, "ratio"),
-            *l.budget_ratio == 0
-                ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
-                : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
+            *ratio == 0 ? "ratio 0 disables the retry budget (expected more than 0, at most 0.2)"
+                        : "ratio " + b["ratio"].Scalar() + " is above 0.2: retries may be at most 20% of requests",
             "R-7");
-      l.budget_ratio.reset();
+      ratio.reset();
     }
-    optional_typed(b, "window", bpath, l.budget_window, parse_duration);
-    optional_typed(b, "min_retries", bpath, l.budget_min_retries, parse_count);
+    optional_typed(b, "window", bpath, window, parse_duration);
+    optional_typed(b, "min_retries", bpath, min_retries, parse_count);
+    if (ratio) l.write("budget.ratio", *ratio, [](policy& p, double v) { p.budget.ratio = v; });
+    if (window) l.write("budget.window", *window, [](policy& p, duration v) { p.budget.window = v; });
+    if (min_retries)
+      l.write("budget.min_retries", *min_retries, [](policy& p, unsigned v) { p.budget.min_retries = v; });
   }
 }
 
@@ -119,25 +101,43 @@ void reader::read_circuit_breaker(const YAML::Node& cb, const std::string& path,
     check_keys(cb, cpath,
                {"mode", "failure_ratio", "min_requests", "window", "open_on_budget_exhausted", "open_for",
                 "half_open_probes"});
-    optional_typed(cb, "mode", cpath, l.cb_mode, parse_breaker_mode);
-    optional_typed(cb, "failure_ratio", cpath, l.cb_failure_ratio, parse_ratio);
-    if (l.cb_failure_ratio && *l.cb_failure_ratio == 0) {
+    std::optional<breaker_mode> mode;
+    std::optional<double> failure_ratio;
+    std::optional<unsigned> min_requests, probes;
+    std::optional<duration> window, open_for;
+    std::optional<bool> open_on_budget;
+    optional_typed(cb, "mode", cpath, mode, parse_breaker_mode);
+    optional_typed(cb, "failure_ratio", cpath, failure_ratio, parse_ratio);
+    if (failure_ratio && *failure_ratio == 0) {
       error(cb["failure_ratio"], join(cpath, "failure_ratio"), "must be greater than 0");
-      l.cb_failure_ratio.reset();
+      failure_ratio.reset();
     }
-    optional_typed(cb, "min_requests", cpath, l.cb_min_requests, parse_count);
-    optional_typed(cb, "window", cpath, l.cb_window, parse_duration);
-    optional_typed(cb, "open_on_budget_exhausted", cpath, l.cb_open_on_budget, parse_bool);
-    optional_typed(cb, "open_for", cpath, l.cb_open_for, parse_duration);
-    optional_typed(cb, "half_open_probes", cpath, l.cb_probes, parse_count);
+    optional_typed(cb, "min_requests", cpath, min_requests, parse_count);
+    optional_typed(cb, "window", cpath, window, parse_duration);
+    optional_typed(cb, "open_on_budget_exhausted", cpath, open_on_budget, parse_bool);
+    optional_typed(cb, "open_for", cpath, open_for, parse_duration);
+    optional_typed(cb, "half_open_probes", cpath, probes, parse_count);
     for (auto key : {"min_requests", "half_open_probes"}) {
-      auto const& v = std::string_view(key) == "min_requests" ? l.cb_min_requests : l.cb_probes;
+      auto const& v = std::string_view(key) == "min_requests" ? min_requests : probes;
       if (v && *v == 0) error(cb[key], join(cpath, key), "must be at least 1");
     }
     for (auto key : {"window", "open_for"}) {
-      auto const& v = std::string_view(key) == "window" ? l.cb_window : l.cb_open_for;
+      auto const& v = std::string_view(key) == "window" ? window : open_for;
       if (v && v->count() == 0) error(cb[key], join(cpath, key), "must be greater than 0");
     }
+    using cb_policy = breaker_policy;
+    auto set = [&l](const char* key, auto const& v, auto member) {
+      if (v)
+        l.write(std::string("circuit_breaker.") + key, *v,
+                [member](policy& p, auto x) { p.circuit_breaker.*member = x; });
+    };
+    set("mode", mode, &cb_policy::mode);
+    set("failure_ratio", failure_ratio, &cb_policy::failure_ratio);
+    set("min_requests", min_requests, &cb_policy::min_requests);
+    set("window", window, &cb_policy::window);
+    set("open_on_budget_exhausted", open_on_budget, &cb_policy::open_on_budget_exhausted);
+    set("open_for", open_for, &cb_policy::open_for);
+    set("half_open_probes", probes, &cb_policy::half_open_probes);
   }
 }
 
@@ -163,7 +163,7 @@ void reader::read_upgrades(const YAML::Node& u, const std::string& path, policy_
                           : "unknown protocol \"" + *v + "\" (expected websocket)");
       }
     }
-    if (ok) l.websocket_upgrades = websocket;
+    if (ok) l.write("upgrades", websocket, [](policy& p, bool v) { p.websocket_upgrades = v; });
   }
 }
 
@@ -171,7 +171,7 @@ void reader::read_upgrades(const YAML::Node& u, const std::string& path, policy_
 void reader::read_retry_on(const YAML::Node& r, const std::string& path, policy_layer& l) {
   auto const rpath = join(path, "retry_on");
   if (r.IsScalar() && r.Scalar() == "default") {
-    l.retry_on = retry::retry_on::r4_default();
+    l.write("retry_on", retry::retry_on::r4_default(), [](policy& p, const retry::retry_on& v) { p.retry_on = v; });
   } else if (r.IsSequence()) {
     retry::retry_on set = retry::retry_on::none();
     bool ok = true;
@@ -190,7 +190,7 @@ void reader::read_retry_on(const YAML::Node& r, const std::string& path, policy_
       }
       set.add(*c.value);
     }
-    if (ok) l.retry_on = set;
+    if (ok) l.write("retry_on", set, [](policy& p, const retry::retry_on& v) { p.retry_on = v; });
   } else {
     error(r, rpath, "expected `default` or a list of retry classes");
   }
@@ -198,9 +198,12 @@ void reader::read_retry_on(const YAML::Node& r, const std::string& path, policy_
 
 /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
     `after` is required: there is no delay that suits every dependency. */
-void reader::read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out) {
+void reader::read_hedge(const YAML::Node& h, const std::string& hpath, policy_layer& l) {
+  auto out = [&l](const hedge_policy& v) {
+    l.write("hedge", v, [](policy& p, const hedge_policy& x) { p.hedge = x; });
+  };
   if (h.IsScalar() && (h.Scalar() == "off" || h.Scalar() == "false")) {
-    out = hedge_policy{};
+    out(hedge_policy{});
     return;
   }
   if (!h.IsMap()) {
@@ -239,12 +242,15 @@ void reader::read_hedge(const YAML::Node& h, const std::string& hpath, std::opti
     });
     hp.max = v;
   }
-  if (diags_.size() == before) out = hp;
+  if (diags_.size() == before) out(hp);
 }
 
-void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std::optional<concurrency_policy>& out) {
+void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, policy_layer& l) {
+  auto out = [&l](const concurrency_policy& v) {
+    l.write("concurrency", v, [](policy& p, const concurrency_policy& x) { p.concurrency = x; });
+  };
   if (c.IsScalar() && (c.Scalar() == "off" || c.Scalar() == "false")) {
-    out = concurrency_policy{};
+    out(concurrency_policy{});
     return;
   }
   if (!c.IsMap()) {
@@ -299,14 +305,17 @@ void reader::read_concurrency(const YAML::Node& c, const std::string& cpath, std
   if (cp.min_limit > cp.max_limit)
     error(c, join(cpath, "min_limit"),
           "min_limit " + std::to_string(cp.min_limit) + " is above max_limit " + std::to_string(cp.max_limit));
-  if (diags_.size() == before) out = cp;
+  if (diags_.size() == before) out(cp);
 }
 
-void reader::read_outlier_detection(const YAML::Node& o, const std::string& opath, std::optional<outlier_policy>& out) {
+void reader::read_outlier_detection(const YAML::Node& o, const std::string& opath, policy_layer& l) {
+  auto out = [&l](const outlier_policy& v) {
+    l.write("outlier_detection", v, [](policy& p, const outlier_policy& x) { p.outlier_detection = x; });
+  };
   outlier_policy op;
   if (o.IsScalar() && (o.Scalar() == "off" || o.Scalar() == "false")) {
     op.enabled = false;
-    out = op;
+    out(op);
     return;
   }
   if (!o.IsMap()) {
@@ -341,13 +350,17 @@ void reader::read_outlier_detection(const YAML::Node& o, const std::string& opat
     optional_typed(o, "max_ejected_share", opath, share, parse_ratio);
     if (share) op.max_ejected_share = *share;
   }
-  if (diags_.size() == before) out = op;
+  if (diags_.size() == before) out(op);
 }
 
 void reader::check_concurrency_share(const policy_layer& l, unsigned workers) {
-  if (!l.concurrency || l.concurrency->mode != concurrency_mode::fixed || l.concurrency->limit >= workers) return;
+  if (!l.wrote("concurrency")) return;
+  policy written;
+  l.apply(written);
+  auto const& cc = written.concurrency;
+  if (cc.mode != concurrency_mode::fixed || cc.limit >= workers) return;
   warn(l.node["concurrency"], join(l.path, "concurrency.limit"),
-       "limit " + std::to_string(l.concurrency->limit) + " is below workers (" + std::to_string(workers) +
+       "limit " + std::to_string(cc.limit) + " is below workers (" + std::to_string(workers) +
            "): each worker holds at least 1, so up to " + std::to_string(workers) + " go through at once",
        "");
 }
@@ -357,55 +370,27 @@ void reader::check_concurrency_share(const policy_layer& l, unsigned workers) {
     the value, or at the most specific layer when the value is built in. */
 policy reader::resolve(std::initializer_list<const policy_layer*> specific_first) {
   policy p;
-  auto pick = [&](auto member) {
-    for (auto const* l : specific_first)
-      if ((l->*member)) return l;
-    return static_cast<const policy_layer*>(nullptr);
-  };
   auto const* most_specific = *specific_first.begin();
-  auto where = [&](auto member) {
-    auto const* l = pick(member);
-    return l ? l : most_specific;
+  auto where = [&](std::string_view key) {
+    for (auto const* l : specific_first)
+      if (l->wrote(key)) return l;
+    return most_specific;
   };
-  if (auto const* l = pick(&policy_layer::context)) p.context = *l->context;
+  for (auto const* l : specific_first)
+    if (l->context) {
+      p.context = *l->context;
+      break;
+    }
   p.max_retries = builtin_max_retries(p.context);
   p.total_timeout = builtin_total_timeout(p.context);
-  if (auto const* l = pick(&policy_layer::max_retries)) p.max_retries = *l->max_retries;
-  if (auto const* l = pick(&policy_layer::total_timeout)) p.total_timeout = *l->total_timeout;
-  if (auto const* l = pick(&policy_layer::attempt_timeout)) p.attempt_timeout = *l->attempt_timeout;
-  if (auto const* l = pick(&policy_layer::base)) p.backoff.base = *l->base;
-  if (auto const* l = pick(&policy_layer::cap)) p.backoff.cap = *l->cap;
-  if (auto const* l = pick(&policy_layer::jitter)) p.backoff.jitter = *l->jitter;
-  // A written schedule wins; else a written backoff; else the context's built-in (R-3's
-  // table for webhook).
-  bool const backoff_written = pick(&policy_layer::base) || pick(&policy_layer::cap) || pick(&policy_layer::jitter);
-  if (auto const* l = pick(&policy_layer::schedule))
-    p.schedule = *l->schedule;
-  else if (!backoff_written)
-    p.schedule = builtin_schedule(p.context);
-  if (auto const* l = pick(&policy_layer::retry_on)) p.retry_on = *l->retry_on;
-  if (auto const* l = pick(&policy_layer::max_retry_body)) p.max_retry_body = *l->max_retry_body;
-  if (auto const* l = pick(&policy_layer::idempotency_header)) p.idempotency.header = *l->idempotency_header;
-  if (auto const* l = pick(&policy_layer::inject)) p.idempotency.inject = *l->inject;
-  if (auto const* l = pick(&policy_layer::approval)) p.approval = *l->approval;
-  if (auto const* l = pick(&policy_layer::dead_letter)) p.dead_letter = *l->dead_letter;
-  if (auto const* l = pick(&policy_layer::grpc_streaming)) p.grpc_streaming = *l->grpc_streaming;
-  if (auto const* l = pick(&policy_layer::retry_layered)) p.retry_layered = *l->retry_layered;
-  if (auto const* l = pick(&policy_layer::hedge)) p.hedge = *l->hedge;
-  if (auto const* l = pick(&policy_layer::concurrency)) p.concurrency = *l->concurrency;
-  if (auto const* l = pick(&policy_layer::outlier_detection)) p.outlier_detection = *l->outlier_detection;
-  if (auto const* l = pick(&policy_layer::websocket_upgrades)) p.websocket_upgrades = *l->websocket_upgrades;
-  if (auto const* l = pick(&policy_layer::budget_ratio)) p.budget.ratio = *l->budget_ratio;
-  if (auto const* l = pick(&policy_layer::budget_window)) p.budget.window = *l->budget_window;
-  if (auto const* l = pick(&policy_layer::budget_min_retries)) p.budget.min_retries = *l->budget_min_retries;
-  if (auto const* l = pick(&policy_layer::cb_mode)) p.circuit_breaker.mode = *l->cb_mode;
-  if (auto const* l = pick(&policy_layer::cb_failure_ratio)) p.circuit_breaker.failure_ratio = *l->cb_failure_ratio;
-  if (auto const* l = pick(&policy_layer::cb_min_requests)) p.circuit_breaker.min_requests = *l->cb_min_requests;
-  if (auto const* l = pick(&policy_layer::cb_window)) p.circuit_breaker.window = *l->cb_window;
-  if (auto const* l = pick(&policy_layer::cb_open_on_budget))
-    p.circuit_breaker.open_on_budget_exhausted = *l->cb_open_on_budget;
-  if (auto const* l = pick(&policy_layer::cb_open_for)) p.circuit_breaker.open_for = *l->cb_open_for;
-  if (auto const* l = pick(&policy_layer::cb_probes)) p.circuit_breaker.half_open_probes = *l->cb_probes;
+  // The least specific layer first, so that each sets its keys over those below it.
+  for (auto it = std::rbegin(specific_first); it != std::rend(specific_first); ++it) (*it)->apply(p);
+  // A written schedule wins (whichever layer wrote it); else a written backoff; else the
+  // context's built-in (R-3's table for webhook).
+  auto const any_wrote = [&](std::string_view key) {
+    return std::any_of(specific_first.begin(), specific_first.end(), [key](auto const* l) { return l->wrote(key); });
+  };
+  if (!any_wrote("schedule") && !any_wrote("backoff")) p.schedule = builtin_schedule(p.context);
   // Where each finding of the enforcement table (check.cpp) points: the most specific
   // layer that set the key, else the most specific layer.
   auto locate = [&](std::string_view key) -> std::pair<YAML::Node, std::string> {
@@ -413,15 +398,12 @@ policy reader::resolve(std::initializer_list<const policy_layer*> specific_first
       auto n = l->node[std::string(node_key)];
       return std::make_pair(n ? n : l->node, join(l->path, key));
     };
-    if (key == "budget.window") return near(where(&policy_layer::budget_window), "budget");
-    if (key == "idempotency.inject") return near(where(&policy_layer::inject), "idempotency");
-    if (key == "total_timeout") return near(where(&policy_layer::total_timeout), "total_timeout");
-    if (key == "attempt_timeout") return near(where(&policy_layer::attempt_timeout), "attempt_timeout");
-    if (key == "backoff") return near(where(&policy_layer::base), "backoff");
-    if (key == "schedule") return near(where(&policy_layer::schedule), "schedule");
-    if (key == "dead_letter") return near(where(&policy_layer::dead_letter), "dead_letter");
-    if (key == "hedge") return near(where(&policy_layer::hedge), "hedge");
-    return near(where(&policy_layer::max_retries), "max_retries");
+    // A finding about a key points at the layer that set it, near the key's own node.
+    for (std::string_view k : {"budget.window", "idempotency.inject", "total_timeout", "attempt_timeout", "schedule",
+                               "dead_letter", "hedge"})
+      if (key == k) return near(where(k), k.substr(0, k.find('.')));
+    if (key == "backoff") return near(where("backoff.base"), "backoff");
+    return near(where("max_retries"), "max_retries");
   };
   for (auto const& f : check_policy(p)) {
     auto [n, kp] = locate(f.key);

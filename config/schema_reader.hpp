@@ -7,10 +7,13 @@
 #include "config/typed_values.hpp"
 #include "config/yaml_reader.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rebound::config {
@@ -45,35 +48,37 @@ class reader : public yaml_reader {
   void read_limits(const YAML::Node& n, const std::string& path, request_limits& l);
   void read_dns(const YAML::Node& n, dns_settings& d);
 
-  /// One level of policy as written (defaults or a dependency): what it sets, and where.
+  /** One level of policy as written (the defaults, a dependency, a route): what it sets, and
+      where. Its keys are read by policy_keys.cpp's table; `resolve` applies the layers. */
   struct policy_layer {
     YAML::Node node;
     std::string path;
+    /// Read apart: it chooses the built-ins the other keys are set over.
     std::optional<context_kind> context;
-    std::optional<unsigned> max_retries;
-    std::optional<duration> base, cap, total_timeout, attempt_timeout;
-    std::optional<jitter_kind> jitter;
-    std::optional<std::vector<duration>> schedule;
-    std::optional<retry::retry_on> retry_on;
-    std::optional<std::uint64_t> max_retry_body;
-    std::optional<std::string> idempotency_header, approval;
-    std::optional<bool> inject, dead_letter, grpc_streaming, retry_layered, websocket_upgrades;
-    std::optional<double> budget_ratio, cb_failure_ratio;
-    std::optional<duration> budget_window, cb_window, cb_open_for;
-    std::optional<unsigned> budget_min_retries, cb_min_requests, cb_probes;
-    std::optional<breaker_mode> cb_mode;
-    std::optional<bool> cb_open_on_budget;
-    std::optional<hedge_policy> hedge;
-    std::optional<concurrency_policy> concurrency;
-    std::optional<outlier_policy> outlier_detection;
+    /// What the layer sets, key by key (`backoff.base`), in the order read.
+    std::vector<std::pair<std::string, std::function<void(policy&)>>> writes;
+
+    template <class T, class Set>
+    void write(std::string key, T value, Set set) {
+      writes.emplace_back(std::move(key), [value = std::move(value), set](policy& p) { set(p, value); });
+    }
+    /// Whether the layer sets `key`, or a key under it (`backoff` for `backoff.base`).
+    bool wrote(std::string_view key) const {
+      return std::any_of(writes.begin(), writes.end(), [key](const auto& w) {
+        std::string_view const k = w.first;
+        return k == key || (k.size() > key.size() && k.starts_with(key) && k[key.size()] == '.');
+      });
+    }
+    /// Sets on `p` what this layer sets.
+    void apply(policy& p) const {
+      for (auto const& w : writes) w.second(p);
+    }
   };
 
-  static std::vector<std::string_view> policy_keys() {
-    return {"context",         "max_retries",     "backoff",        "schedule",         "total_timeout",
-            "attempt_timeout", "retry_on",        "max_retry_body", "idempotency",      "approval",
-            "budget",          "circuit_breaker", "dead_letter",    "grpc_streaming",   "retry_layered",
-            "hedge",           "upgrades",        "concurrency",    "outlier_detection"};
-  }
+  /// Every key a policy layer may hold (policy_keys.cpp's table).
+  static std::vector<std::string_view> policy_keys();
+  /// Those tracked per dependency, which a route may not set.
+  static std::vector<std::string_view> per_dependency_keys();
 
   template <class T, class Parse>
   void optional_typed(const YAML::Node& parent, std::string_view key, const std::string& path, std::optional<T>& out,
@@ -91,7 +96,7 @@ class reader : public yaml_reader {
     return l;
   }
 
-  /// Reads the policy keys of `n` (the caller has checked the keys).
+  /// Reads the policy keys of `n` (the caller has checked the keys): policy_keys.cpp.
   policy_layer read_policy_layer(const YAML::Node& n, const std::string& path);
   // One reader per concept of a policy layer (`path` is the layer's), called with its key's node.
   void read_backoff(const YAML::Node& b, const std::string& path, policy_layer& l);
@@ -104,14 +109,14 @@ class reader : public yaml_reader {
 
   /** `hedge: {after: 50ms | p95, max: 1}`, or `hedge: off` to turn off one a wider layer set.
       `after` is required: there is no delay that suits every dependency. */
-  void read_hedge(const YAML::Node& h, const std::string& hpath, std::optional<hedge_policy>& out);
+  void read_hedge(const YAML::Node& h, const std::string& hpath, policy_layer& l);
 
   /** `concurrency: {mode: adaptive}` / `{mode: fixed, limit: 50}` / `off`: the whole map is
       one layer's (a dependency's over the defaults'), since its numbers belong together. */
-  void read_concurrency(const YAML::Node& c, const std::string& cpath, std::optional<concurrency_policy>& out);
+  void read_concurrency(const YAML::Node& c, const std::string& cpath, policy_layer& l);
   /** `outlier_detection: {consecutive_failures: 5, base_ejection: 30s, max_ejection: 5m,
       max_ejected_share: 0.5}` or `off`: one layer's whole, as concurrency is. */
-  void read_outlier_detection(const YAML::Node& o, const std::string& opath, std::optional<outlier_policy>& out);
+  void read_outlier_detection(const YAML::Node& o, const std::string& opath, policy_layer& l);
   /// A fixed limit written on `l` below the worker count lets more through than it says.
   void check_concurrency_share(const policy_layer& l, unsigned workers);
 
