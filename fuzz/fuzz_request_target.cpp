@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (r.value->connect_host.empty() || r.value->origin_form.empty() ||
         r.value->origin_form.find_first_of("\r\n ") != std::string::npos)
       std::abort();
-    (void)rebound::http::pool_key(*r.value, nullptr);
+    (void)rebound::plan::pool_key(*r.value, nullptr);
   }
   auto const c = rebound::plan::parse_connect_target(target);
   if (c.value && c.value->connect_host.empty()) std::abort();

@@ -6,11 +6,11 @@
 #include "proxy/delivery/task_step.hpp"
 #include "proxy/plan/dependency_route.hpp"
 #include "proxy/plan/request_plan.hpp"
-#include "proxy/http/forward.hpp"
-#include "proxy/http/message_rewrite.hpp"
+#include "proxy/http/wire/framing.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/dependency_guard.hpp"
+#include "proxy/retry/loop.hpp"
 #include "proxy/retry/step.hpp"
 #include "proxy/store/task_store.hpp"
 #include "proxy/upstream/attempt.hpp"
@@ -226,8 +226,9 @@ net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_ta
                                   retry::concurrency_lane::slot& slot) {
   auto const& [ctx, state, task, route, policy] = d;
   auto req = request_of(task, target);
-  auto const key = http::pool_key(target, route.tls);
-  auto const to = http::destination_of(route, target, key, req);
+  plan::list_view const head(task.headers);
+  auto const key = plan::pool_key(target, route.tls);
+  auto const to = plan::destination_of(route, target, key, head.find("Authorization").count > 0);
   // The one request plan over the stored head: the caller's correlation id, else the task's
   // id; the key the task was stored with, which lets every delivery go again. For a
   // delivery it refuses nothing (no caller's deadline is read; the key was checked when the
@@ -236,7 +237,7 @@ net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_ta
   plan::request_in const in{plan::door::delivery, route,       target,
                             req.method(),         task.method, *ctx.rng,
                             steady::now(),        task.id,     task.idempotency_key};
-  (void)plan::plan_request(planned, plan::list_view(task.headers), in);
+  (void)plan::plan_request(planned, head, in);
   auto const& facts = planned.facts;
   auto const started_wall = wall::now();
   auto const started = steady::now();

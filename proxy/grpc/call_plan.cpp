@@ -5,10 +5,9 @@
 #include "proxy/upstream/credential_source.hpp"
 #include "proxy/grpc/status.hpp"
 #include "proxy/retry/grpc_timeout.hpp"
-#include "proxy/http/forward.hpp"
+#include "proxy/plan/upstream_error.hpp"
 #include "proxy/plan/locate.hpp"
 #include "proxy/plan/loop_guard.hpp"
-#include "proxy/http/message_rewrite.hpp"
 #include "proxy/retry/retry_after.hpp"
 #include "proxy/retry/layers.hpp"
 
@@ -107,7 +106,7 @@ std::optional<h2::message> refused_before_attempts(call_plan& plan) {
 }
 
 upstream::destination destination_of(call_plan& plan, const h2::fields& head) {
-  plan.pool_key = http::pool_key(plan.target, plan.route.tls);
+  plan.pool_key = plan::pool_key(plan.target, plan.route.tls);
   return plan::destination_of(plan.route, plan.target, plan.pool_key,
                               h2::message::find_in(head, "authorization") != nullptr);
 }
@@ -116,7 +115,7 @@ h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, 
   auto const& f = result.failure
                       ? *result.failure
                       : retry::attempt_failure{retry::error_type::deadline_exceeded, "the call was cancelled"};
-  http::log_upstream_error(ctx, plan.request.facts, {to_string(f.type), 200, result.attempts, f.message});
+  plan::log_upstream_error(ctx, plan.request.facts, {to_string(f.type), 200, result.attempts, f.message});
   auto failed = trailers_only(code_for(f.type), f.message, to_string(f.type));
   say_what_this_layer_did(failed.head, result, f.type);
   plan.route.guard->answered(counted_status(failed.head, {}));

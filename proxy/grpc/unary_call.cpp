@@ -4,7 +4,6 @@
 #include "proxy/retry/dependency_guard.hpp"
 #include "proxy/grpc/call_plan.hpp"
 #include "proxy/grpc/status.hpp"
-#include "proxy/http/forward.hpp"
 #include "proxy/upstream/attempt.hpp"
 
 namespace rebound::grpc {

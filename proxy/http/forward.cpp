@@ -11,6 +11,7 @@
 #include "proxy/http/websocket.hpp"
 #include "proxy/http/wire/upgrade.hpp"
 #include "proxy/http/wire/wire_head.hpp"
+#include "proxy/plan/upstream_error.hpp"
 #include "proxy/plan/request_plan.hpp"
 #include "proxy/retry/hedge.hpp"
 #include "proxy/http/retry_loop.hpp"
@@ -67,7 +68,7 @@ net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, b
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, rp}, client, head, how);
   if (!rr.ok()) {
     if (rr.read_error)
-      log_upstream_error(
+      plan::log_upstream_error(
           ctx, facts, {"upstream_protocol_error", 0, attempts, "response body cut short: " + rr.read_error.message()});
     co_return false;
   }
@@ -78,30 +79,13 @@ net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, b
   co_return client_keep_alive;
 }
 
-void log_upstream_error(const runtime::session_context& ctx, const retry::request_facts& facts,
-                        const upstream_error_event& e) {
-  auto const error_type = e.error_type;
-  // a certificate rebound refuses is a security event, not a flaky upstream.
-  auto const level =
-      error_type == to_string(http::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
-  ctx.log->event(level, "upstream_error",
-                 {{"correlation_id", facts.correlation_id},
-                  {"dependency", facts.dependency},
-                  {"method", facts.method},
-                  {"path", facts.path},
-                  {"error_type", error_type},
-                  {"status", e.status},
-                  {"attempts", e.attempts},
-                  {"message", e.message}});
-}
-
 namespace {
 
 /// rebound's answer when the loop left no response, logged.
 error_reply failure_reply(const runtime::session_context& ctx, const retry::request_facts& facts,
                           const loop_result& result) {
   auto const& f = *result.failure;
-  log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
+  plan::log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), result.attempts, f.message});
   return error_reply{default_status(f.type), f.type,
                      f.message,             std::string(facts.dependency),
                      result.attempts,       default_retry_after_s(f.type),

@@ -32,17 +32,6 @@ namespace bhttp = boost::beast::http;
     may carry another request (false after errors that leave its stream in doubt). */
 net::awaitable<bool> forward(const client_request& r, runtime::session_guard& guard);
 
-/// The `upstream_error` event: an attempt, or the relay of its response, failed. Only the
-/// request's facts (no header value, no query string) and the failure go in.
-struct upstream_error_event {
-  std::string_view error_type;
-  unsigned status = 0;  ///< what the client was answered; 0: the response was under way
-  unsigned attempts = 0;
-  std::string_view message;
-};
-void log_upstream_error(const runtime::session_context& ctx, const retry::request_facts& facts,
-                        const upstream_error_event& e);
-
 /// destination_of (plan/dependency_route.hpp) for an HTTP/1.1 request: its own Authorization, if
 /// it carries one, is kept and rebound's credential stays off it (SPEC 5).
 upstream::destination destination_of(const plan::dependency_route& route, const plan::request_target& t,

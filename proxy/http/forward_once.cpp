@@ -1,4 +1,5 @@
 #include "proxy/http/forward_once.hpp"
+#include "proxy/plan/upstream_error.hpp"
 
 #include "proxy/http/forward.hpp"
 #include "proxy/runtime/session_registry.hpp"
@@ -74,7 +75,7 @@ net::awaitable<bool> refuse_at_limit(const once_call& c) {
   guard.limited();
   auto const f = retry::limited_failure(c.facts.dependency, 0);
   guard.answered(default_status(f.type));
-  log_upstream_error(c.r.ctx, c.facts, {to_string(f.type), default_status(f.type), 0, f.message});
+  plan::log_upstream_error(c.r.ctx, c.facts, {to_string(f.type), default_status(f.type), 0, f.message});
   error_reply const reply{default_status(f.type),          f.type, f.message,
                           std::string(c.facts.dependency), 0,      default_retry_after_s(f.type)};
   // Nothing was sent; the body, unread, would have to be drained to keep the connection.
@@ -193,7 +194,7 @@ net::awaitable<bool> answer_failure(once_call& c, const retry::attempt_failure& 
   auto const failed = upstream_failure(f);
   attempt_over(c, {std::nullopt, failed.type});
   c.r.route.guard->answered(failed.status);
-  log_upstream_error(c.r.ctx, c.facts, {to_string(failed.type), failed.status, 1, failed.message});
+  plan::log_upstream_error(c.r.ctx, c.facts, {to_string(failed.type), failed.status, 1, failed.message});
   error_reply const reply{failed.status, failed.type, failed.message, std::string(dependency), 1};
   co_await send_error(c.r.client, reply, keep, c.idle);
   co_return keep;
@@ -215,8 +216,8 @@ net::awaitable<bool> relay_answer(once_call& c, upstream::exchange& ex, const st
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, *rp}, c.r.client, head, how);
   if (!rr.ok()) {
     if (rr.read_error)
-      log_upstream_error(c.r.ctx, c.facts,
-                         {"upstream_protocol_error", 0, 1, "response body cut short: " + rr.read_error.message()});
+      plan::log_upstream_error(
+          c.r.ctx, c.facts, {"upstream_protocol_error", 0, 1, "response body cut short: " + rr.read_error.message()});
     co_return false;  // the client saw a partial response: only a close tells it so
   }
   if (upstream_keep_alive && !c.body_skipped && ex.buffer.size() == 0) {

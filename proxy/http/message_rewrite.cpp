@@ -12,16 +12,6 @@
 
 namespace rebound::http {
 
-std::string pool_key(const plan::request_target& t, const upstream::tls_client* tls) {
-  // Sized once: built with operator+ it took three allocations on every request.
-  auto const port = std::to_string(t.port);
-  std::string key;
-  key.reserve(t.scheme.size() + 3 + t.connect_host.size() + 1 + port.size() + (tls ? 1 + tls->identity().size() : 0));
-  key.append(t.scheme).append("://").append(t.connect_host).append(":").append(port);
-  if (tls) key.append("#").append(tls->identity());
-  return key;
-}
-
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const plan::request_target& t,
                               std::string_view via_token) {
@@ -76,15 +66,6 @@ void prepare_switch_response(response_parser& p, unsigned attempts) {
   add_via(f, p.get().version());
   f.erase(bhttp::field::content_length);
   f.set("Rebound-Attempts", std::to_string(attempts));
-}
-
-void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size) {
-  req.chunked(false);
-  auto const m = req.method();
-  if (size > 0 || m == bhttp::verb::post || m == bhttp::verb::put || m == bhttp::verb::patch)
-    req.content_length(size);
-  else
-    req.erase(bhttp::field::content_length);
 }
 
 }  // namespace rebound::http

@@ -19,20 +19,10 @@ namespace rebound::http {
 
 namespace bhttp = boost::beast::http;
 
-/** The upstream pool slot of a target: one per (scheme, host, port), and for an https
-    origin per TLS client (`tls->identity()`): a connection verified against one dependency's
-    CA, or presenting its client certificate, must never carry another dependency's request. */
-std::string pool_key(const plan::request_target& t, const upstream::tls_client* tls);
-
 /// The request head as the upstream hop must see it.
 void prepare_upstream_request(request_message<bhttp::buffer_body>& req,
                               const request_parser& p, const plan::request_target& t,
                               std::string_view via_token = {});
-
-/** The framing of a request rebuilt around a body held whole (a delivered task, the inbound
-    gate's call to the app): Content-Length when there is a body or the method anticipates
-    one (POST, PUT, PATCH; RFC 9110 section 8.6), no framing field otherwise. */
-void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size);
 
 /// The client's side of a response: what its request was, and what this layer did for it.
 struct client_side {

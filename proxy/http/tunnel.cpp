@@ -1,5 +1,6 @@
 #include "proxy/http/tunnel.hpp"
 #include "proxy/plan/request_plan.hpp"
+#include "proxy/plan/upstream_error.hpp"
 
 #include "proxy/http/forward.hpp"
 #include "proxy/http/relay.hpp"
@@ -203,10 +204,8 @@ net::awaitable<void> run_tunnel(const runtime::session_context& ctx, beast::tcp_
     co_await send_error(client, *refusal, false, idle);
     co_return;
   }
-  retry::request_facts facts;
+  auto facts = plan::facts_of(route, "CONNECT", target);
   facts.may_retry = true;  // nothing has been sent: a connect can always be tried again
-  facts.dependency = dependency;
-  facts.method = "CONNECT";
   facts.correlation_id = tunnel.correlation_id;
   connect_attempt attempt(target);
   retry::step_context const step{policy, facts, *ctx.log, *ctx.rng, guard, guard};
@@ -215,14 +214,7 @@ net::awaitable<void> run_tunnel(const runtime::session_context& ctx, beast::tcp_
   if (r.client_gone) co_return;
   if (r.failure) {
     auto const& f = *r.failure;
-    ctx.log->warn("upstream_error", {{"correlation_id", facts.correlation_id},
-                                     {"dependency", dependency},
-                                     {"method", "CONNECT"},
-                                     {"path", ""},
-                                     {"error_type", to_string(f.type)},
-                                     {"status", default_status(f.type)},
-                                     {"attempts", r.attempts},
-                                     {"message", f.message}});
+    plan::log_upstream_error(ctx, facts, {to_string(f.type), default_status(f.type), r.attempts, f.message});
     error_reply const reply{default_status(f.type), f.type, f.message, std::string(dependency), r.attempts};
     guard.answered(reply.status);
     co_await send_error(client, reply, false, idle);

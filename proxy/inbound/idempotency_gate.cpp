@@ -5,6 +5,7 @@
 #include "proxy/idempotency/key.hpp"
 
 #include "proxy/http/forward.hpp"
+#include "proxy/http/wire/framing.hpp"
 #include "proxy/http/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
@@ -104,7 +105,7 @@ net::awaitable<app_answer> ask_app(const gate_call& c, const plan::request_targe
                                    std::chrono::steady_clock::time_point deadline) {
   auto const max_body = c.ctx.cfg().inbound.max_body;
   auto& req = c.req;
-  auto const key = http::pool_key(t, c.route.tls);
+  auto const key = plan::pool_key(t, c.route.tls);
   bool const is_head = c.is_head;
   // Never on a pooled connection: were it dead, whether the app took the request would be
   // unknown, and the gate exists so that the app sees each request once. So its connection is

@@ -1,5 +1,7 @@
 #include "proxy/plan/request_target.hpp"
 
+#include "proxy/upstream/tls_client.hpp"
+
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <boost/url/authority_view.hpp>
@@ -159,6 +161,16 @@ target_result parse_connect_target(std::string_view target) {
   t.scheme = "tcp";
   if (auto err = fill_authority(*a, 0, true, t)) return fail(*err);
   return target_result{std::move(t), {}};
+}
+
+std::string pool_key(const request_target& t, const upstream::tls_client* tls) {
+  // Sized once: built with operator+ it took three allocations on every request.
+  auto const port = std::to_string(t.port);
+  std::string key;
+  key.reserve(t.scheme.size() + 3 + t.connect_host.size() + 1 + port.size() + (tls ? 1 + tls->identity().size() : 0));
+  key.append(t.scheme).append("://").append(t.connect_host).append(":").append(port);
+  if (tls) key.append("#").append(tls->identity());
+  return key;
 }
 
 }  // namespace rebound::plan

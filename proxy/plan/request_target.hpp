@@ -9,6 +9,10 @@
 #include <string>
 #include <string_view>
 
+namespace rebound::upstream {
+class tls_client;
+}
+
 namespace rebound::plan {
 
 struct request_target {
@@ -36,5 +40,10 @@ target_result parse_connect_target(std::string_view target);
 /** The path of an origin-form target without its query: what routes match, and the only part
     of a target that may be logged (R-9). A view into `origin_form`. */
 inline std::string_view path_of(std::string_view origin_form) { return origin_form.substr(0, origin_form.find('?')); }
+
+/** The upstream pool slot of a target: one per (scheme, host, port), and for an https
+    origin per TLS client (`tls->identity()`): a connection verified against one dependency's
+    CA, or presenting its client certificate, must never carry another dependency's request. */
+std::string pool_key(const request_target& t, const upstream::tls_client* tls);
 
 }  // namespace rebound::plan

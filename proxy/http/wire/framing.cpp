@@ -29,4 +29,13 @@ std::optional<framing_problem> check_request_framing(const head_fields& f, unsig
   return std::nullopt;
 }
 
+void frame_whole_body(request_message<bhttp::buffer_body>& req, std::size_t size) {
+  req.chunked(false);
+  auto const m = req.method();
+  if (size > 0 || m == bhttp::verb::post || m == bhttp::verb::put || m == bhttp::verb::patch)
+    req.content_length(size);
+  else
+    req.erase(bhttp::field::content_length);
+}
+
 }  // namespace rebound::http

@@ -8,6 +8,7 @@
     without naming chunked; this check does. */
 #include "proxy/http/wire/head_fields.hpp"
 
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/fields.hpp>
 
 #include <optional>
@@ -21,5 +22,10 @@ struct framing_problem {
 };
 
 std::optional<framing_problem> check_request_framing(const head_fields& f, unsigned version);
+
+/** The framing of a request rebuilt around a body held whole (a delivered task, the inbound
+    gate's call to the app): Content-Length when there is a body or the method anticipates
+    one (POST, PUT, PATCH; RFC 9110 section 8.6), no framing field otherwise. */
+void frame_whole_body(request_message<boost::beast::http::buffer_body>& req, std::size_t size);
 
 }  // namespace rebound::http

@@ -18,17 +18,6 @@ using rebound::http::testing::parse_head;
 
 }  // namespace
 
-TEST(MessageRewrite, PoolKeyNamesSchemeHostAndPortOfTheTarget) {
-  rebound::plan::request_target t;
-  t.scheme = "http";
-  t.connect_host = "2001:db8::1";
-  t.port = 8080;
-  EXPECT_EQ(pool_key(t, nullptr), "http://2001:db8::1:8080");
-  t.connect_host = "a-rather-long-internal-name.payments.svc.cluster.local";
-  t.port = 80;
-  EXPECT_EQ(pool_key(t, nullptr), "http://a-rather-long-internal-name.payments.svc.cluster.local:80");
-}
-
 TEST(MessageRewrite, AbsoluteFormBecomesOriginFormAndAnOriginFormTargetStaysAsItIs) {
   struct case_ {
     std::string_view target, host, wire, via_token, want_host, want_via;
@@ -55,29 +44,6 @@ namespace message_rewrite_test {
 // Issue 49: a request rebuilt around a whole body (a delivered task, the inbound gate's call)
 // was framed by two method lists that disagreed on OPTIONS and unknown methods; one rule now:
 // Content-Length for a body or a method that anticipates one (RFC 9110 section 8.6).
-TEST(MessageRewrite, ARebuiltRequestIsFramedByItsBodyAndItsMethod) {
-  struct row {
-    const char* method;
-    std::size_t size;
-    std::optional<std::string> content_length;
-  };
-  for (auto const& r : {row{"POST", 0, "0"}, row{"PUT", 0, "0"}, row{"PATCH", 0, "0"}, row{"POST", 5, "5"},
-                        row{"GET", 0, std::nullopt}, row{"DELETE", 0, std::nullopt}, row{"OPTIONS", 0, std::nullopt},
-                        row{"PURGE", 0, std::nullopt}, row{"DELETE", 3, "3"}}) {
-    rebound::http::request_message<boost::beast::http::buffer_body> req;
-    req.method_string(r.method);
-    req.set(boost::beast::http::field::content_length, "99");  // whatever the stored head said
-    req.set(boost::beast::http::field::transfer_encoding, "chunked");
-    rebound::http::frame_whole_body(req, r.size);
-    auto const cl = req.find(boost::beast::http::field::content_length);
-    if (r.content_length)
-      EXPECT_EQ(cl != req.end() ? std::string(cl->value()) : "none", *r.content_length) << r.method << " " << r.size;
-    else
-      EXPECT_EQ(cl, req.end()) << r.method;
-    EXPECT_EQ(req.find(boost::beast::http::field::transfer_encoding), req.end()) << r.method;
-  }
-}
-
 namespace {
 
 /// The head rebound sends its client for an upstream's `wire`, answering `client`.

@@ -112,3 +112,14 @@ TEST(RequestTarget, AHostHeaderMeansWhatTheSameAuthorityMeansInAnAbsoluteTarget)
     EXPECT_EQ(origin.value->authority, absolute.value->authority) << host;
   }
 }
+
+TEST(RequestTarget, PoolKeyNamesSchemeHostAndPortOfTheTarget) {
+  rebound::plan::request_target t;
+  t.scheme = "http";
+  t.connect_host = "2001:db8::1";
+  t.port = 8080;
+  EXPECT_EQ(rebound::plan::pool_key(t, nullptr), "http://2001:db8::1:8080");
+  t.connect_host = "a-rather-long-internal-name.payments.svc.cluster.local";
+  t.port = 80;
+  EXPECT_EQ(rebound::plan::pool_key(t, nullptr), "http://a-rather-long-internal-name.payments.svc.cluster.local:80");
+}

@@ -1,5 +1,7 @@
 #include "proxy/http/wire/framing.hpp"
 
+#include <boost/beast/http/buffer_body.hpp>
+
 #include <gtest/gtest.h>
 
 namespace bhttp = boost::beast::http;
@@ -41,6 +43,29 @@ TEST(Framing, OtherCodingsBeforeChunkedAreNotImplemented) {
   auto p = check_request_framing(with({{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}}), 11);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->status, 501u);
+}
+
+TEST(Framing, ARebuiltRequestIsFramedByItsBodyAndItsMethod) {
+  struct row {
+    const char* method;
+    std::size_t size;
+    std::optional<std::string> content_length;
+  };
+  for (auto const& r : {row{"POST", 0, "0"}, row{"PUT", 0, "0"}, row{"PATCH", 0, "0"}, row{"POST", 5, "5"},
+                        row{"GET", 0, std::nullopt}, row{"DELETE", 0, std::nullopt}, row{"OPTIONS", 0, std::nullopt},
+                        row{"PURGE", 0, std::nullopt}, row{"DELETE", 3, "3"}}) {
+    rebound::http::request_message<boost::beast::http::buffer_body> req;
+    req.method_string(r.method);
+    req.set(boost::beast::http::field::content_length, "99");  // whatever the stored head said
+    req.set(boost::beast::http::field::transfer_encoding, "chunked");
+    rebound::http::frame_whole_body(req, r.size);
+    auto const cl = req.find(boost::beast::http::field::content_length);
+    if (r.content_length)
+      EXPECT_EQ(cl != req.end() ? std::string(cl->value()) : "none", *r.content_length) << r.method << " " << r.size;
+    else
+      EXPECT_EQ(cl, req.end()) << r.method;
+    EXPECT_EQ(req.find(boost::beast::http::field::transfer_encoding), req.end()) << r.method;
+  }
 }
 
 }  // namespace framing_test
