@@ -87,6 +87,9 @@ TEST(TaskApi, AMalformedSubmissionGetsAClearErrorAndNothingIsStored) {
   expect(task_json(up, "/x", ",\"headers\":{\"X-Evil\":\"a\\r\\nInjected: 1\"}"), 400, "invalid header");
   expect(task_json(up, "/x", ",\"policy_id\":\"nope\""), 422, "no policy registered");
   expect(task_json(up, "/x", ",\"idempotency_key\":\"\""), 400, "idempotency_key");
+  // Located as the proxy port locates a request: one aimed at rebound's own proxy port would
+  // come back to it at every delivery.
+  expect("{\"target\":\"http://127.0.0.1:" + std::to_string(rb.port()) + "/x\"}", 508, "forwarding loop");
   // Issue 29, defect 7: the proxy port's field limits hold here too; a task past them could
   // never be delivered.
   expect(task_json(up, "/x", ",\"headers\":{\"X-Big\":\"" + std::string(70'000, 'v') + "\"}"), 400,

@@ -4,8 +4,7 @@
 #include "proxy/admin/api_support.hpp"
 #include "proxy/admin/task_submission.hpp"
 #include "proxy/auth/secret_file.hpp"
-#include "proxy/plan/dependency_route.hpp"
-#include "proxy/http/message_rewrite.hpp"
+#include "proxy/plan/locate.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/idempotency/key.hpp"
 #include "proxy/observe/json.hpp"
@@ -111,11 +110,16 @@ net::awaitable<response> submit_task(const answers& a, const task_api_context& c
   if (auto const* refused = std::get_if<submission_error>(&read))
     co_return a.error(refused->status, refused->type, refused->message);
   auto& sub = std::get<task_submission>(read);
-  auto& target = sub.target;
+  auto const& target = sub.target;
   auto const absolute = "http://" + target.authority + target.origin_form;
-  auto const route = plan::route_request(ctx.cfg, target, sub.method, false);
-  if (auto const unknown = plan::refuse_unknown_host(ctx.cfg, route, target))
-    co_return a.error(bhttp::status::forbidden, "unknown_host", unknown->message);
+  // Located as the proxy port locates a request (plan/locate.hpp): a task for a host
+  // `unknown_hosts: deny` refuses is refused, and so is one aimed at rebound's own proxy
+  // port, which every delivery would send back to itself.
+  plan::located where;
+  plan::locate(where, {sub.method, sub.url, "", 0, 11, false}, plan::listener::proxy, ctx.cfg);
+  if (auto const& refused = where.refusal)
+    co_return a.error(static_cast<bhttp::status>(refused->status), to_string(refused->type), refused->message);
+  auto const& route = where.route;
 
   std::string policy_id;
   if (auto const& p = sub.policy_id) {

@@ -63,6 +63,7 @@ std::variant<task_submission, submission_error> read_task_submission(std::string
   auto parsed = plan::parse_request_target(s.method, *url, "", 0, 11);
   if (!parsed.value) return refused("target: " + parsed.error);
   s.target = std::move(*parsed.value);
+  s.url = *url;
   s.body = str("body").value_or("");
   if (s.body.size() > max_body)
     return submission_error{boost::beast::http::status::payload_too_large, "bad_request",

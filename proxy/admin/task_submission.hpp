@@ -19,7 +19,8 @@ namespace rebound::admin {
 
 struct task_submission {
   std::string method = "POST";
-  plan::request_target target;  ///< an absolute http:// URL, parsed as the proxy port would
+  std::string url;              ///< the absolute http:// URL as given
+  plan::request_target target;  ///< `url` parsed as the proxy port would
   /// The caller's fields as given (valid names and values), none dropped yet: the route's
   /// idempotency header and the framing fields are dropped once the route is known.
   std::vector<std::pair<std::string, std::string>> headers;
