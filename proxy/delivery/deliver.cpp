@@ -262,7 +262,17 @@ net::awaitable<void> attempt_task(const delivery_call& d, const plan::request_ta
   if (attempt) {
     auto const& h = (*attempt)->response->fields();
     summary.outcome.status = (*attempt)->response->get().result_int();
-    if (auto it = h.find(bhttp::field::retry_after); it != h.end()) summary.retry_after = retry_after = it->value();
+    // Retry-After only: a layer below that gave up for now does not end a durable task,
+    // which is retried over hours (R-3's webhook table), not by a caller waiting on it.
+    retry::read_answer_head(
+        [&h](auto&& visit) {
+          for (auto const& f : h) visit(f.name_string(), f.value());
+        },
+        summary, false);
+    if (summary.retry_after) {
+      retry_after = *summary.retry_after;  // the answer is read on below, its fields reused
+      summary.retry_after = retry_after;
+    }
     // Nobody reads the answer on; reading it lets the next delivery reuse the connection.
     upstream::pool_slot const back{*ctx.pool, key};
     co_await upstream::settle(back, **attempt, max_settled_body, deadline);

@@ -153,15 +153,14 @@ void summarize(const h2::fields& head, const h2::fields& trailers, retry::attemp
   if (auto const* gs = message::find_in(status_block, "grpc-status"))
     s.outcome.grpc_status = status_number(gs).value_or(static_cast<unsigned>(code::unknown));
   if (auto const* pushback = message::find_in(status_block, "grpc-retry-pushback-ms")) s.grpc_pushback = *pushback;
-  if (auto const* ra = message::find_in(head, "retry-after")) s.retry_after = *ra;
-  // One layer retries (issue 22): what a rebound further along said of its own retries.
-  auto field = [&](std::string_view name) -> std::optional<std::string_view> {
-    auto const* v = message::find_in(status_block, name);
-    if (!v) v = message::find_in(head, name);
-    return v ? std::optional<std::string_view>(*v) : std::nullopt;
-  };
-  s.below = retry::read_layer_signal(
-      {field("rebound-retried"), field("rebound-attempts"), field("rebound-error"), field("rebound-overloaded")});
+  // Retry-After and one layer retries (issue 22): what a rebound further along said of its
+  // own retries, in the trailers (or a trailers-only head), else the head.
+  retry::read_answer_head(
+      [&](auto&& visit) {
+        for (auto const* block : {&status_block, &head})
+          for (auto const& f : *block) visit(f.name, f.value);
+      },
+      s);
 }
 
 void keep_pushback_well_formed(h2::fields& fields) {

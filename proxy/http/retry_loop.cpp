@@ -51,14 +51,11 @@ class http1_attempt final : public retry::attempt_runner {
     response = std::move(*attempt);
     auto const& h = response->response->fields();
     s.outcome.status = response->response->get().result_int();
-    if (auto it = h.find(upstream::bhttp::field::retry_after); it != h.end()) s.retry_after = it->value();
-    auto field = [&h](std::string_view name) -> std::optional<std::string_view> {
-      auto it = h.find(name);
-      if (it == h.end()) return std::nullopt;
-      return it->value();
-    };
-    s.below = retry::read_layer_signal({field(retry::retried_header), field("Rebound-Attempts"), field("Rebound-Error"),
-                                        field(retry::overloaded_header)});
+    retry::read_answer_head(
+        [&h](auto&& visit) {
+          for (auto const& f : h) visit(f.name_string(), f.value());
+        },
+        s);
     co_return s;
   }
   void drop() override { response.reset(); }

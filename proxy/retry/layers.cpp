@@ -27,6 +27,27 @@ bool more_than_one(std::string_view v) {
 
 }  // namespace
 
+void answer_fields::take(std::string_view name, std::string_view value) {
+  // By length first: most fields of a head are none of the five, and no two of them share one.
+  auto keep = [&](std::optional<std::string_view>& slot, std::string_view wanted) {
+    if (!slot && iequals(name, wanted)) slot = value;
+  };
+  switch (name.size()) {
+    case 11:
+      return keep(retry_after, "Retry-After");
+    case 13:
+      return keep(layers.error, "Rebound-Error");
+    case 15:
+      return keep(layers.retried, retried_header);
+    case 16:
+      return keep(layers.attempts, "Rebound-Attempts");
+    case 18:
+      return keep(layers.overloaded, overloaded_header);
+    default:
+      return;
+  }
+}
+
 layer_signal read_layer_signal(const layer_headers& h) {
   layer_signal s;
   if (h.retried && iequals(trim_ows(*h.retried), retried_exhausted)) s.gave_up = true;

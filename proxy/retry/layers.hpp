@@ -31,6 +31,16 @@ struct layer_headers {
   std::optional<std::string_view> overloaded;  ///< Rebound-Overloaded
 };
 
+/// The fields of an answer's head the retry step reads: R-5's Retry-After and the signals
+/// above, as found (the first of each; unset: absent).
+struct answer_fields {
+  std::optional<std::string_view> retry_after;
+  layer_headers layers;
+  /// Keeps `value` when `name` (in any case) is one of them not yet seen, so that one pass
+  /// over a head reads all five.
+  void take(std::string_view name, std::string_view value);
+};
+
 /** What a response says of the layer that sent it. `gave_up`: it says `Rebound-Retried:
     exhausted`, or (a rebound that predates that header) it is rebound's own error answer
     after more than one attempt. A value that cannot be read says nothing: a stranger's

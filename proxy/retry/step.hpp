@@ -14,6 +14,7 @@
 #include "proxy/observe/log.hpp"
 #include "proxy/observe/trace.hpp"
 #include "proxy/retry/decide.hpp"
+#include "proxy/retry/layers.hpp"
 #include "proxy/retry/loop_hooks.hpp"
 #include "proxy/retry/attempt_failure.hpp"
 #include "proxy/retry/concurrency_limit.hpp"
@@ -76,6 +77,19 @@ struct attempt_summary {
   /// the door does not say (the attempt's log line names it).
   boost::asio::ip::address address;
 };
+
+/** What an answer's head says to the step, read in one place for every door: R-5's
+    Retry-After and, `with_layers`, what the layer that sent it said of its own retries
+    (layers.hpp). `each(visit)` calls `visit(name, value)` for every field of the head, from
+    whichever store holds it (an HTTP/1.1 field list; HTTP/2 trailers, then the head); one
+    pass reads them all. The summary views the values. */
+template <class Each>
+void read_answer_head(Each&& each, attempt_summary& s, bool with_layers = true) {
+  answer_fields found;
+  each([&found](std::string_view name, std::string_view value) { found.take(name, value); });
+  s.retry_after = found.retry_after;
+  if (with_layers) s.below = read_layer_signal(found.layers);
+}
 
 /// concurrency_limit.hpp's measures_load, for an attempt's summary.
 inline bool measures_load(const attempt_summary& s) {

@@ -1,6 +1,7 @@
 // What one rebound reads in another's answer (issue 22: one layer retries), and when its
 // own answer says it gave up.
 #include "proxy/retry/layers.hpp"
+#include "proxy/retry/step.hpp"
 
 #include <gtest/gtest.h>
 
@@ -62,4 +63,26 @@ TEST(Layers, OnlyLoadSheddingAnswersSayOverloaded) {
   for (auto t : {error_type::connect_refused, error_type::deadline_exceeded, error_type::attempt_timeout,
                  error_type::store_unavailable, error_type::bad_request})
     EXPECT_FALSE(answers_overloaded(t)) << to_string(t);
+}
+
+TEST(Layers, R5_OnePassReadsRetryAfterAndTheLayerSignalsInAnyCaseTheFirstOfEach) {
+  std::vector<std::pair<std::string, std::string>> const head{
+      {"content-type", "text/plain"},   {"RETRY-AFTER", "7"},        {"Retry-After", "9"},
+      {"rebound-retried", "exhausted"}, {"Rebound-Overloaded", "1"}, {"Rebound-Attemptz", "3"},
+      {"X-Rebound-Error", "upstream"}};
+  auto const each = [&head](auto&& visit) {
+    for (auto const& [name, value] : head) visit(name, value);
+  };
+  attempt_summary s;
+  read_answer_head(each, s);
+  ASSERT_TRUE(s.retry_after);
+  EXPECT_EQ(*s.retry_after, "7") << "the first Retry-After, whatever its case";
+  EXPECT_TRUE(s.below.gave_up);
+  EXPECT_TRUE(s.below.overloaded);
+
+  attempt_summary durable;
+  read_answer_head(each, durable, false);
+  EXPECT_EQ(durable.retry_after, std::optional<std::string_view>("7"));
+  EXPECT_FALSE(durable.below.gave_up) << "without the layers, as a delivery reads an answer";
+  EXPECT_FALSE(durable.below.overloaded);
 }
