@@ -389,8 +389,19 @@ net::awaitable<bool> answer_through_gate(const http::client_request& request, co
   auto& req = request.parser.get();
   auto const& route = request.route;
   std::string const method(req.method_string());
-  auto const facts = plan::facts_of(route, method, request.target);
-  gate_trace trace(request.ctx.tracer, *request.ctx.rng, plan::traceparent_of(plan::fields_view(req.base())), facts);
+  // The one request plan (plan/request_plan.hpp): the facts and the caller's correlation id
+  // and traceparent; the key is the gate's own (key_to_hold, below). It refuses nothing here.
+  plan::request_plan planned;
+  plan::request_in const in{plan::door::inbound,
+                            route,
+                            request.target,
+                            req.method(),
+                            method,
+                            *request.ctx.rng,
+                            std::chrono::steady_clock::now()};
+  (void)plan::plan_request(planned, plan::fields_view(req.base()), in);
+  auto const& facts = planned.facts;
+  gate_trace trace(request.ctx.tracer, *request.ctx.rng, facts.traceparent, facts);
   gate_call const c{request,
                     facts,
                     trace,

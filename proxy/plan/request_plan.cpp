@@ -25,6 +25,7 @@ enum class key_rule {
   by_method,  ///< R-6 by its method (a gRPC call is a POST); made when the policy injects keys
   always,     ///< a hand-over: every delivery may go again, so a key is made when none came
   stored,     ///< a delivery: the key fixed when the task was stored
+  gate,       ///< the inbound gate: a key the app's caller sent is the gate's (inbound/gate_step.cpp)
 };
 
 /// What each door reads of its head: the plan's phase chart (docs/architecture.md).
@@ -46,6 +47,9 @@ constexpr door_reads reads_of(door d) {
       return {false, deadline_field::none, false, key_rule::always};
     case door::delivery:
       return {false, deadline_field::none, false, key_rule::stored};
+    case door::inbound:
+      // The caller's id names its lines; nothing is added to what reaches the app.
+      return {false, deadline_field::none, false, key_rule::gate};
   }
   return {false, deadline_field::none, false, key_rule::by_method};
 }
@@ -125,6 +129,7 @@ std::optional<error_reply> take_grpc_timeout(request_plan& plan, const head_view
 /// R-6 (idempotency/key.hpp): whether the request may be sent more than once, with which key.
 std::optional<error_reply> take_key(request_plan& plan, const head_view& head, const request_in& in, key_rule rule) {
   auto& facts = plan.facts;
+  if (rule == key_rule::gate) return std::nullopt;  // sent once, to the app
   if (rule == key_rule::stored) {
     plan.key = in.task_key;
     facts.idempotency_key = plan.key;

@@ -38,6 +38,7 @@ enum class door {
   grpc,       ///< a gRPC call on the proxy port's HTTP/2
   hand_over,  ///< an HTTP/1.1 call handed over for later delivery (answered 202)
   delivery,   ///< an attempt of a stored task
+  inbound,    ///< a request the inbound listener passes to the app (R-6's server side)
 };
 
 /// The name under which rebound sends the correlation id it made.

@@ -98,6 +98,13 @@ TEST(RequestPlan, R10_AnIdIsMadeAndSentOnOnlyWhereTheDoorSendsOne) {
   plan::request_plan handed;
   ASSERT_FALSE(plan::plan_request(handed, plan::list_view(none.stored), r.in(plan::door::hand_over)));
   EXPECT_FALSE(handed.correlation_made) << "a handed-over call is named by its task id until delivered";
+  plan::request_plan inbound;
+  ASSERT_FALSE(plan::plan_request(inbound, plan::list_view(none.stored), r.in(plan::door::inbound)));
+  EXPECT_FALSE(inbound.correlation_made) << "nothing is added to what reaches the app";
+  three_heads const named{{"X-Request-ID", "order-7-call"}};
+  plan::request_plan named_inbound;
+  ASSERT_FALSE(plan::plan_request(named_inbound, plan::fields_view(named.http1), r.in(plan::door::inbound)));
+  EXPECT_EQ(named_inbound.facts.correlation_id, "order-7-call");
 }
 
 TEST(RequestPlan, TheFactsNameThePathWithoutItsQuery) {
@@ -197,6 +204,14 @@ TEST(RequestPlan, R6_EachDoorTakesItsKeyByItsRule) {
       ASSERT_TRUE(refused);
       EXPECT_EQ(refused->status, 400u) << "two keys are refused at every door";
     }
+  }
+  {
+    three_heads const twice{{"Idempotency-Key", "a"}, {"Idempotency-Key", "b"}};
+    plan::request_plan gate;
+    EXPECT_FALSE(plan::plan_request(gate, plan::list_view(twice.h2), r.in(plan::door::inbound)))
+        << "the inbound gate judges its keys itself (inbound/gate_step.cpp)";
+    EXPECT_FALSE(gate.key_made);
+    EXPECT_FALSE(gate.facts.may_retry) << "a request to the app goes once";
   }
   {
     plan::request_plan d;
