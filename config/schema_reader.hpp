@@ -1,7 +1,8 @@
 #pragma once
 /** Internal to config/: the reader of rebound's YAML schema, one method per level. Its parts
     live beside the concept they read: load.cpp (the top level, store, limits),
-    load_policy.cpp (a policy layer and how layers resolve), load_dependencies.cpp
+    policy_keys.cpp (each policy key: its reader and description), load_policy.cpp (the
+    readers of a layer's nested keys, how layers resolve), load_dependencies.cpp
     (dependencies, routes, matches), load_inbound.cpp (the inbound listener); TLS and auth
     keys in load_security.cpp. Not a public header. */
 #include "config/typed_values.hpp"
