@@ -9,7 +9,6 @@
 #include "proxy/retry/request_timeout.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace rebound::plan {
 namespace {
@@ -68,14 +67,15 @@ void correlate(request_plan& plan, const head_view& head, const request_in& in, 
   if (id.empty()) id = in.task_id;
   if (id.empty() && reads.makes_correlation_id) {
     auto const made = observe::new_correlation_id(in.rng);
-    std::memcpy(plan.correlation_bytes.data(), made.digits.data(), made.digits.size());
+    std::copy_n(made.digits.data(), made.digits.size(), plan.correlation_bytes.data());
     plan.facts.correlation_id = std::string_view(plan.correlation_bytes.data(), made.digits.size());
     plan.correlation_made = true;
     return;
   }
   // At most max_correlation_id (usable_correlation_id), a task id far less.
+  // copy_n, not memcpy: an empty id may have no data at all.
   auto const n = std::min(id.size(), plan.correlation_bytes.size());
-  std::memcpy(plan.correlation_bytes.data(), id.data(), n);
+  std::copy_n(id.data(), n, plan.correlation_bytes.data());
   plan.facts.correlation_id = std::string_view(plan.correlation_bytes.data(), n);
 }
 
