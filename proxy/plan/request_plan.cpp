@@ -57,13 +57,19 @@ error_reply refusal(unsigned status, error_type type, std::string message, const
   return error_reply{status, type, std::move(message), in.route.name, 0};
 }
 
+/// R-10's rule over a head whose traceparent (traceparent_of) is already read.
+std::string_view correlation_id_of(const head_view& head, std::string_view traceparent) {
+  return observe::correlation_id_of({head.value(request_id_field), head.value("X-Correlation-ID"), traceparent});
+}
+
 /// the caller's id, else a task's, else one made (the door sends it on).
 void correlate(request_plan& plan, const head_view& head, const request_in& in, const door_reads& reads) {
-  if (auto const field = traceparent_of(head); !field.empty()) {
-    plan.caller_traceparent = field;
+  auto const traceparent = traceparent_of(head);
+  if (!traceparent.empty()) {
+    plan.caller_traceparent = traceparent;
     plan.facts.traceparent = plan.caller_traceparent;
   }
-  auto id = correlation_id_of(head);
+  auto id = correlation_id_of(head, traceparent);
   if (id.empty()) id = in.task_id;
   if (id.empty() && reads.makes_correlation_id) {
     auto const made = observe::new_correlation_id(in.rng);
@@ -165,10 +171,7 @@ retry::request_facts facts_of(const dependency_route& route, std::string_view me
   return facts;
 }
 
-std::string_view correlation_id_of(const head_view& head) {
-  return observe::correlation_id_of(
-      {head.value(request_id_field), head.value("X-Correlation-ID"), traceparent_of(head)});
-}
+std::string_view correlation_id_of(const head_view& head) { return correlation_id_of(head, traceparent_of(head)); }
 
 std::string_view traceparent_of(const head_view& head) {
   auto const l = head.find("traceparent");
