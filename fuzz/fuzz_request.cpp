@@ -2,10 +2,10 @@
 // rebound's field limits, the framing (smuggling) checks, the request-target parser, the loop
 // guard, the upgrade rules, the upstream rewrite, then the body in relay-sized pieces with its trailers.
 // Any input must end in a parsed request or an error value: never a crash, a throw, a leak.
-#include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/wire/framing.hpp"
-#include "proxy/http/wire/hop_by_hop.hpp"
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/bounded_parser.hpp"
+#include "proxy/wire/framing.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
+#include "proxy/wire/upgrade.hpp"
 #include "proxy/plan/loop_guard.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/plan/request_target.hpp"

@@ -1,9 +1,9 @@
 // An upstream's answer as the relay reads it: a bounded response parser (1xx, trailers,
 // chunked, close-delimited bodies), then the rewrite into the client's head and its bytes.
-#include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/wire/bounded_parser.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/wire_head.hpp"
 
 #include <boost/asio/buffer.hpp>
 

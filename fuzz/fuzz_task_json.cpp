@@ -2,7 +2,7 @@
 // send, or as a refusal that says why. What is accepted keeps the limits the proxy port
 // keeps on a request, so a stored task can always be sent.
 #include "proxy/admin/task_submission.hpp"
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -17,7 +17,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "config/describe.hpp"
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/observe/json.hpp"
 
 #include <cstdio>

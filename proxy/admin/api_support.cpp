@@ -1,6 +1,6 @@
 #include "proxy/admin/api_support.hpp"
 
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/observe/json.hpp"
 
 #include <charconv>

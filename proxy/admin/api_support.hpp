@@ -2,7 +2,7 @@
 /** What the handlers of the async delivery API share (task_api.cpp, dlq_api.cpp,
     policy_api.cpp): answers in SPEC 6's shape, query strings, pages, times, a task's public
     fields. Internal to proxy/admin. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/admin/task_api.hpp"
 #include "proxy/observe/json.hpp"
 #include "proxy/store/task_store.hpp"

@@ -1,6 +1,6 @@
 #include "proxy/admin/health_probe.hpp"
 
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

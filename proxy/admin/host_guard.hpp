@@ -6,7 +6,7 @@
     attacker cannot point at it (an IP literal, localhost, the configured admin host, or one of
     `admin.allowed_hosts`), and a write that carries an `Origin` must come from that same origin
     (the admin page itself). Jupyter, Vite's `allowedHosts` and webpack-dev-server do the same. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

@@ -4,7 +4,7 @@
     and deletion. Answers are JSON; errors have SPEC 6's
     shape. Headers and bodies of tasks are never shown: they may carry the app's credentials
     and personal data (R-9). */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/beast/http/message.hpp>

@@ -1,6 +1,6 @@
 #include "proxy/admin/task_submission.hpp"
 
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/idempotency/key.hpp"
 
 #include <boost/beast/core/string.hpp>

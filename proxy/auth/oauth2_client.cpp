@@ -2,7 +2,7 @@
 
 #include "proxy/auth/jwt.hpp"
 #include "proxy/auth/secret_file.hpp"
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/upstream/service_call.hpp"
 #include "proxy/upstream/tls_client.hpp"
 

@@ -6,7 +6,7 @@
 #include "proxy/delivery/task_step.hpp"
 #include "proxy/plan/dependency_route.hpp"
 #include "proxy/plan/request_plan.hpp"
-#include "proxy/http/wire/framing.hpp"
+#include "proxy/wire/framing.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/observe/metrics.hpp"
 #include "proxy/retry/dependency_guard.hpp"

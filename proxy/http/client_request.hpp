@@ -3,7 +3,7 @@
     connection it came on (with the bytes read past its head), its parsed head, and where it
     goes. The session makes one per request once the head is vetted and routed, and hands it
     to every step (forward, forward_once, hand_over) in place of six loose parameters. */
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/plan/dependency_route.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/runtime/session_context.hpp"

@@ -9,8 +9,8 @@
 #include "proxy/http/relay.hpp"
 #include "proxy/runtime/retry_buffer.hpp"
 #include "proxy/http/websocket.hpp"
-#include "proxy/http/wire/upgrade.hpp"
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/upgrade.hpp"
+#include "proxy/wire/wire_head.hpp"
 #include "proxy/plan/upstream_error.hpp"
 #include "proxy/plan/request_plan.hpp"
 #include "proxy/retry/hedge.hpp"
@@ -204,7 +204,7 @@ struct forward_plan {
   bool keep_after_refusal = false;
   plan::request_plan request;      ///< what every door decides (plan/request_plan.hpp)
   std::string_view sent_once_why;  ///< with route::once
-  bool upgrade = false;            ///< a WebSocket handshake (http/wire/upgrade.hpp)
+  bool upgrade = false;            ///< a WebSocket handshake (wire/upgrade.hpp)
 
   void refuse(error_reply e, bool keep_after) {
     how = route::refuse;

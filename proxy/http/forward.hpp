@@ -4,7 +4,7 @@
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/plan/dependency_route.hpp"
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/relay.hpp"
 #include "proxy/http/request_body.hpp"
@@ -14,7 +14,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 
 #include <optional>
 #include <string_view>

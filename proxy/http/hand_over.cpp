@@ -1,5 +1,5 @@
 #include "proxy/http/hand_over.hpp"
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/upgrade.hpp"
 
 #include "proxy/http/forward.hpp"
 #include "proxy/runtime/session_registry.hpp"

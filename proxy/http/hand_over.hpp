@@ -3,7 +3,7 @@
     is written to the store and committed to disk before rebound answers 202 Accepted; the
     delivery happens later, in the background (delivery/). A call is handed over when it asks
     (`Prefer: respond-async`, RFC 7240) or its route's context is async, webhook or batch. */
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/client_session.hpp"
 #include "proxy/plan/dependency_route.hpp"

@@ -2,8 +2,8 @@
 
 #include "proxy/upstream/tls_client.hpp"
 
-#include "proxy/http/wire/hop_by_hop.hpp"
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
+#include "proxy/wire/upgrade.hpp"
 #include "proxy/retry/layers.hpp"
 
 #include <array>

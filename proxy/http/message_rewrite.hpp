@@ -1,7 +1,7 @@
 #pragma once
 /** How a proxy rewrites message heads between its two hops (RFC 9110 section 7.6, RFC 9112
     section 3.2): origin-form target, Host, hop-by-hop fields, Via, framing. */
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>

@@ -1,7 +1,7 @@
 #include "proxy/http/relay.hpp"
 
-#include "proxy/http/wire/hop_by_hop.hpp"
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
+#include "proxy/wire/wire_head.hpp"
 
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>

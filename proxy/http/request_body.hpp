@@ -5,7 +5,7 @@
     client about its body: 100 Continue, 417, 408, 413, 400. */
 #include "proxy/http/client_request.hpp"
 #include "proxy/http/relay.hpp"
-#include "proxy/http/wire/error_reply.hpp"
+#include "proxy/wire/error_reply.hpp"
 
 #include <chrono>
 #include <optional>

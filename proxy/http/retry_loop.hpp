@@ -2,7 +2,7 @@
 /** HTTP/1.1's attempts: the attempt runner over upstream::run_attempt, and the retry loop
     (retry/loop.hpp) run over it, hedged or not. What comes back is the last response head,
     to be streamed to the client, or why there is none. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/net.hpp"
 #include "proxy/retry/loop.hpp"
 #include "proxy/upstream/attempt.hpp"

@@ -2,8 +2,8 @@
 
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/http/tunnel.hpp"
-#include "proxy/http/wire/upgrade.hpp"
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/upgrade.hpp"
+#include "proxy/wire/wire_head.hpp"
 #include "proxy/retry/dependency_guard.hpp"
 
 #include <boost/asio/write.hpp>

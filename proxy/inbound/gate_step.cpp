@@ -1,7 +1,7 @@
 #include "proxy/inbound/gate_step.hpp"
 
 #include "proxy/idempotency/key.hpp"
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/upgrade.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 
 #include <boost/beast/core/string.hpp>

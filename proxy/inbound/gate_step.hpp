@@ -14,8 +14,8 @@
     line's from_state and to_state) and, where the gate answers on its own, the refusal in
     SPEC 6's shape. No sockets, clocks or store here: the tests give values and read values. */
 #include "config/config.hpp"
-#include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/bounded_parser.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/store/task_store.hpp"
 
 #include <optional>

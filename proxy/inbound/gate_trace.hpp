@@ -5,7 +5,7 @@
     refused), and the call to the app, when there is one, its CLIENT child, whose id goes to
     the app in `traceparent`. A duplicate answered from the store is a span without a child:
     visibly never at the app. Nothing is recorded without a tracer or for an unsampled trace. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/observe/trace.hpp"
 #include "proxy/retry/step.hpp"
 

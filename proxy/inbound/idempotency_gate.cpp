@@ -5,8 +5,8 @@
 #include "proxy/idempotency/key.hpp"
 
 #include "proxy/http/forward.hpp"
-#include "proxy/http/wire/framing.hpp"
-#include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/wire/framing.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
 #include "proxy/http/message_rewrite.hpp"
 #include "proxy/inbound/fingerprint.hpp"
 #include "proxy/plan/request_plan.hpp"

@@ -10,7 +10,7 @@
 #include "proxy/net.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 
 namespace rebound::observe {
 class metrics;

@@ -3,7 +3,7 @@
     that needs it: the retry loop, the single-attempt path and CONNECT never look it up again.
     SPEC section 2: a configured dependency, or the defaults under the name `host:port`. */
 #include "config/config.hpp"
-#include "proxy/http/wire/error_reply.hpp"
+#include "proxy/wire/error_reply.hpp"
 #include "proxy/plan/request_target.hpp"
 #include "proxy/runtime/session_context.hpp"
 

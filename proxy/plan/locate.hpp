@@ -4,7 +4,7 @@
     (loop_guard.hpp), the dependency and route (dependency_route.hpp), `unknown_hosts: deny`.
     In that order, so a request that is refused is refused for the same reason at every door. */
 #include "config/config.hpp"
-#include "proxy/http/wire/error_reply.hpp"
+#include "proxy/wire/error_reply.hpp"
 #include "proxy/plan/dependency_route.hpp"
 #include "proxy/plan/request_target.hpp"
 

@@ -8,10 +8,10 @@
       process once (a name that resolves to rebound, another proxy in between). Each process
       marks the requests it forwards with a random token of its own, so a chain of distinct
       rebound instances is not mistaken for a loop. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include "config/config.hpp"
-#include "proxy/http/wire/error_reply.hpp"
+#include "proxy/wire/error_reply.hpp"
 #include "proxy/plan/request_target.hpp"
 
 #include <boost/beast/http/fields.hpp>

@@ -14,8 +14,8 @@
 
     The plan never edits the head: it says what the door sets on it (`edits_of`), in the head's
     own form (an HTTP/1.1 field, HTTP/2 metadata, a stored field). A refusal is rebound's one
-    error shape (http/wire/error_reply.hpp), which each door writes in its protocol. */
-#include "proxy/http/wire/error_reply.hpp"
+    error shape (wire/error_reply.hpp), which each door writes in its protocol. */
+#include "proxy/wire/error_reply.hpp"
 #include "proxy/plan/dependency_route.hpp"
 #include "proxy/plan/head_view.hpp"
 #include "proxy/plan/request_target.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 /** SPEC section 6's error types: every failure rebound reports, retries or answers is one of
     these. Beast-free, so the config and the pure retry rules can name them without pulling
-    in the HTTP machinery; the answers themselves are made in proxy/http/wire/error_response. */
+    in the HTTP machinery; the answers themselves are made in proxy/wire/error_response. */
 #include <string_view>
 
 namespace rebound::retry {

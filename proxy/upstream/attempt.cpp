@@ -1,8 +1,8 @@
 #include "proxy/upstream/attempt.hpp"
 
 #include "proxy/upstream/credential_source.hpp"
-#include "proxy/http/wire/upgrade.hpp"
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/upgrade.hpp"
+#include "proxy/wire/wire_head.hpp"
 #include "proxy/upstream/connect.hpp"
 #include "proxy/upstream/resolver.hpp"
 

@@ -2,8 +2,8 @@
 /** One attempt at a request whose body is fully known (none, or buffered for retries):
     take a pooled connection or connect, send head and body, and read the final response
     head. The loop in retry/ decides whether there is another. */
-#include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/bounded_parser.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/net.hpp"
 #include "proxy/retry/attempt_failure.hpp"
 #include "proxy/retry/address_health.hpp"
@@ -84,7 +84,7 @@ struct destination {
   interim_listener* interim_to = nullptr;
   /// The client sent Expect: 100-continue and waits for a 100: the upstream's goes on to it.
   bool pass_100 = false;
-  /// The request asks to switch to WebSocket (http/wire/upgrade.hpp): a 101 that does is its
+  /// The request asks to switch to WebSocket (wire/upgrade.hpp): a 101 that does is its
   /// final answer, and the connection then belongs to the tunnel, never to the pool.
   bool upgrade = false;
   /** Envoy's previous_hosts: the addresses this request's earlier attempts went to. When the

@@ -1,7 +1,7 @@
 #pragma once
 /** Resolve and connect to an upstream within a deadline, classifying each failure into
     SPEC section 6's error types (the R-4 classification builds on these). */
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/net.hpp"
 #include "proxy/upstream/connection.hpp"
 

@@ -12,7 +12,7 @@
     A worker configures it at start and on reload (`configure`); an io_context nobody
     configured (the trace exporter's) resolves with /etc/resolv.conf and the defaults. */
 #include "config/config.hpp"
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/asio/execution_context.hpp>

@@ -1,6 +1,6 @@
 #include "proxy/upstream/service_call.hpp"
 
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 #include "proxy/upstream/connect.hpp"
 #include "proxy/upstream/tls_client.hpp"
 

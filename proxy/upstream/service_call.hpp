@@ -3,7 +3,7 @@
     a trace collector. A connection of its own (TLS, verified, when the URL is https://),
     closed after the answer; one deadline covers it all; the answer's body is bounded. */
 #include "config/config.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 #include "proxy/net.hpp"
 
 #include <boost/beast/http/string_body.hpp>

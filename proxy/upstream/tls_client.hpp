@@ -7,7 +7,7 @@
     handshake, so a new pooled connection resumes instead of paying a full handshake. Shared
     by every worker: the context is read-only once built, the session slot has a mutex. */
 #include "config/config.hpp"
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 #include "proxy/upstream/connection.hpp"
 
 #include <boost/asio/ssl/context.hpp>

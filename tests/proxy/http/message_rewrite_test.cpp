@@ -1,6 +1,6 @@
 #include "proxy/http/message_rewrite.hpp"
-#include "proxy/http/wire/wire_head.hpp"
-#include "tests/proxy/http/wire/parse_head.hpp"
+#include "proxy/wire/wire_head.hpp"
+#include "tests/proxy/wire/parse_head.hpp"
 
 #include <gtest/gtest.h>
 

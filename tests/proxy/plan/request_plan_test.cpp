@@ -1,7 +1,7 @@
 #include "proxy/plan/request_plan.hpp"
 
 #include "proxy/auth/jwt.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
 

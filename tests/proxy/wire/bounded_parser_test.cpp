@@ -1,4 +1,4 @@
-#include "proxy/http/wire/bounded_parser.hpp"
+#include "proxy/wire/bounded_parser.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "proxy/http/wire/field_list.hpp"
+#include "proxy/wire/field_list.hpp"
 
 #include <gtest/gtest.h>
 

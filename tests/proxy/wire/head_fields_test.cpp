@@ -1,4 +1,4 @@
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <gtest/gtest.h>
 

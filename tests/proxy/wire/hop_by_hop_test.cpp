@@ -1,4 +1,4 @@
-#include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
 
 #include <gtest/gtest.h>
 

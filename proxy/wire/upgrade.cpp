@@ -1,4 +1,4 @@
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/upgrade.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>

@@ -22,8 +22,8 @@
 
     An upstream's response keeps its header fields in a `field_list` the exchange owns
     (`response_parser`), not in the message: the client's head is written from that list. */
-#include "proxy/http/wire/field_list.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/field_list.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>

@@ -1,7 +1,7 @@
 #pragma once
 /** The answers rebound makes itself (SPEC section 6): a status, `Rebound-Error: TYPE`, and
     the JSON body `{"error": {"type", "message", "dependency", "attempts"}}`. */
-#include "proxy/http/wire/error_reply.hpp"
+#include "proxy/wire/error_reply.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

@@ -4,8 +4,8 @@
     request asks for, whether its handshake is well formed, which fields cross the hop, and
     whether an upstream's 101 switched to what was asked. Every way in that meets an Upgrade
     field asks here. */
-#include "proxy/http/wire/field_list.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/field_list.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>

@@ -1,6 +1,6 @@
-#include "proxy/http/wire/wire_head.hpp"
+#include "proxy/wire/wire_head.hpp"
 
-#include "proxy/http/wire/hop_by_hop.hpp"
+#include "proxy/wire/hop_by_hop.hpp"
 
 #include <charconv>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "proxy/http/wire/framing.hpp"
+#include "proxy/wire/framing.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>

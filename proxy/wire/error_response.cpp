@@ -1,4 +1,4 @@
-#include "proxy/http/wire/error_response.hpp"
+#include "proxy/wire/error_response.hpp"
 
 #include "proxy/observe/json.hpp"
 #include "proxy/retry/layers.hpp"

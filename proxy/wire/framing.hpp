@@ -6,7 +6,7 @@
     bad and differing Content-Lengths, and a repeated chunked coding. It does not reject a
     Transfer-Encoding that does not end in chunked, or one that precedes a Content-Length
     without naming chunked; this check does. */
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/fields.hpp>

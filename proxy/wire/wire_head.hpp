@@ -8,8 +8,8 @@
     largest user-space cost of a forwarded request. One string per head, written together
     with the first body bytes in a single gather write, costs one copy of a few hundred bytes
     instead. The parsed message stays Beast's; only the writing is done here. */
-#include "proxy/http/wire/bounded_parser.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/bounded_parser.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>

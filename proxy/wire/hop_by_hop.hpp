@@ -1,8 +1,8 @@
 #pragma once
 /** Hop-by-hop fields (RFC 9110 section 7.6.1): they describe one connection, so a proxy
     removes them in both directions and sets its own per hop. */
-#include "proxy/http/wire/field_list.hpp"
-#include "proxy/http/wire/head_fields.hpp"
+#include "proxy/wire/field_list.hpp"
+#include "proxy/wire/head_fields.hpp"
 
 #include <boost/beast/http/fields.hpp>
 

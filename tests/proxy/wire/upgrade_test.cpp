@@ -1,4 +1,4 @@
-#include "proxy/http/wire/upgrade.hpp"
+#include "proxy/wire/upgrade.hpp"
 
 #include <boost/beast/http/empty_body.hpp>
 #include <gtest/gtest.h>
