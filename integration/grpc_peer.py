@@ -292,6 +292,18 @@ def call(target, method, args):
                     got.append(m)
             elif kind == "bidi":
                 c = _lockstep(ch.stream_stream(method), messages, timeout, meta, got)
+            elif kind == "open-stream":  # one message, then the stream stays open until the call ends
+                ended = threading.Event()
+
+                def one_then_wait():
+                    yield b"first"
+                    ended.wait()
+
+                try:
+                    resp, c = ch.stream_unary(method).with_call(one_then_wait(), timeout=timeout, metadata=meta)
+                finally:
+                    ended.set()
+                got.append(resp)
             else:
                 raise SystemExit("unknown kind " + kind)
             out["code"] = 0

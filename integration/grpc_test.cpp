@@ -132,6 +132,19 @@ TEST(Grpc, ConnectFailureIsUnavailableWithTheErrorType) {
   EXPECT_EQ(r.trailing["rebound-attempts"], "2") << r.raw;
 }
 
+// A call is located and planned once, at its head. One refused there (here an unknown host
+// under `unknown_hosts: deny`) is answered at once: a client that keeps its stream open gets
+// PERMISSION_DENIED, not the deadline it would reach waiting for the body's end.
+TEST(Grpc, ACallRefusedAtItsHeadIsAnsweredWhileItsStreamIsStillOpen) {
+  GrpcServer server;
+  ReboundOptions o = with(dependency(server.port()));
+  o.unknown_hosts = "deny";
+  ReboundProcess rebound(o);
+  auto r = grpc_call(rebound.port(), "other.test", "/test.Peer/Collect", {"--kind", "open-stream", "--timeout", "20"});
+  EXPECT_EQ(r.code, 7) << r.raw;
+  EXPECT_EQ(r.trailing["rebound-error"], "unknown_host") << r.raw;
+}
+
 // Issue 29, defect 13: a message over limits.max_request_body (or metadata over
 // max_request_head) got a bare HTTP 413/431, which grpcio reports as UNKNOWN with no reason.
 // It is RESOURCE_EXHAUSTED with rebound-error, and nothing reaches the server.

@@ -160,6 +160,22 @@ TEST(Http2Adversarial, AnswersToAZeroWindowClientAreLetGo) {
   EXPECT_GE(j->get("resets") ? j->get("resets")->n : 0, 20) << "every held answer was reset: " << r.out;
 }
 
+// The same for a streaming route, whose answers are relayed as they arrive: an answer the
+// client takes nothing of for idle_timeout, while some of it (or its end) waits, is reset.
+// (Before, only answers held whole were: a relayed one held its stream and the upstream's.)
+TEST(Http2Adversarial, RelayedAnswersToAZeroWindowClientAreLetGo) {
+  H2Peer peer;
+  ReboundProcess rb([&] {
+    auto o = in_front_of(peer, "    routes:\n      - match: {path_prefix: /peer.Svc/}\n        grpc_streaming: true\n");
+    o.idle_timeout = "1s";
+    return o;
+  }());
+  auto const r = attack({"zero-window", std::to_string(rb.port()), "peer.test", "/peer.Svc/Echo", "20", "4"});
+  auto const j = parse_json(r.out);
+  ASSERT_TRUE(j) << r.out << r.err;
+  EXPECT_GE(j->get("resets") ? j->get("resets")->n : 0, 20) << "every relayed answer was reset: " << r.out;
+}
+
 // Issue 46, defect 2: three connections that announce a zero window and never open it asked 100
 // unary calls each whose answers are 4,000,000 bytes from a fast upstream: rebound held every
 // answer until idle_timeout reset its stream, and RSS grew by 535 MiB (nginx grpc_pass: ~12).

@@ -122,18 +122,6 @@ h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, 
   return failed;
 }
 
-bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& head) {
-  auto const* method = h2::message::find_in(head, ":method");
-  auto const* path = h2::message::find_in(head, ":path");
-  auto const* authority = h2::message::find_in(head, ":authority");
-  if (!authority) authority = h2::message::find_in(head, "host");
-  if (!method || !path || !authority) return false;
-  // Located as plan_call locates it (its loop check aside): a call refused there is refused whole.
-  plan::located where;
-  plan::locate(where, {*method, *path, *authority, 1, 11, false}, plan::listener::proxy, ctx.cfg());
-  return !where.refusal && where.route.policy->grpc_streaming;
-}
-
 h2::fields attempt_head(const h2::fields& head, bool tls, clock::time_point deadline, unsigned attempt) {
   h2::fields h = head;
   set_field(h, ":scheme", tls ? "https" : "http");

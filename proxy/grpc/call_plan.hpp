@@ -43,9 +43,6 @@ upstream::destination destination_of(call_plan& plan, const h2::fields& head);
     rebound's error type, logged as the HTTP/1.1 path logs its upstream errors. */
 h2::message failed_answer(const runtime::session_context& ctx, call_plan& plan, const retry::attempts_result& result);
 
-/// Whether the call's route names it a streaming RPC (`grpc_streaming: true`).
-bool is_streaming_call(const runtime::session_context& ctx, const h2::fields& head);
-
 /// The head an attempt sends: the scheme of its connection, the time left as its
 /// grpc-timeout (none for a `deadline` of time_point::max()), and the attempts before it, as
 /// gRPC's own retries say (gRPC A6).

@@ -28,6 +28,19 @@ net::awaitable<bool> opens_http2(beast::tcp_stream& client, beast::flat_buffer& 
   }
 }
 
+/** How a call is answered, decided at its head: it is located and planned once, under the
+    routes of the latest reload. A call refused there is answered at once (nothing waits for
+    its body); one whose route says it streams is relayed as it arrives; any other is answered
+    once whole. */
+h2::call_handler handler_for_call(runtime::session_context& ctx, h2::fields& head) {
+  if (ctx.latest) ctx.running = *ctx.latest;
+  auto plan = std::make_shared<call_plan>();
+  plan_call(*plan, ctx, head);
+  if (plan->refusal || plan->route.policy->grpc_streaming)
+    return {{}, [ctx, plan](h2::streamed_request call) { return relay_call(ctx, plan, std::move(call)); }};
+  return {[ctx, plan](h2::message request) { return answer_call(ctx, plan, std::move(request)); }, {}};
+}
+
 /// Serves an HTTP/2 connection: each call goes through grpc::answer_call, or grpc::relay_call
 /// when its route says it streams.
 net::awaitable<void> serve_http2(runtime::session_context ctx, beast::tcp_stream& client, beast::flat_buffer& buffer,
@@ -44,12 +57,7 @@ net::awaitable<void> serve_http2(runtime::session_context ctx, beast::tcp_stream
   l.answer_buffer = limits.http2_answer_buffer;
   l.body_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limits.body_timeout);
   l.min_body_rate = limits.min_body_rate;
-  h2::handlers handler{[ctx](h2::message request) { return answer_call(ctx, std::move(request)); },
-                       [ctx](const h2::fields& head) mutable {
-                         if (ctx.latest) ctx.running = *ctx.latest;  // the routes a reload brought
-                         return is_streaming_call(ctx, head);
-                       },
-                       [ctx](h2::streamed_request call) { return relay_call(ctx, std::move(call)); }, refusal};
+  h2::handlers handler{[ctx](h2::fields& head) mutable { return handler_for_call(ctx, head); }, refusal};
   // Made first, then awaited: a by-value argument inside a co_await expression is destroyed
   // twice by GCC 12.
   auto serving = h2::serve(client, buffer, l, std::move(handler), {ctx.sessions->draining_flag(), &guard});

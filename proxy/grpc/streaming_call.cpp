@@ -90,11 +90,10 @@ net::awaitable<bool> wait_for_end(clock::time_point deadline) {
 
 }  // namespace
 
-net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_request call) {
-  if (ctx.latest) ctx.running = *ctx.latest;
+net::awaitable<void> relay_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,
+                                h2::streamed_request call) {
   auto& responder = *call.responder;
-  call_plan plan;
-  plan_call(plan, ctx, call.head);
+  auto& plan = *planned;
   if (auto refusal = refused_before_attempts(plan)) {
     call.body->abandon();
     responder.respond(std::move(*refusal));
@@ -141,7 +140,14 @@ net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_reque
   // The call now runs between the two connections; it may last as long as the caller's
   // deadline allows (total_timeout bounds the retrying, not a stream's life).
   bool const cut_at_deadline = co_await wait_for_end(deadline);
-  if (cut_at_deadline) responder.cancel();
+  if (cut_at_deadline) {
+    // Ended with DEADLINE_EXCEEDED in trailers, after what already arrived: the client learns
+    // why whether or not its own timer has fired yet (a bare RST_STREAM reads as CANCELLED).
+    // A client that takes nothing more is reset by the connection's stall check (h2 server).
+    attempt.response->trailers_on_failure =
+        status_fields(code::deadline_exceeded, "the caller's deadline passed", "deadline_exceeded");
+    attempt.response->fail();
+  }
   // Counted once the call is over: its grpc-status comes in the trailers, at the end. One
   // the upstream lost mid-answer ends UNAVAILABLE; one the deadline cut, DEADLINE_EXCEEDED;
   // one its client reset before the end, CANCELLED.

@@ -12,10 +12,16 @@
 #include "proxy/h2/server_connection.hpp"
 #include "proxy/runtime/session_context.hpp"
 
+#include <memory>
+
 namespace rebound::grpc {
 
-/** Relays `call` until it ends: the upstream's answer ends, the client resets its stream, or
-    the caller's grpc-timeout passes (the stream is then cancelled). */
-net::awaitable<void> relay_call(runtime::session_context ctx, h2::streamed_request call);
+struct call_plan;
+
+/** Relays `call`, planned at its head (`plan`, plan_call), until it ends: the upstream's
+    answer ends, the client resets its stream, or the caller's grpc-timeout passes (the stream
+    is then cancelled). A call refused at its head is answered here at once, whatever its route. */
+net::awaitable<void> relay_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,
+                                h2::streamed_request call);
 
 }  // namespace rebound::grpc

@@ -66,10 +66,9 @@ class h2_attempt final : public retry::attempt_runner {
 
 }  // namespace
 
-net::awaitable<h2::message> answer_call(runtime::session_context ctx, h2::message request) {
-  if (ctx.latest) ctx.running = *ctx.latest;
-  call_plan plan;
-  plan_call(plan, ctx, request.head);
+net::awaitable<h2::message> answer_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,
+                                        h2::message request) {
+  auto& plan = *planned;
   if (plan.request.facts.may_retry && plan.route.policy && request.body.size() > plan.route.policy->max_retry_body) {
     plan.request.facts.may_retry = false;
     plan.request.facts.why_not = "message larger than max_retry_body: sent once";

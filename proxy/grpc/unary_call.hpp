@@ -9,10 +9,16 @@
 #include "proxy/net.hpp"
 #include "proxy/runtime/session_context.hpp"
 
+#include <memory>
+
 namespace rebound::grpc {
 
-/** Answers `request`. rebound's own failures are trailers-only answers (grpc/status.hpp).
-    Runs on the worker of the connection it came on; a reset stream cancels it. */
-net::awaitable<h2::message> answer_call(runtime::session_context ctx, h2::message request);
+struct call_plan;
+
+/** Answers `request`, planned at its head (`plan`, plan_call). rebound's own failures are
+    trailers-only answers (grpc/status.hpp). Runs on the worker of the connection it came on;
+    a reset stream cancels it. */
+net::awaitable<h2::message> answer_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,
+                                        h2::message request);
 
 }  // namespace rebound::grpc

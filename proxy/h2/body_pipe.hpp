@@ -70,6 +70,10 @@ class body_pipe {
   void stop_keeping();
   /// Bytes appended so far.
   std::uint64_t total() const { return base_ + buf_.size(); }
+  /// Bytes the consumer has read (or let go of) so far.
+  std::uint64_t taken() const { return base_ + offset_; }
+  /// Whether the consumer has something still to send: bytes, or the body's end.
+  bool owes_consumer() const { return offset_ < buf_.size() || ended_ || failed_; }
 
   /** The producer's stream is gone (its session must not be called again): its hooks are
       cleared, a body not ended fails, and the bytes it has not been credited for yet are

@@ -91,9 +91,14 @@ int server_state::on_frame_recv(nghttp2_session* session, const nghttp2_frame* f
   auto& st = self(user);
   auto ss = st.find(frame->hd.stream_id);
   if (!ss) return 0;
-  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST && !ss->head_too_large &&
-      st.handler_.streams && st.handler_.streams(ss->request.head))
-    st.start_stream(*ss);
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST && !ss->head_too_large) {
+    try {
+      ss->handler = st.handler_.at_head(ss->request.head);
+    } catch (...) {
+      // nghttp2 is C: nothing may unwind through it. A head no handler took is answered 502.
+    }
+    if (ss->handler.stream) st.start_stream(*ss);
+  }
   if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
   if (ss->streaming)
     ss->request_pipe->end(std::move(ss->request.trailers));

@@ -22,8 +22,12 @@ net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& prerea
 
 net::awaitable<void> serve(beast::tcp_stream& stream, beast::flat_buffer& preread, const server_limits& limits,
                            request_handler handler, session_signals signals) {
-  server_state state(stream, limits, handlers{std::move(handler), {}, {}, {}}, signals);
+  server_state state(stream, limits, answer_whole(std::move(handler)), signals);
   co_await state.run(preread);
+}
+
+handlers answer_whole(request_handler h) {
+  return handlers{[h = std::move(h)](fields&) { return call_handler{h, {}}; }, {}};
 }
 
 }  // namespace rebound::h2

@@ -65,8 +65,6 @@ class call_responder {
   virtual void respond(message whole) = 0;
   /// Answers with `head`, then DATA from `body` as it arrives, then its trailers.
   virtual void respond(fields head, std::shared_ptr<body_pipe> body) = 0;
-  /// Ends the stream with RST_STREAM CANCEL (a deadline passed mid-answer).
-  virtual void cancel() = 0;
 };
 
 /** A request handed over as soon as its head arrives (a streaming gRPC call): its body
@@ -82,17 +80,26 @@ struct streamed_request {
     the call is over. */
 using stream_handler = std::function<net::awaitable<void>(streamed_request)>;
 
-/** What a connection does with each request: those `streams` picks (by head) go to
-    `stream` as they arrive, the rest to `whole` once complete. */
-struct handlers {
+/** How one request is answered, as its head decided: `whole` once the request has ended, or
+    `stream` as soon as its head arrived. One of the two is set. */
+struct call_handler {
   request_handler whole;
-  std::function<bool(const fields& head)> streams;
   stream_handler stream;
+};
+
+/** What a connection does with each request. `at_head` reads the head once, as it arrives,
+    may add to it what travels on, and says how the request is answered; what it decided
+    travels in the handler it returns (a gRPC call is located and planned there, once). */
+struct handlers {
+  std::function<call_handler(fields& head)> at_head;
   /** How a refused call (content-type application/grpc) is answered, as gRPC clients read a
       refusal (grpc/status.hpp): a bare HTTP 413 or 431 is UNKNOWN to them, with no reason.
       Null, or any other request: the HTTP status alone. */
   std::function<message(stream_refusal why, std::string_view message)> refuse_call;
 };
+
+/// Handlers that answer every request whole with `h`.
+handlers answer_whole(request_handler h);
 
 /// What the process tells a connection, and is told by it. Null members are not used.
 struct session_signals {

@@ -52,6 +52,7 @@ struct server_stream {
   net::cancellation_signal cancel;
   message response;
   detail::body_source source;
+  call_handler handler;                      ///< what its head decided (handlers::at_head)
   bool streaming = false;                    ///< handed to the stream handler at its head
   std::shared_ptr<body_pipe> request_pipe;   ///< streaming: the request body as it arrives
   std::shared_ptr<body_pipe> response_pipe;  ///< streaming: the answer's body
@@ -109,7 +110,7 @@ class server_state {
     try {
       message request = std::move(ss->request);
       request.budget = st.answers_;  // its answer is held against the connection's budget
-      auto call = st.handler_.whole(std::move(request));
+      auto call = ss->handler.whole(std::move(request));
       response = co_await std::move(call);
     } catch (...) {
       failed = true;  // a handler's exception must not end the connection
@@ -123,7 +124,7 @@ class server_state {
     if (ss->closed) co_return;
     responder r(st, ss);
     try {
-      auto call = st.handler_.stream(streamed_request{std::move(ss->request.head), ss->request_pipe, &r});
+      auto call = ss->handler.stream(streamed_request{std::move(ss->request.head), ss->request_pipe, &r});
       co_await std::move(call);
     } catch (...) {
       // a handler's exception must not end the connection: answered below
@@ -153,11 +154,6 @@ class server_state {
     }
     void respond(fields head, std::shared_ptr<body_pipe> body) override {
       st_.answer_streamed(*ss_, std::move(head), std::move(body));
-    }
-    void cancel() override {
-      if (ss_->closed) return;
-      nghttp2_submit_rst_stream(st_.session_.get(), NGHTTP2_FLAG_NONE, ss_->id, NGHTTP2_CANCEL);
-      st_.pump_.notify();
     }
 
    private:
@@ -283,6 +279,7 @@ class server_state {
       return;
     }
     ss.answered = true;
+    ss.progress_at = clock::now();
     ss.response.head = std::move(head);
     if (!ss.response.find(":status")) ss.response.head.insert(ss.response.head.begin(), {":status", "200"});
     ss.response_pipe = std::move(body);
@@ -342,8 +339,8 @@ class server_state {
 
   /** Once a tick: a request held whole that arrives slower than body_timeout and
       min_body_rate allow is answered 408 and its bytes let go; an answer the client has taken
-      nothing of for idle_timeout (a zero window it never opens) has its stream reset, which
-      frees it. */
+      nothing of for idle_timeout while some is there for it (a zero window it never opens),
+      whole or relayed, has its stream reset, which frees it. */
   /** rebound's own refusal of a stream: a gRPC call's as its handler says (a trailers-only
       status with `rebound-error`), anything else's as the HTTP status alone. */
   message refusal(const server_stream& ss, stream_refusal why, std::string_view text) const {
@@ -376,7 +373,16 @@ class server_state {
         }
         continue;
       }
-      if (ss->answered && !ss->response_pipe && ss->source.body) {
+      if (ss->answered && ss->response_pipe) {
+        // A relayed answer: the client must keep taking what is there for it, the end included.
+        auto const& pipe = *ss->response_pipe;
+        if (pipe.taken() != ss->sent) {
+          ss->sent = pipe.taken();
+          ss->progress_at = now;
+        } else if (pipe.owes_consumer() && now - ss->progress_at >= limits_.idle_timeout) {
+          nghttp2_submit_rst_stream(session_.get(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+        }
+      } else if (ss->answered && ss->source.body) {
         if (ss->source.offset != ss->sent) {
           ss->sent = ss->source.offset;
           ss->progress_at = now;

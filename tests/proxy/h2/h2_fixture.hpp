@@ -52,7 +52,7 @@ net::awaitable<bool> wait_until(Predicate done, clock::duration limit = std::chr
 
 struct test_server {
   test_server(net::io_context& io, h2::request_handler h, h2::server_limits l = {})
-      : ioc(io), limits(l), handler{std::move(h), {}, {}, {}} {}
+      : ioc(io), limits(l), handler(h2::answer_whole(std::move(h))) {}
   test_server(net::io_context& io, h2::handlers h, h2::server_limits l = {})
       : ioc(io), limits(l), handler(std::move(h)) {}
   net::io_context& ioc;

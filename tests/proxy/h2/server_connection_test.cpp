@@ -84,7 +84,8 @@ TEST(Http2Server, RequestBodyOverLimitIsRefusedWithoutTheHandler) {
   slow_state st;
   h2::server_limits limits;
   limits.max_request_body = 100;
-  h2::handlers handler{[&st](h2::message m) { return slow(&st, std::move(m)); }, {}, {}, grpc::refusal};
+  auto handler = h2::answer_whole([&st](h2::message m) { return slow(&st, std::move(m)); });
+  handler.refuse_call = grpc::refusal;
   test_server s(ioc, std::move(handler), limits);
   s.start();
   h2::exchange_result r = h2::failure{};

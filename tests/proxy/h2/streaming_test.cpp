@@ -36,10 +36,11 @@ net::awaitable<void> echo_stream(h2::streamed_request call) {
 }
 
 h2::handlers streaming_server() {
-  return h2::handlers{[](h2::message) -> net::awaitable<h2::message> { co_return h2::message{}; },
-                      [](const h2::fields&) { return true; },
-                      [](h2::streamed_request call) { return echo_stream(std::move(call)); },
-                      {}};
+  return h2::handlers{
+      [](h2::fields&) {
+        return h2::call_handler{{}, [](h2::streamed_request call) { return echo_stream(std::move(call)); }};
+      },
+      {}};
 }
 
 /// Waits until `p` has `n` bytes to read (or ended), by `deadline`; what it read.
