@@ -253,7 +253,7 @@ TEST(Upgrades, WsToRebound_WssToTheOrigin) {
   ReboundProcess rb(opts);
   expect_echoed(node_client_through(rb, "ws://chat.internal/echo"));
   expect_echoed(python_client(rb, "ws://chat.internal/echo"));
-  ASSERT_TRUE(rb.wait_for_log("\"dependency\":\"chat\",\"protocol\":\"websocket\"")) << rb.stdout_text();
+  ASSERT_TRUE(rb.wait_for_log(R"("dependency":"chat","path":"/echo","protocol":"websocket")")) << rb.stdout_text();
 }
 
 // The inbound listener forwards to the app on the same pipeline: a WebSocket to the app works.

@@ -42,11 +42,7 @@ namespace {
 void log_sent_once(const runtime::session_context& ctx, const retry::request_facts& facts, const retry::policy& policy,
                    std::string_view reason) {
   if (!facts.may_retry || policy.max_retries == 0) return;
-  ctx.log->info("retry_disabled", {{"correlation_id", facts.correlation_id},
-                                   {"dependency", facts.dependency},
-                                   {"method", facts.method},
-                                   {"path", facts.path},
-                                   {"reason", reason}});
+  ctx.log->info("retry_disabled", facts.summary(), {{"reason", reason}});
 }
 
 }  // namespace

@@ -180,11 +180,8 @@ net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel
 }
 
 void log_tunnel_closed(const runtime::session_context& ctx, const tunnel_label& label, const tunnel_totals& totals) {
-  ctx.log->info("tunnel_closed",
-                {{"correlation_id", label.correlation_id},
-                 {"dependency", label.dependency},
-                 {"protocol", label.protocol},
-                 {"path", label.path},
+  ctx.log->info("tunnel_closed", {label.correlation_id, label.dependency, {}, label.path},
+                {{"protocol", label.protocol},
                  {"duration_ms", std::chrono::duration_cast<std::chrono::milliseconds>(totals.lasted).count()},
                  {"bytes_to_upstream", totals.to_upstream},
                  {"bytes_to_client", totals.to_client},

@@ -126,6 +126,21 @@ void logger::flush() const {
 std::size_t logger::dropped() const { return batch_ ? batch_->dropped() : 0; }
 
 void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> fields) const {
+  write(lvl, name, fields, {});
+}
+
+void logger::event(spdlog::level::level_enum lvl, std::string_view name, const request_summary& about,
+                   std::initializer_list<field> fields) const {
+  write(lvl, name,
+        {{"correlation_id", about.correlation_id},
+         {"dependency", about.dependency},
+         {"method", about.method.empty() ? std::nullopt : std::optional(about.method)},
+         {"path", about.path.empty() ? std::nullopt : std::optional(about.path)}},
+        fields);
+}
+
+void logger::write(spdlog::level::level_enum lvl, std::string_view name, std::initializer_list<field> first,
+                   std::initializer_list<field> then) const {
   if (!sink_->should_log(lvl)) return;
   std::string line;
   line.reserve(160);
@@ -144,8 +159,8 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
   append_json_string(line, std::string_view(lv.data(), lv.size()));
   line += ",\"event\":";
   append_json_string(line, name);
-  for (auto const& f : fields) {
-    if (std::holds_alternative<std::monostate>(f.value)) continue;
+  auto const append = [&line](const field& f) {
+    if (std::holds_alternative<std::monostate>(f.value)) return;
     line += ',';
     append_json_string(line, f.key);
     line += ':';
@@ -162,7 +177,9 @@ void logger::event(spdlog::level::level_enum lvl, std::string_view name, std::in
             line += std::to_string(v);
         },
         f.value);
-  }
+  };
+  for (auto const& f : first) append(f);
+  for (auto const& f : then) append(f);
   line += '}';
   sink_->log(lvl, spdlog::string_view_t(line));
 }

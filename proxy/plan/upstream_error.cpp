@@ -11,15 +11,8 @@ void log_upstream_error(const runtime::session_context& ctx, const retry::reques
   // a certificate rebound refuses is a security event, not a flaky upstream.
   auto const level =
       error_type == to_string(retry::error_type::tls_certificate) ? spdlog::level::err : spdlog::level::warn;
-  ctx.log->event(level, "upstream_error",
-                 {{"correlation_id", facts.correlation_id},
-                  {"dependency", facts.dependency},
-                  {"method", facts.method},
-                  {"path", facts.path},
-                  {"error_type", error_type},
-                  {"status", e.status},
-                  {"attempts", e.attempts},
-                  {"message", e.message}});
+  ctx.log->event(level, "upstream_error", facts.summary(),
+                 {{"error_type", error_type}, {"status", e.status}, {"attempts", e.attempts}, {"message", e.message}});
 }
 
 }  // namespace rebound::plan

@@ -122,11 +122,10 @@ void hedged_attempt::account_dropped(copy& c, std::size_t i, bool cancelled) {
     auto const outcome = outcome_of(c.summary);
     record_attempt(ctx_.gate, ctx_.observer, {c.number, outcome, took});
     if (i > 0) ctx_.observer.hedge("failed");
-    ctx_.log.info("hedge_copy_failed", {{"correlation_id", ctx_.facts.correlation_id},
-                                        {"dependency", ctx_.facts.dependency},
-                                        {"attempt", c.number},
-                                        {"error_type", outcome_name(outcome)},
-                                        {"reason", "another copy is still in flight: waiting for it"}});
+    ctx_.log.info("hedge_copy_failed", ctx_.facts.summary(),
+                  {{"attempt", c.number},
+                   {"error_type", outcome_name(outcome)},
+                   {"reason", "another copy is still in flight: waiting for it"}});
   }
   c.runner->drop();
 }
@@ -159,26 +158,20 @@ bool hedged_attempt::send_hedge(std::size_t& launched, clock::time_point deadlin
                           : ctx_.gate.allow_retry();
   if (!permit.granted) {
     ctx_.observer.hedge_suppressed(to_string(permit.refusal));
-    ctx_.log.warn("hedge_suppressed", {{"correlation_id", facts.correlation_id},
-                                       {"dependency", facts.dependency},
-                                       {"attempt", sent_ + 1},
-                                       {"reason", permit.why}});
+    ctx_.log.warn("hedge_suppressed", facts.summary(), {{"attempt", sent_ + 1}, {"reason", permit.why}});
     return false;
   }
   auto const number = ++sent_;
-  ctx_.log.info("hedge_sent", {{"correlation_id", facts.correlation_id},
-                               {"dependency", facts.dependency},
-                               {"attempt", number},
-                               {"max_attempts", 1 + ctx_.policy.max_retries},
-                               // R-10's fields: a hedge waits out its delay instead of a
-                               // backoff, and goes while the first copy has no answer yet.
-                               {"backoff_ms", static_cast<long long>(plan_.delay.count())},
-                               {"error_type", "no_response_yet"},
-                               {"hedge", static_cast<unsigned>(launched)},
-                               {"delay", to_string(plan_.source)},
-                               {"method", facts.method},
-                               {"path", facts.path},
-                               {"idempotency_key", facts.idempotency_key}});
+  ctx_.log.info("hedge_sent", facts.summary(),
+                {{"attempt", number},
+                 {"max_attempts", 1 + ctx_.policy.max_retries},
+                 // R-10's fields: a hedge waits out its delay instead of a
+                 // backoff, and goes while the first copy has no answer yet.
+                 {"backoff_ms", static_cast<long long>(plan_.delay.count())},
+                 {"error_type", "no_response_yet"},
+                 {"hedge", static_cast<unsigned>(launched)},
+                 {"delay", to_string(plan_.source)},
+                 {"idempotency_key", facts.idempotency_key}});
   launch(launched++, deadline, number, std::move(slot));
   return true;
 }
@@ -244,12 +237,11 @@ net::awaitable<attempt_summary> hedged_attempt::run(clock::time_point deadline) 
   auto& won = copies_[answered_];
   if (launched > 1) {
     if (answered_ > 0) ctx_.observer.hedge(won.summary.failure ? "failed" : "won");
-    ctx_.log.info("hedge_settled", {{"correlation_id", ctx_.facts.correlation_id},
-                                    {"dependency", ctx_.facts.dependency},
-                                    {"copies", static_cast<unsigned>(launched)},
-                                    {"answered_by", won.number},
-                                    {"cancelled", cancelled},
-                                    {"error_type", outcome_name(outcome_of(won.summary))}});
+    ctx_.log.info("hedge_settled", ctx_.facts.summary(),
+                  {{"copies", static_cast<unsigned>(launched)},
+                   {"answered_by", won.number},
+                   {"cancelled", cancelled},
+                   {"error_type", outcome_name(outcome_of(won.summary))}});
   }
   attempt_summary out = std::move(won.summary);
   out.hedges = static_cast<unsigned>(launched - 1);

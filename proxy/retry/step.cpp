@@ -114,22 +114,18 @@ next_step retry_step::stopped(const stop& s, const attempt_summary& summary, con
       return stopped;
     case stop_reason::not_repeatable:
       if (ctx_.policy.max_retries > 0 && result_.attempts == 1)
-        log.info("retry_skipped", {{"correlation_id", facts.correlation_id},
-                                   {"dependency", facts.dependency},
-                                   {"method", facts.method},
-                                   {"path", facts.path},
-                                   {"error_type", outcome_name(outcome)},
-                                   {"reason", summary.repeatable ? facts.why_not
-                                                                 : std::string_view("the streamed request outgrew "
-                                                                                    "max_retry_body: sent once")}});
+        log.info("retry_skipped", facts.summary(),
+                 {{"error_type", outcome_name(outcome)},
+                  {"reason", summary.repeatable ? facts.why_not
+                                                : std::string_view("the streamed request outgrew "
+                                                                   "max_retry_body: sent once")}});
       return stopped;
     case stop_reason::exhausted:
-      log.warn("retry_exhausted", {{"correlation_id", facts.correlation_id},
-                                   {"dependency", facts.dependency},
-                                   {"attempts", result_.attempts},
-                                   {"max_attempts", max_attempts_},
-                                   {"error_type", outcome_name(outcome)},
-                                   {"idempotency_key", facts.idempotency_key}});
+      log.warn("retry_exhausted", facts.summary(),
+               {{"attempts", result_.attempts},
+                {"max_attempts", max_attempts_},
+                {"error_type", outcome_name(outcome)},
+                {"idempotency_key", facts.idempotency_key}});
       ctx_.observer.exhausted();
       return stopped;
     case stop_reason::layered:
@@ -140,12 +136,11 @@ next_step retry_step::stopped(const stop& s, const attempt_summary& summary, con
       break;
   }
   if (draining) return stopped;
-  log.warn("retry_stopped", {{"correlation_id", facts.correlation_id},
-                             {"dependency", facts.dependency},
-                             {"attempts", result_.attempts},
-                             {"error_type", outcome_name(outcome)},
-                             {"reason", to_string(s.reason)},
-                             {"retry_after_ms", static_cast<long long>(s.retry_after ? s.retry_after->count() : -1)}});
+  log.warn("retry_stopped", facts.summary(),
+           {{"attempts", result_.attempts},
+            {"error_type", outcome_name(outcome)},
+            {"reason", to_string(s.reason)},
+            {"retry_after_ms", static_cast<long long>(s.retry_after ? s.retry_after->count() : -1)}});
   // a Retry-After past the deadline returns that response at once. Without a response
   // to return, the client learns why from the error type.
   if (summary.failure && s.error)
@@ -160,11 +155,8 @@ next_step retry_step::retrying(const retry_in& go, const attempt_summary& summar
   auto const& failure = summary.failure;
   if (ctx_.asks_budget) {
     if (auto const permit = permit_retry(); !permit.granted) {
-      log.warn("retry_suppressed", {{"correlation_id", facts.correlation_id},
-                                    {"dependency", facts.dependency},
-                                    {"attempts", result_.attempts},
-                                    {"error_type", outcome_name(outcome)},
-                                    {"reason", permit.why}});
+      log.warn("retry_suppressed", facts.summary(),
+               {{"attempts", result_.attempts}, {"error_type", outcome_name(outcome)}, {"reason", permit.why}});
       result_.gave_up = result_.attempts > 1;
       if (failure)
         result_.failure =
@@ -175,30 +167,24 @@ next_step retry_step::retrying(const retry_in& go, const attempt_summary& summar
   previous_wait_ = go.wait;
   ctx_.observer.retry_scheduled(go.wait);
   auto const address = summary.address.is_unspecified() ? std::string() : summary.address.to_string();
-  log.info("retry_attempt", {{"correlation_id", facts.correlation_id},
-                             {"dependency", facts.dependency},
-                             {"attempt", result_.attempts + 1},
-                             {"max_attempts", max_attempts_},
-                             {"backoff_ms", static_cast<long long>(go.wait.count())},
-                             {"error_type", outcome_name(outcome)},
-                             {"idempotency_key", facts.idempotency_key},
-                             {"method", facts.method},
-                             {"path", facts.path},
-                             {"status", outcome.status.value_or(0)},
-                             {"grpc_status", outcome.grpc_status},
-                             {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
-                             {"duration_ms", static_cast<long long>(took.count() / 1000)},
-                             {"address", address.empty() ? std::nullopt : std::optional<std::string_view>(address)}});
+  log.info("retry_attempt", facts.summary(),
+           {{"attempt", result_.attempts + 1},
+            {"max_attempts", max_attempts_},
+            {"backoff_ms", static_cast<long long>(go.wait.count())},
+            {"error_type", outcome_name(outcome)},
+            {"idempotency_key", facts.idempotency_key},
+            {"status", outcome.status.value_or(0)},
+            {"grpc_status", outcome.grpc_status},
+            {"grpc_method", facts.grpc ? std::optional<std::string_view>(facts.path) : std::nullopt},
+            {"duration_ms", static_cast<long long>(took.count() / 1000)},
+            {"address", address.empty() ? std::nullopt : std::optional<std::string_view>(address)}});
   return {true, go.wait, std::nullopt, failure ? std::string() : outcome_name(outcome)};
 }
 
 void retry_step::caller_left(std::string_view reason) {
   result_.client_gone = true;
   end(call_end::abandoned);
-  ctx_.log.info("retry_cancelled", {{"correlation_id", ctx_.facts.correlation_id},
-                                    {"dependency", ctx_.facts.dependency},
-                                    {"attempts", result_.attempts},
-                                    {"reason", reason}});
+  ctx_.log.info("retry_cancelled", ctx_.facts.summary(), {{"attempts", result_.attempts}, {"reason", reason}});
 }
 
 retry_permit retry_step::permit_retry() {

@@ -54,6 +54,8 @@ struct request_facts {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   /// The caller's W3C traceparent, empty without one: a traced request continues its trace.
   std::string_view traceparent;
+  /// What names the request in every line about it.
+  observe::request_summary summary() const { return {correlation_id, dependency, method, path}; }
 };
 
 /// One attempt as the step reads it: what came back, and the waits the upstream asked for.

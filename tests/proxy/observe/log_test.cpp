@@ -90,6 +90,26 @@ TEST(Log, FlushWritesEverythingLoggedSoFar) {
   EXPECT_NE(lines[1].find(R"("event":"second")"), std::string::npos) << lines[1];
 }
 
+// Every line about a request names it the same way, first (Pingora's request_summary): a
+// search for one request's lines needs no per-event knowledge. A method or path the door does
+// not have (a CONNECT tunnel's path) is left out, not written empty.
+TEST(Log, R10_ARequestSummaryComesFirstInEveryLineAboutARequest) {
+  pipe_fds p;
+  logger log("info", p.write);
+  log.warn("retry_exhausted", {"req-1", "payments", "POST", "/charge"}, {{"attempts", 3}});
+  log.info("tunnel_closed", {"req-2", "db", {}, {}}, {{"protocol", "connect"}});
+  log.flush();
+  auto const lines = lines_of(p.drain());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find(R"("event":"retry_exhausted","correlation_id":"req-1","dependency":"payments",)"
+                          R"("method":"POST","path":"/charge","attempts":3})"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find(R"("event":"tunnel_closed","correlation_id":"req-2","dependency":"db","protocol":"connect"})"),
+            std::string::npos)
+      << lines[1];
+}
+
 TEST(Log, BelowTheLevelNothingIsWritten) {
   pipe_fds p;
   logger log("warn", p.write);
