@@ -14,15 +14,18 @@ void locate(located& out, const target_in& in, listener where, const config::con
         error_reply{405, error_type::bad_request, "CONNECT is for the outbound proxy, not the app's listener", {}, 0};
     return;
   }
-  auto parsed = out.is_connect
-                    ? parse_connect_target(in.target)
-                    : parse_request_target(in.method, in.target, in.authority, in.authority_count, in.version);
-  if (!parsed.value) {
-    out.refusal = error_reply{400, error_type::bad_request, parsed.error, {}, 0};
+  auto& t = out.target;
+  if (out.is_connect) {
+    auto parsed = parse_connect_target(in.target);
+    if (!parsed.value) {
+      out.refusal = error_reply{400, error_type::bad_request, std::move(parsed.error), {}, 0};
+      return;
+    }
+    t = std::move(*parsed.value);
+  } else if (auto error = parse_request_target(t, in.method, in.target, in.authority, in.authority_count, in.version)) {
+    out.refusal = error_reply{400, error_type::bad_request, std::move(*error), {}, 0};
     return;
   }
-  out.target = std::move(*parsed.value);
-  auto& t = out.target;
   if (to_app) {
     t.scheme = "http";
     t.connect_host = cfg.inbound.app.host;

@@ -13,14 +13,17 @@
 namespace rebound::plan {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
+/// ASCII only, as host names and schemes are: no locale lookup per character.
+char lower_char(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+
+void assign_lower(std::string& out, std::string_view s) {
+  out.assign(s);
+  for (auto& c : out) c = lower_char(c);
 }
 
-target_result fail(std::string msg) { return target_result{std::nullopt, std::move(msg)}; }
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+}
 
 /// Boost.URL accepts any digits as a port and wraps above 65535, so the text is checked here.
 bool parse_port(std::string_view text, std::uint16_t& port) {
@@ -48,7 +51,11 @@ bool ends_in_a_number(std::string_view host) {
 
 /// The Host value to send: the host, and the port unless it is the scheme's default.
 void set_authority(request_target& t, std::uint16_t default_port, bool port_required) {
-  t.authority = t.port == default_port && !port_required ? t.host : t.host + ":" + std::to_string(t.port);
+  t.authority = t.host;
+  if (t.port == default_port && !port_required) return;
+  char port[6];
+  auto const end = std::to_chars(port, port + sizeof port, t.port).ptr;
+  t.authority.append(":").append(port, end);
 }
 
 /** The Host most origin-form requests carry: a name of letters, digits, dots and hyphens,
@@ -60,15 +67,12 @@ void set_authority(request_target& t, std::uint16_t default_port, bool port_requ
 bool fill_plain_host(std::string_view text, std::uint16_t default_port, request_target& t) {
   auto const colon = text.find(':');
   auto const host = text.substr(0, colon);
-  if (host.empty() || !std::all_of(host.begin(), host.end(), [](unsigned char c) {
-        return std::isalnum(c) || c == '.' || c == '-';
-      }))
-    return false;
+  if (host.empty() || !std::all_of(host.begin(), host.end(), is_name_char)) return false;
   if (ends_in_a_number(host)) return false;
   t.port = default_port;
   if (colon != std::string_view::npos && colon + 1 < text.size() && !parse_port(text.substr(colon + 1), t.port))
     return false;
-  t.host = lower(host);
+  assign_lower(t.host, host);
   t.connect_host = t.host;
   set_authority(t, default_port, false);
   return true;
@@ -90,7 +94,7 @@ std::optional<std::string> fill_authority(const boost::urls::authority_view& a, 
     if (host.find('%') != std::string_view::npos) return "percent-encoded host names are not supported";
     if (a.host_type() == boost::urls::host_type::name && ends_in_a_number(host))
       return "host \"" + std::string(host) + "\" is a number but not a dotted-quad IPv4 address";
-    t.host = lower(host);
+    assign_lower(t.host, host);
     t.connect_host = t.host;
   }
   t.port = default_port;
@@ -105,10 +109,11 @@ std::optional<std::string> fill_authority(const boost::urls::authority_view& a, 
 
 }  // namespace
 
-target_result parse_request_target(std::string_view method, std::string_view target, std::string_view host_header,
-                                   std::size_t host_count, unsigned version) {
+std::optional<std::string> parse_request_target(request_target& t, std::string_view method, std::string_view target,
+                                                std::string_view host_header, std::size_t host_count,
+                                                unsigned version) {
+  using fail = std::string;
   if (target.empty()) return fail("empty request target");
-  request_target t;
   if (target.front() == '/' || target == "*") {
     // Origin form: the Host header names the upstream (RFC 9112 section 3.2.3).
     if (target == "*" && method != "OPTIONS") return fail("asterisk-form is only valid for OPTIONS");
@@ -124,19 +129,19 @@ target_result parse_request_target(std::string_view method, std::string_view tar
     if (!fill_plain_host(host_header, 80, t)) {
       auto a = boost::urls::parse_authority(host_header);
       if (!a) return fail("invalid Host header \"" + std::string(host_header) + "\"");
-      if (auto err = fill_authority(*a, 80, false, t)) return fail(*err);
+      if (auto err = fill_authority(*a, 80, false, t)) return err;
     }
-    t.origin_form = std::string(target);
-    return target_result{std::move(t), {}};
+    t.origin_form.assign(target);
+    return std::nullopt;
   }
   // Absolute form (RFC 9112 section 3.2.2): the target wins over any Host header.
   auto u = boost::urls::parse_absolute_uri(target);
   if (!u) return fail("invalid request target (expected an absolute URI like http://host/path or an origin-form path)");
-  t.scheme = lower(u->scheme());
+  assign_lower(t.scheme, u->scheme());
   if (t.scheme != "http" && t.scheme != "https") return fail("unsupported scheme \"" + t.scheme + "\" (expected http)");
   if (!u->has_authority()) return fail("the request target has no authority");
   if (host_count > 1) return fail("more than one Host header");
-  if (auto err = fill_authority(u->authority(), t.scheme == "https" ? 443 : 80, false, t)) return fail(*err);
+  if (auto err = fill_authority(u->authority(), t.scheme == "https" ? 443 : 80, false, t)) return err;
   auto const path = u->encoded_path();
   // After an authority the path is empty or starts with "/" (RFC 3986 path-abempty), but
   // Boost.URL 1.81 reads "http://svc:8x/" as port 8 and path "x/", which would go out as
@@ -151,15 +156,24 @@ target_result parse_request_target(std::string_view method, std::string_view tar
     t.origin_form += '?';
     t.origin_form += std::string_view(u->encoded_query());
   }
+  return std::nullopt;
+}
+
+target_result parse_request_target(std::string_view method, std::string_view target, std::string_view host_header,
+                                   std::size_t host_count, unsigned version) {
+  request_target t;
+  if (auto error = parse_request_target(t, method, target, host_header, host_count, version))
+    return target_result{std::nullopt, std::move(*error)};
   return target_result{std::move(t), {}};
 }
 
 target_result parse_connect_target(std::string_view target) {
+  auto const fail = [](std::string error) { return target_result{std::nullopt, std::move(error)}; };
   auto a = boost::urls::parse_authority(target);
   if (!a) return fail("invalid CONNECT target \"" + std::string(target) + "\" (expected host:port)");
   request_target t;
   t.scheme = "tcp";
-  if (auto err = fill_authority(*a, 0, true, t)) return fail(*err);
+  if (auto err = fill_authority(*a, 0, true, t)) return fail(std::move(*err));
   return target_result{std::move(t), {}};
 }
 

@@ -30,7 +30,13 @@ struct target_result {
 };
 
 /** For every method but CONNECT. `host_header` is the Host field value, `host_count` the
-    number of Host fields (RFC 9112: a request with none or several is a 400). */
+    number of Host fields (RFC 9112: a request with none or several is a 400). Fills `t`
+    (a fresh target) in place, as every request does on its way in; why it is malformed, else
+    nullopt. */
+std::optional<std::string> parse_request_target(request_target& t, std::string_view method, std::string_view target,
+                                                std::string_view host_header, std::size_t host_count,
+                                                unsigned version);
+/// The same, as a value: for callers that read a target once (a task, a test).
 target_result parse_request_target(std::string_view method, std::string_view target, std::string_view host_header,
                                    std::size_t host_count, unsigned version);
 
