@@ -18,7 +18,7 @@ namespace rebound::grpc {
 
 struct call_plan;
 
-/** Relays `call`, planned at its head (`plan`, plan_call), until it ends: the upstream's
+/** Relays `call`, planned at its head (`planned`, plan_call), until it ends: the upstream's
     answer ends, the client resets its stream, or the caller's grpc-timeout passes (the stream
     is then cancelled). A call refused at its head is answered here at once, whatever its route. */
 net::awaitable<void> relay_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,

@@ -15,7 +15,7 @@ namespace rebound::grpc {
 
 struct call_plan;
 
-/** Answers `request`, planned at its head (`plan`, plan_call). rebound's own failures are
+/** Answers `request`, planned at its head (`planned`, plan_call). rebound's own failures are
     trailers-only answers (grpc/status.hpp). Runs on the worker of the connection it came on;
     a reset stream cancels it. */
 net::awaitable<h2::message> answer_call(runtime::session_context ctx, std::shared_ptr<call_plan> planned,
