@@ -229,13 +229,13 @@ std::optional<error_reply> refused_upgrade(const upgrade_ask& ask, const retry::
     runs (plan/request_plan.hpp), then what only HTTP/1.1 has: upgrades and whether the body
     is kept for a resend. A plain function, so its temporaries stay off the coroutine frame
     that lives as long as the request (and its backoff waits). */
-void plan_request(forward_plan& plan, const client_request& r, std::chrono::steady_clock::time_point now) {
+void plan_request(forward_plan& plan, const client_request& r, const upgrade_ask& ask,
+                  std::chrono::steady_clock::time_point now) {
   auto& parser = r.parser;
   auto const& policy = *r.route.policy;
   auto& req = parser.get();
   if (auto unmet = unmet_expectation(req)) return plan.refuse(std::move(*unmet), false);
   bool const keep_after = parser.is_done() && req.keep_alive();
-  auto const ask = read_upgrade(req.base());
   plan.upgrade = ask.what != upgrade_ask::kind::none;
   auto const method = req.method() != bhttp::verb::unknown ? bhttp::to_string(req.method()) : "extension";
   plan::request_in const in{plan::door::http1, r.route, r.target, req.method(), method, *r.ctx.rng, now};
@@ -264,6 +264,16 @@ void plan_request(forward_plan& plan, const client_request& r, std::chrono::stea
                                         : "body larger than max_retry_body: sent once";
 }
 
+/** Whether the request is handed over (true), else its plan, made. The upgrade it may ask
+    for is read once for both questions; a plain function, so nothing of it joins the
+    request's coroutine frame. */
+bool handed_over_or_planned(forward_plan& plan, const client_request& r) {
+  auto const ask = read_upgrade(r.parser.get().base());
+  if (wants_hand_over(r.ctx, r.parser, *r.route.policy, ask.what != upgrade_ask::kind::none)) return true;
+  plan_request(plan, r, ask, std::chrono::steady_clock::now());
+  return false;
+}
+
 /** An open breaker in enforce mode fails the request fast (503 circuit_open) with the time
     until it lets a probe through as Retry-After; nothing reaches the upstream. */
 void refuse_if_circuit_open(forward_plan& plan, retry::dependency_guard& guard, const request_parser& parser) {
@@ -285,9 +295,8 @@ net::awaitable<bool> forward(const client_request& r, runtime::session_guard& se
   auto const& route = r.route;
   auto const& policy = *route.policy;
   auto& guard = *route.guard;
-  if (wants_hand_over(ctx, parser, policy)) co_return co_await hand_over(r);
   forward_plan plan;
-  plan_request(plan, r, std::chrono::steady_clock::now());
+  if (handed_over_or_planned(plan, r)) co_return co_await hand_over(r);
   if (plan.how != forward_plan::route::refuse) refuse_if_circuit_open(plan, guard, parser);
   // A body kept for a replay takes its room from the process's retry buffer first (a chunked
   // one the most it may grow to); with none left it streams through once.

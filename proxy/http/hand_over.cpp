@@ -1,5 +1,4 @@
 #include "proxy/http/hand_over.hpp"
-#include "proxy/wire/upgrade.hpp"
 
 #include "proxy/http/forward.hpp"
 #include "proxy/runtime/session_registry.hpp"
@@ -69,13 +68,14 @@ net::awaitable<bool> send_accepted(beast::tcp_stream& client, const runtime::ses
 
 }  // namespace
 
-bool wants_hand_over(const runtime::session_context& ctx, const request_parser& parser, const retry::policy& policy) {
+bool wants_hand_over(const runtime::session_context& ctx, const request_parser& parser, const retry::policy& policy,
+                     bool upgrade) {
   // A route that may not dead-letter never hands over: what its delivery gave up on would be
   // lost. RFC 7240 lets it answer a respond-async preference synchronously.
   if (!ctx.store || !policy.dead_letter) return false;
   // A handshake cannot wait in a store: forward.cpp relays it, or refuses it on a route whose
   // calls are handed over.
-  if (read_upgrade(parser.get().base()).what != upgrade_ask::kind::none) return false;
+  if (upgrade) return false;
   return retry::hands_over_calls(policy.context) || prefers_async(parser.get());
 }
 

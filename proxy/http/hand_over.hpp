@@ -13,8 +13,10 @@
 
 namespace rebound::http {
 
-/// Whether this request is to be handed over rather than forwarded while the client waits.
-bool wants_hand_over(const runtime::session_context& ctx, const request_parser& parser, const retry::policy& policy);
+/** Whether this request is to be handed over rather than forwarded while the client waits.
+    `upgrade`: the head asks for one (read once, by forward). */
+bool wants_hand_over(const runtime::session_context& ctx, const request_parser& parser, const retry::policy& policy,
+                     bool upgrade);
 
 /** Reads the body (at most async.max_body: 413 beyond, nothing stored), stores the call with
     its idempotency key (the app's, else a new one, kept for every attempt: R-6), and answers
