@@ -4,11 +4,12 @@
 # allocation counter (bench/alloc_counter.c) reading the count before and after, and one
 # under `strace -c -f` for the syscalls; both divided by wrk's request count.
 # Usage: bench/per_request.sh [rebound binary] ; PERF_CONNS (64), PERF_THREADS (rebound
-# workers, 1), PERF_DURATION (5 s), PERF_FORM (host: Host routing; proxy: absolute-form).
+# workers, 1), PERF_DURATION (5 s), PERF_FORM (host: Host routing; proxy: absolute-form),
+# PERF_BODY (the answer's size, 1024), PERF_POST (POSTs of this many bytes instead of GETs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${1:-build/rebound}")
-CONNS=${PERF_CONNS:-64}; T=${PERF_THREADS:-1}; DUR=${PERF_DURATION:-5}; FORM=${PERF_FORM:-host}
+CONNS=${PERF_CONNS:-64}; T=${PERF_THREADS:-1}; DUR=${PERF_DURATION:-5}; FORM=${PERF_FORM:-host}; POST=${PERF_POST:-}
 for t in wrk nginx strace cc python3 curl; do
   command -v $t >/dev/null || { "$here/../scripts/install-deps" --bench; break; }
 done
@@ -22,6 +23,9 @@ if [[ $FORM == proxy ]]; then
 wrk.path = "http://bench.local/"
 LUA
   load() { wrk -t2 -c"$CONNS" -d"$1"s -s "$W/proxy.lua" "http://127.0.0.1:$RB/"; }
+elif [[ -n $POST ]]; then
+  printf 'wrk.method = "POST"\nwrk.body = string.rep("x", %d)\n' "$POST" >"$W/post.lua"
+  load() { wrk -t2 -c"$CONNS" -d"$1"s -H "Host: bench.local" -s "$W/post.lua" "http://127.0.0.1:$RB/post"; }
 else
   load() { wrk -t2 -c"$CONNS" -d"$1"s -H "Host: bench.local" "http://127.0.0.1:$RB/"; }
 fi

@@ -32,6 +32,42 @@ TEST(Bodies, ContentLengthRequestBodyReachesUpstreamIntact) {
   EXPECT_TRUE(reqs[0].body == body);
 }
 
+// A kept body is read in 16 KiB reads (http::make_room_for_body), so its last read may take
+// the start of a request pipelined behind it: that request stays the session's to answer.
+TEST(Bodies, ARequestPipelinedBehindAKeptBodyIsAnsweredToo) {
+  ScriptedUpstream up;
+  Script s;
+  s.echo_body = true;
+  up.on("/echo", s);
+  ReboundProcess rb;
+  std::string const body = pattern(40 * 1024 + 17, 3);
+  std::string chunked;
+  for (std::size_t at = 0; at < body.size(); at += 5000) {
+    auto const piece = body.substr(at, 5000);
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    chunked += size + piece + "\r\n";
+  }
+  auto const post = "POST http://" + up.authority() + "/echo HTTP/1.1\r\nHost: " + up.authority() +
+                    "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  auto const post_chunked = "POST http://" + up.authority() + "/echo HTTP/1.1\r\nHost: " + up.authority() +
+                            "\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + "0\r\n\r\n";
+  RawConnection c(rb.port());
+  // One write: the GET's bytes arrive with the bodies' last ones.
+  ASSERT_TRUE(c.send(post + post_chunked + absolute_request("GET", up.authority(), "/after")));
+  for (auto const* what : {"the POST with a length", "the chunked POST"}) {
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << "no answer to " << what;
+    EXPECT_EQ(r->status, 200u) << what;
+    EXPECT_TRUE(r->body == body) << what << ": echoed " << r->body.size() << " bytes of " << body.size();
+  }
+  auto r = c.read_response();
+  ASSERT_TRUE(r) << "no answer to the pipelined GET";
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "ok /after");
+  EXPECT_EQ(up.request_count(), 3u);
+}
+
 // A chunked body that fits max_retry_body is kept for retries and goes out with a length
 // (retry_test.cpp); one that outgrows it streams on, chunked, with what was read first.
 TEST(Bodies, ChunkedRequestBodyOverMaxRetryBodyArrivesUpstreamChunked) {

@@ -72,14 +72,7 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   std::optional<runtime::relay_buffers::lease> chunk;
   chunk.emplace(runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::small_size));
   auto& body = p.get().body();
-  // Reads as large as the chunk: a fresh buffer would otherwise read 512 bytes at a time
-  // (Beast sizes a read by the buffer's free capacity). Not when the whole body is already
-  // buffered, as a small response's is once its head was read: growing the buffer would be
-  // an allocation and a copy per request for nothing.
-  auto const left = p.content_length_remaining();
-  if (buffer.capacity() < runtime::relay_buffers::small_size &&
-      buffer.max_size() >= runtime::relay_buffers::small_size && !(left && *left <= buffer.size()))
-    buffer.reserve(runtime::relay_buffers::small_size);
+  make_room_for_body(buffer, p.content_length_remaining());
   // The outgoing framing is what the fields the caller set say.
   bool const chunked = chunked_out(p);
   outgoing_piece out;
@@ -139,6 +132,11 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
 }
 
 }  // namespace
+
+void make_room_for_body(beast::flat_buffer& buffer, const boost::optional<std::uint64_t>& left) {
+  constexpr auto room = runtime::relay_buffers::small_size;
+  if (buffer.capacity() < room && buffer.max_size() >= room && !(left && *left <= buffer.size())) buffer.reserve(room);
+}
 
 net::awaitable<error_code> relay_interim(beast::tcp_stream& client, response_parser& head,
                                          std::chrono::milliseconds idle) {

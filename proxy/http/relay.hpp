@@ -9,6 +9,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
+#include <boost/optional/optional.hpp>
 #include "proxy/wire/bounded_parser.hpp"
 
 #include <array>
@@ -52,6 +53,14 @@ struct body_from {
 };
 using request_body_from = body_from<beast::tcp_stream, request_parser>;
 using response_body_from = body_from<upstream::connection, response_parser>;
+
+/** Gives a buffer that a body is read through a relay buffer's room (16 KiB) first: Beast
+    sizes each read by the buffer's free capacity, so a client's 4 KiB head buffer took a
+    64 KiB body in sixteen reads, and a fresh buffer reads 512 bytes at a time. Not when the
+    rest of the body (`left`, when its length is known) is in the buffer already, as a small
+    message's is once its head was read: growing it would be an allocation and a copy for
+    nothing. The session gives the room back before it waits for the next request. */
+void make_room_for_body(beast::flat_buffer& buffer, const boost::optional<std::uint64_t>& left);
 
 /// How a relay runs: each read and each write must progress within `idle`; a request body
 /// also keeps to `pace`. Buffers come from `buffers` (null: the heap).

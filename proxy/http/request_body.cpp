@@ -8,9 +8,14 @@
 #include <boost/beast/http/read.hpp>
 
 #include <algorithm>
-#include <array>
 
 namespace rebound::http {
+namespace {
+
+/// How much of a kept body one read takes at most: the room make_room_for_body gives.
+constexpr std::size_t body_read_size = runtime::relay_buffers::small_size;
+
+}  // namespace
 
 std::optional<error_reply> unmet_expectation(const request_message<bhttp::buffer_body>& req) {
   auto const it = req.find(bhttp::field::expect);
@@ -34,25 +39,31 @@ net::awaitable<kept_body> read_whole_body(const client_request& r, std::string& 
   // A Content-Length is the client's claim: at most what may be kept is reserved for it
   // (10^15 would be std::bad_alloc), and reading stops past `limit` whatever it said.
   if (auto cl = parser.content_length()) out.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*cl, limit + 1)));
-  std::array<char, 16 * 1024> chunk;
+  make_room_for_body(buffer, parser.content_length_remaining());
+  // The parser writes the body straight into `out`, grown a read's worth ahead of it.
+  std::size_t got = out.size();
   auto& body = parser.get().body();
-  while (!parser.is_done()) {
-    if (out.size() > limit) co_return kept_body{std::nullopt, true};
-    body.data = chunk.data();
-    body.size = chunk.size();
+  while (!parser.is_done() && got <= limit) {
+    auto const left = parser.content_length_remaining();
+    auto const room = static_cast<std::size_t>(std::min<std::uint64_t>(left.value_or(body_read_size), body_read_size));
+    if (out.size() < got + room) out.resize(got + room);
+    body.data = out.data() + got;
+    body.size = out.size() - got;
     client.expires_after(idle);
     std::optional<cancel_at> due;
-    due.emplace(client.socket(), pace.deadline(out.size()));
+    due.emplace(client.socket(), pace.deadline(got));
     auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
     if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
     due.reset();
+    got = out.size() - body.size;
     if (ec && ec != bhttp::error::need_buffer) {
+      out.resize(got);
       if (auto refusal = body_read_refusal(ec, parser)) co_return kept_body{std::move(*refusal)};
       co_return kept_body{error_reply{0, error_type::bad_request, "client went away", {}, 0}};
     }
-    out.append(chunk.data(), chunk.size() - body.size);
   }
-  co_return kept_body{std::nullopt, out.size() > limit};
+  out.resize(got);
+  co_return kept_body{std::nullopt, got > limit};
 }
 
 body_pace pace_of(const config::config& cfg, std::chrono::steady_clock::time_point start) {
