@@ -39,9 +39,13 @@ pool::pool(std::size_t max_idle_per_key, std::size_t max_idle_total, std::chrono
 pool::~pool() = default;
 
 std::unique_ptr<exchange> pool::spare_exchange() {
-  if (spare_exchanges_.empty()) return std::make_unique<exchange>();
+  if (spare_exchanges_.empty()) {
+    spare_exchanges_low_ = 0;
+    return std::make_unique<exchange>();
+  }
   auto ex = std::move(spare_exchanges_.back());
   spare_exchanges_.pop_back();
+  spare_exchanges_low_ = std::min(spare_exchanges_low_, spare_exchanges_.size());
   return ex;
 }
 
@@ -164,6 +168,13 @@ void pool::sweep() {
   }
   std::erase_if(by_key_, [](const auto& kv) { return kv.second.empty(); });
   empty_queues_ = 0;
+  // The coldest go: a burst's spares are given back within two sweeps of its end.
+  auto const unused = std::min(spare_exchanges_low_, spare_exchanges_.size());
+  auto const keep = std::max(min_spare_exchanges, spare_exchanges_.size() - unused);
+  if (spare_exchanges_.size() > keep)
+    spare_exchanges_.erase(spare_exchanges_.begin(),
+                           spare_exchanges_.begin() + static_cast<std::ptrdiff_t>(spare_exchanges_.size() - keep));
+  spare_exchanges_low_ = spare_exchanges_.size();
 }
 
 }  // namespace rebound::upstream

@@ -66,7 +66,8 @@ class pool {
 
   void put(const std::string& key, connection stream);
 
-  /// Closes connections idle for longer than the idle timeout, or closed by their peer.
+  /// Closes connections idle for longer than the idle timeout, or closed by their peer, and
+  /// frees the spare exchanges no request took since the last sweep.
   void sweep();
 
   /** Closes the least recently used idle connection, giving its descriptor back: what a
@@ -82,12 +83,16 @@ class pool {
 
   /** An exchange to run an attempt in (upstream/attempt.hpp): one a finished request gave
       back, its buffer's room kept, or a new one. Every attempt used to allocate its 16 KiB
-      read buffer and free it when the answer was relayed; a busy worker now reuses a few. */
+      read buffer and free it when the answer was relayed; a busy worker now reuses them. */
   std::unique_ptr<exchange> spare_exchange();
   /** Takes back an exchange whose answer went out: kept, emptied, while fewer than
       max_spare_exchanges are and its buffer and field list are no larger than a typical
-      answer needs (a large head's memory is not held for the next small one); otherwise freed. */
+      answer needs (a large head's memory is not held for the next small one); otherwise freed.
+      As many are kept as were out at once, up to max_spare_exchanges, so 1,000 requests in
+      flight do not go to malloc for 16 KiB each; sweep() frees those no request took since
+      the sweep before, so a burst's ~17 KiB each go back within two sweeps of its end. */
   void recycle(std::unique_ptr<exchange> ex);
+  std::size_t spare_exchange_count() const { return spare_exchanges_.size(); }
 
  private:
   struct idle {
@@ -111,16 +116,23 @@ class pool {
   std::chrono::milliseconds idle_timeout_;
   std::function<clock::time_point()> now_;
   std::list<idle> lru_;  ///< oldest first, every key
-  /// Nodes of connections taken or closed, kept for the next put (at most max_spare).
+  /** Nodes of connections taken or closed, kept for the next put (at most max_spare): at
+      1,000 requests in flight, as many connections are out and come back at once. A node
+      and its key are ~150 bytes, so a worker keeps at most ~150 KB of them. */
   std::list<idle> spare_;
-  static constexpr std::size_t max_spare = 128;
+  static constexpr std::size_t max_spare = 1024;
   /// Each key's entries, oldest first: the same order as in lru_, since both are appended
   /// to when a connection comes back and taken from where it went in.
   std::unordered_map<std::string, std::deque<entry>> by_key_;
   std::size_t empty_queues_ = 0;  ///< queues in by_key_ holding nothing
   static constexpr std::size_t max_empty_queues = 64;
+  /// Most recently given back last: the warmest is taken first.
   std::vector<std::unique_ptr<exchange>> spare_exchanges_;
-  static constexpr std::size_t max_spare_exchanges = 16;
+  /// The fewest spares there were since the last sweep: that many were not needed.
+  std::size_t spare_exchanges_low_ = 0;
+  static constexpr std::size_t max_spare_exchanges = 1024;
+  /// A sweep leaves this many however few were taken: a worker's usual concurrency.
+  static constexpr std::size_t min_spare_exchanges = 16;
   /// A spare's field list may keep this much: a dozen fields of a few hundred bytes.
   static constexpr std::size_t max_spare_fields_bytes = 4096;
 };

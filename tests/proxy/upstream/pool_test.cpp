@@ -9,6 +9,9 @@
 
 #include <poll.h>
 
+#include <memory>
+#include <vector>
+
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using rebound::upstream::pool;
@@ -268,6 +271,29 @@ TEST(Pool, AnExchangeWhoseBufferGrewPastAFirstReadIsNotKept) {
   ex->buffer.reserve(rebound::upstream::first_read_size * 4);  // a large head was read into it
   p.recycle(std::move(ex));
   EXPECT_EQ(p.spare_exchange()->buffer.capacity(), 0u) << "a 64 KiB buffer was kept for the next answer";
+}
+
+// As many exchanges are kept as were out at once (1,000 requests in flight reuse theirs
+// instead of going to malloc for 16 KiB each), and a sweep frees what no request took since
+// the sweep before, down to a worker's usual few.
+TEST(Pool, SpareExchangesFollowTheRequestsInFlightAndASweepFreesThoseNotTaken) {
+  pool p(8, 64, 30s);
+  auto burst = [&p](std::size_t n) {
+    std::vector<std::unique_ptr<rebound::upstream::exchange>> out;
+    for (std::size_t i = 0; i < n; ++i) out.push_back(p.spare_exchange());
+    for (auto& ex : out) p.recycle(std::move(ex));
+  };
+  burst(300);
+  EXPECT_EQ(p.spare_exchange_count(), 300u) << "a burst's exchanges were not all kept for the next";
+  p.sweep();
+  EXPECT_EQ(p.spare_exchange_count(), 300u) << "every spare was taken in the burst: none is surplus yet";
+  burst(100);  // the load falls: 200 spares were not taken
+  p.sweep();
+  EXPECT_EQ(p.spare_exchange_count(), 100u);
+  p.sweep();  // no request at all
+  EXPECT_EQ(p.spare_exchange_count(), 16u) << "a quiet worker keeps its usual few";
+  burst(2000);
+  EXPECT_EQ(p.spare_exchange_count(), 1024u) << "spares are bounded whatever the burst";
 }
 
 TEST(Pool, AnExchangeWhoseFieldListGrewPastATypicalHeadIsNotKept) {
