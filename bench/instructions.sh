@@ -13,11 +13,13 @@
 # Usage: bench/instructions.sh [rebound binary]
 #   PERF_CONNS=1 (wrk -c; 1 repeats best, more adds epoll batching, which varies with load)
 #   PERF_DURATION=10, PERF_FORM=host|proxy (Host routing, or absolute-form as HTTP_PROXY sends),
-#   PERF_PEER=haproxy|none, PERF_KEEP=DIR (keep the callgrind files there, for callgrind_annotate)
+#   PERF_PEER=haproxy|none, PERF_KEEP=DIR (keep the callgrind files there, for callgrind_annotate),
+#   PERF_BODY=bytes (the answer's size, 1024), PERF_POST=bytes (POSTs of this size instead of GETs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${1:-build/rebound}")
 CONNS=${PERF_CONNS:-1}; DUR=${PERF_DURATION:-10}; FORM=${PERF_FORM:-host}; PEER=${PERF_PEER:-haproxy}
+POST=${PERF_POST:-}
 for t in wrk nginx haproxy valgrind callgrind_control python3 curl; do
   command -v $t >/dev/null || { "$here/../scripts/install-deps" --bench; break; }
 done
@@ -47,6 +49,9 @@ if [[ $FORM == proxy ]]; then
   printf 'wrk.path = "http://bench.local/"\n' >"$W/proxy.lua"
   # Host as an HTTP_PROXY client sends it: the URL's authority (HAProxy answers 400 to a mismatch).
   load() { wrk -t1 -c"$CONNS" -d"$2"s -H "Host: bench.local" -s "$W/proxy.lua" "http://127.0.0.1:$1/"; }
+elif [[ -n $POST ]]; then
+  printf 'wrk.method = "POST"\nwrk.body = string.rep("x", %d)\n' "$POST" >"$W/post.lua"
+  load() { wrk -t1 -c"$CONNS" -d"$2"s -H "Host: bench.local" -s "$W/post.lua" "http://127.0.0.1:$1/post"; }
 else
   load() { wrk -t1 -c"$CONNS" -d"$2"s -H "Host: bench.local" "http://127.0.0.1:$1/"; }
 fi

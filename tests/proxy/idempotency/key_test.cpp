@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <functional>
 #include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 using namespace rebound::idempotency;
 namespace bhttp = boost::beast::http;
@@ -40,6 +44,22 @@ TEST(Idempotency, R6_GeneratedKeysAreDistinctUuidV4) {
     seen.insert(*k);
   }
   EXPECT_EQ(seen.size(), 1000u);
+}
+
+// Each worker thread draws its randomness in blocks (key.cpp): two threads never hand out
+// the same key, and neither repeats one across its refills.
+TEST(Idempotency, R6_KeysMadeOnTwoThreadsAtOnceAreAllDistinct) {
+  std::vector<std::string> a, b;
+  auto make = [](std::vector<std::string>& into) {
+    for (int i = 0; i < 2000; ++i) into.push_back(new_key().value_or(""));
+  };
+  std::thread ta(make, std::ref(a)), tb(make, std::ref(b));
+  ta.join();
+  tb.join();
+  std::set<std::string> seen(a.begin(), a.end());
+  seen.insert(b.begin(), b.end());
+  seen.erase("");
+  EXPECT_EQ(seen.size(), 4000u);
 }
 
 // R-6's one rule for a valid key, whichever way the request came in: a comma is two keys
