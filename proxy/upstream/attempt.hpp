@@ -34,9 +34,11 @@ inline constexpr std::uint32_t max_response_head = 64 * 1024;
 /// chunk-size lines and trailers, which Beast buffers until their end is found.
 inline constexpr std::size_t response_buffer_limit = max_response_head + 64 * 1024 + 16 * 1024;
 
-/// Room a response read starts with: a head and a small body in one read. The body relay
-/// (http/relay.hpp) reads through a buffer of this size too.
-inline constexpr std::size_t first_read_size = 16 * 1024;
+/// Room a response read starts with: a head and a body of up to 16 KiB in one read, so such
+/// an answer also goes to the client in one write. With 16 KiB, a 16 KiB answer took two of
+/// each (bench/README.md, issue 47's sixth round). The body relay (http/relay.hpp) reads on
+/// through the same buffer.
+inline constexpr std::size_t first_read_size = 20 * 1024;
 
 /** A final response head on the connection it came from, its body still to be read: what
     a successful attempt hands back, to be streamed on or dropped. Beast's parser cannot

@@ -82,15 +82,15 @@ class pool {
   std::size_t idle_count() const { return lru_.size(); }
 
   /** An exchange to run an attempt in (upstream/attempt.hpp): one a finished request gave
-      back, its buffer's room kept, or a new one. Every attempt used to allocate its 16 KiB
+      back, its buffer's room kept, or a new one. Every attempt used to allocate its 20 KiB
       read buffer and free it when the answer was relayed; a busy worker now reuses them. */
   std::unique_ptr<exchange> spare_exchange();
   /** Takes back an exchange whose answer went out: kept, emptied, while fewer than
       max_spare_exchanges are and its buffer and field list are no larger than a typical
       answer needs (a large head's memory is not held for the next small one); otherwise freed.
       As many are kept as were out at once, up to max_spare_exchanges, so 1,000 requests in
-      flight do not go to malloc for 16 KiB each; sweep() frees those no request took since
-      the sweep before, so a burst's ~17 KiB each go back within two sweeps of its end. */
+      flight do not go to malloc for 20 KiB each; sweep() frees those no request took since
+      the sweep before, so a burst's ~21 KiB each go back within two sweeps of its end. */
   void recycle(std::unique_ptr<exchange> ex);
   std::size_t spare_exchange_count() const { return spare_exchanges_.size(); }
 
