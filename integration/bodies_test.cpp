@@ -41,17 +41,8 @@ TEST(Bodies, ARequestPipelinedBehindAKeptBodyIsAnsweredToo) {
   up.on("/echo", s);
   ReboundProcess rb;
   std::string const body = pattern(40 * 1024 + 17, 3);
-  std::string chunked;
-  for (std::size_t at = 0; at < body.size(); at += 5000) {
-    auto const piece = body.substr(at, 5000);
-    char size[32];
-    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
-    chunked += size + piece + "\r\n";
-  }
-  auto const post = "POST http://" + up.authority() + "/echo HTTP/1.1\r\nHost: " + up.authority() +
-                    "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  auto const post_chunked = "POST http://" + up.authority() + "/echo HTTP/1.1\r\nHost: " + up.authority() +
-                            "\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + "0\r\n\r\n";
+  auto const post = absolute_request("POST", up.authority(), "/echo", {}, body);
+  auto const post_chunked = chunked_request("POST", up.authority(), "/echo", body);
   RawConnection c(rb.port());
   // One write: the GET's bytes arrive with the bodies' last ones.
   ASSERT_TRUE(c.send(post + post_chunked + absolute_request("GET", up.authority(), "/after")));

@@ -1,5 +1,6 @@
 #include "helpers.hpp"
 
+#include <cstdio>
 #include <regex>
 
 namespace itest {
@@ -21,6 +22,18 @@ std::string absolute_request(std::string_view method, std::string_view authority
   out.append("\r\n");
   out.append(body);
   return out;
+}
+
+std::string chunked_request(std::string_view method, std::string_view authority, std::string_view path,
+                            std::string_view body, std::string_view extra) {
+  std::string out = absolute_request(method, authority, path, std::string("Transfer-Encoding: chunked\r\n").append(extra));
+  for (std::size_t at = 0; at < body.size(); at += 7000) {
+    auto const piece = body.substr(at, 7000);
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    out.append(size).append(piece).append("\r\n");
+  }
+  return out + "0\r\n\r\n";
 }
 
 ::testing::AssertionResult IsReboundError(const std::optional<Response>& r, unsigned status,

@@ -20,6 +20,10 @@ namespace itest {
 std::string absolute_request(std::string_view method, std::string_view authority, std::string_view path,
                              std::string_view extra = {}, std::string_view body = {});
 
+// The same with Transfer-Encoding: chunked, `body` sent in chunks of 7,000 bytes.
+std::string chunked_request(std::string_view method, std::string_view authority, std::string_view path,
+                            std::string_view body, std::string_view extra = {});
+
 // A scripted answer with `status` and the body "x".
 Script respond(unsigned status);
 

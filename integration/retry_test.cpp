@@ -521,19 +521,6 @@ TEST(Retry, LargeBodyIsForwardedOnceNotRetried) {
   EXPECT_TRUE(reqs[0].body == body);
 }
 
-std::string chunked_request(const std::string& method, const std::string& authority, const std::string& path,
-                            const std::string& body, const std::string& extra_headers = {}) {
-  std::string r = method + " http://" + authority + path + " HTTP/1.1\r\nHost: " + authority +
-                  "\r\nTransfer-Encoding: chunked\r\n" + extra_headers + "\r\n";
-  for (std::size_t at = 0; at < body.size(); at += 7000) {
-    auto piece = body.substr(at, 7000);
-    char size[32];
-    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
-    r += size + piece + "\r\n";
-  }
-  return r + "0\r\n\r\n";
-}
-
 TEST(Retry, R6_ChunkedBodyWithinMaxRetryBodyIsKeptAndResent) {
   ScriptedUpstream up;
   up.on_sequence("/chunked", {answer(503), answer(200, {}, "stored")});
