@@ -4,6 +4,7 @@
 // Every input must end with the connection served to its end and every handler finished:
 // never a crash, a leak, an exception escaping the coroutine, or a connection left hanging.
 #include "proxy/h2/server_connection.hpp"
+#include "proxy/net.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -20,7 +21,7 @@
 #include <cstring>
 #include <exception>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 using tcp = net::ip::tcp;
 using namespace std::chrono_literals;
 

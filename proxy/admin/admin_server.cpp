@@ -152,7 +152,7 @@ struct admin_slot {
   std::shared_ptr<std::size_t> open;
 };
 
-net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state, const observe::logger& log,
+net::awaitable<void> admin_session(tcp_socket socket, const admin_state& state, const observe::logger& log,
                                    std::shared_ptr<std::size_t> open) {
   admin_slot const slot(std::move(open));
   beast::tcp_stream stream(std::move(socket));
@@ -224,7 +224,7 @@ net::awaitable<void> admin_session(tcp::socket socket, const admin_state& state,
 
 }  // namespace
 
-net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_state& state, const observe::logger& log) {
+net::awaitable<void> run_admin_listener(tcp_acceptor& acceptor, const admin_state& state, const observe::logger& log) {
   auto const open = std::make_shared<std::size_t>(0);
   bool warned = false;
   for (;;) {

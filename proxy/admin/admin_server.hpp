@@ -26,6 +26,6 @@ struct admin_state {
 };
 
 /// Accepts admin connections until the acceptor is closed. `state` must outlive the io_context.
-net::awaitable<void> run_admin_listener(tcp::acceptor& acceptor, const admin_state& state, const observe::logger& log);
+net::awaitable<void> run_admin_listener(tcp_acceptor& acceptor, const admin_state& state, const observe::logger& log);
 
 }  // namespace rebound::admin

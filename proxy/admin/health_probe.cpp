@@ -1,5 +1,6 @@
 #include "proxy/admin/health_probe.hpp"
 
+#include "proxy/net.hpp"
 #include "proxy/wire/bounded_parser.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -18,14 +19,10 @@
 namespace rebound::admin {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
 namespace bhttp = beast::http;
-using tcp = asio::ip::tcp;
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-asio::awaitable<void> ask(tcp::endpoint at, std::string target, std::chrono::milliseconds timeout, probe_result& out) {
-  beast::tcp_stream stream(co_await asio::this_coro::executor);
+net::awaitable<void> ask(tcp::endpoint at, std::string target, std::chrono::milliseconds timeout, probe_result& out) {
+  beast::tcp_stream stream(co_await net::this_coro::executor);
   stream.expires_after(timeout);
   if (auto [ec] = co_await stream.async_connect(at, use_tuple); ec) {
     out.detail = ec == beast::error::timeout ? "timed out" : ec.message();
@@ -59,14 +56,14 @@ asio::awaitable<void> ask(tcp::endpoint at, std::string target, std::chrono::mil
 probe_result probe_admin(std::string host, unsigned short port, const std::string& path,
                          std::chrono::milliseconds timeout) {
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
+  auto address = net::ip::make_address(host, ec);
   if (ec) return {false, "\"" + host + "\" is not an IP address"};
   if (address.is_unspecified())
-    address = address.is_v4() ? asio::ip::address(asio::ip::address_v4::loopback())
-                              : asio::ip::address(asio::ip::address_v6::loopback());
+    address = address.is_v4() ? net::ip::address(net::ip::address_v4::loopback())
+                              : net::ip::address(net::ip::address_v6::loopback());
   probe_result out{false, "timed out"};
-  asio::io_context ioc;
-  asio::co_spawn(ioc, ask(tcp::endpoint(address, port), path, timeout, out), asio::detached);
+  net::io_context ioc;
+  net::co_spawn(ioc, ask(tcp::endpoint(address, port), path, timeout, out), net::detached);
   ioc.run();
   return out;
 }

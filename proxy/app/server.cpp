@@ -205,7 +205,7 @@ net::awaitable<void> watch_config_file(net::io_context& control, control_state& 
     first, then the listeners close and busy connections finish their exchange, up to
     drain_timeout. */
 net::awaitable<void> handle_signals(net::io_context& control, net::signal_set& signals, control_state& cs,
-                                    tcp::acceptor& admin_acceptor) {
+                                    tcp_acceptor& admin_acceptor) {
   auto& log = cs.log;
   auto& workers = cs.workers;
   auto& state = cs.admin;
@@ -406,7 +406,7 @@ int run(std::shared_ptr<const config::config> cfg, observe::logger& log, const r
   auto workers = make_workers(n, *cfg, running, guards, log, metrics, ep, inbound_ep);
   net::io_context control{1};
   net::use_service<upstream::resolver_service>(control).configure(cfg->dns, &log, &metrics);
-  tcp::acceptor admin_acceptor =
+  tcp_acceptor admin_acceptor =
       bind_listener(control, tcp::endpoint(net::ip::make_address(cfg->admin.host), cfg->admin.port), false, "admin");
   admin_base = "http://" + to_string(admin_acceptor.local_endpoint());
   admin::admin_state state;

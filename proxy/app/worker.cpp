@@ -76,7 +76,7 @@ namespace {
 
 /// Starts a session for an accepted client, or refuses it past limits.max_connections (or
 /// what the descriptor limit allows, when that is less).
-void start_session(worker& w, const runtime::session_context& ctx, tcp::socket socket, std::optional<rlim_t> nofile) {
+void start_session(worker& w, const runtime::session_context& ctx, tcp_socket socket, std::optional<rlim_t> nofile) {
   auto const& cfg = ctx.latest ? *(*ctx.latest)->cfg : ctx.cfg();
   auto const cap = std::min(cfg.limits.max_connections, descriptor_cap(nofile));
   if (ctx.open_connections && ctx.open_connections->load(std::memory_order_relaxed) >= cap) {
@@ -109,7 +109,7 @@ int accept_room(int fd, std::optional<rlim_t> nofile) {
 
 }  // namespace
 
-net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, runtime::session_context ctx) {
+net::awaitable<void> accept_loop(worker& w, tcp_acceptor& acceptor, runtime::session_context ctx) {
   // The batch below must not block: a queue found empty answers would_block.
   error_code nb_ec;
   acceptor.non_blocking(true, nb_ec);
@@ -132,7 +132,7 @@ net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, runtime::se
     // taken now, as HAProxy's maxaccept does.
     for (int i = 0; i < room; ++i) {
       error_code aec;
-      tcp::socket more(w.ioc);
+      tcp_socket more(w.ioc);
       acceptor.accept(more, aec);
       if (aec) break;  // would_block: the queue is empty; anything else shows on the next async_accept
       start_session(w, ctx, std::move(more), nofile);
@@ -165,8 +165,8 @@ net::awaitable<void> return_freed_memory(net::io_context& control) {
 
 /// Start-up only, so a failure throws; the message names the key and the address, not
 /// Asio's source location.
-tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key) {
-  tcp::acceptor a(ioc);
+tcp_acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key) {
+  tcp_acceptor a(ioc);
   error_code ec;
   auto const step = [&](std::string_view what) {
     if (ec)

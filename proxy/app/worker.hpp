@@ -45,8 +45,8 @@ struct worker {
   net::io_context ioc{1};
   upstream::pool pool{pool_max_idle_per_upstream, pool_max_idle_at_start, pool_idle_timeout};
   h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
-  std::optional<tcp::acceptor> acceptor;
-  std::optional<tcp::acceptor> inbound_acceptor;  ///< `inbound.listen`, when configured
+  std::optional<tcp_acceptor> acceptor;
+  std::optional<tcp_acceptor> inbound_acceptor;   ///< `inbound.listen`, when configured
   std::mt19937_64 rng{std::random_device{}()};    // jitter only; keys come from OpenSSL's CSPRNG
   std::optional<retry::guard_cache> guards;
   std::shared_ptr<const runtime::running_config> running;  ///< current; only this worker's thread touches it
@@ -63,7 +63,7 @@ std::size_t descriptor_cap(std::optional<rlim_t> nofile);
 std::optional<rlim_t> nofile_limit();
 
 /// Accepts on `acceptor` and starts a session per client, until the acceptor closes.
-net::awaitable<void> accept_loop(worker& w, tcp::acceptor& acceptor, runtime::session_context ctx);
+net::awaitable<void> accept_loop(worker& w, tcp_acceptor& acceptor, runtime::session_context ctx);
 /** Gives the pages a burst freed back to the system every few seconds (glibc's malloc_trim,
     as HAProxy trims its pools): a thousand clients served at once leave their coroutine
     frames, buffers and heads freed but resident, scattered between what the connections
@@ -74,7 +74,7 @@ net::awaitable<void> return_freed_memory(net::io_context& control);
 net::awaitable<void> sweep_pool(worker& w, std::size_t workers);
 
 /// A listener on `ep` (`key` names it in the error); start-up only, so a failure throws.
-tcp::acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key);
+tcp_acceptor bind_listener(net::io_context& ioc, const tcp::endpoint& ep, bool share_port, std::string_view key);
 std::string to_string(const tcp::endpoint& ep);
 
 }  // namespace rebound::app

@@ -59,7 +59,7 @@ class oauth2_client final : public upstream::credential_source, public std::enab
 
  private:
   struct waiter {
-    net::any_io_executor executor;
+    net::executor executor;
     std::shared_ptr<net::steady_timer> timer;
   };
 

@@ -24,7 +24,7 @@ namespace rebound::h2 {
 
 class answer_budget {
  public:
-  answer_budget(net::any_io_executor ex, std::size_t limit) : ex_(std::move(ex)), limit_(limit) {}
+  answer_budget(net::executor ex, std::size_t limit) : ex_(std::move(ex)), limit_(limit) {}
 
   /// Whether a new stream would find room.
   bool full() const { return held_ >= limit_; }
@@ -45,7 +45,7 @@ class answer_budget {
  private:
   void wake();
 
-  net::any_io_executor ex_;
+  net::executor ex_;
   std::size_t limit_;
   std::size_t held_ = 0;
   std::size_t settled_ = 0;           ///< of held_: answers complete, waiting for the client

@@ -35,7 +35,7 @@ constexpr std::int32_t unbudgeted_stream_window = 1 << 20;
 constexpr std::int32_t connection_window = 16 << 20;
 
 struct client_stream {
-  explicit client_stream(const net::any_io_executor& ex) : done(ex) {}
+  explicit client_stream(const net::executor& ex) : done(ex) {}
   ~client_stream() {
     if (!budget) return;
     budget->settle(this, 0);       // an answer never handed over (failed, timed out)

@@ -86,7 +86,7 @@ inline bool needs_data(const std::string& body, const fields& trailers) { return
 
 /// The writer's state, shared with the reader that wakes it.
 struct pump {
-  explicit pump(const net::any_io_executor& ex) : wake(ex) {}
+  explicit pump(const net::executor& ex) : wake(ex) {}
   nghttp2_session* session = nullptr;
   net::steady_timer wake;     ///< a waitable event: cancel() wakes the writer
   bool read_done = false;     ///< the reader ended: flush what is queued, then stop
@@ -132,7 +132,7 @@ net::awaitable<void> write_loop(pump& p, Stream& stream) {
     co_await p.wake.async_wait(use_tuple);
   }
   error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.socket().shutdown(tcp_socket::shutdown_send, ignored);
   stream.socket().close(ignored);
 }
 

@@ -4,7 +4,7 @@
 
 namespace rebound::http {
 
-connection_deadline::connection_deadline(tcp::socket& socket) : state_(std::make_shared<state>(socket)) {}
+connection_deadline::connection_deadline(tcp_socket& socket) : state_(std::make_shared<state>(socket)) {}
 
 connection_deadline::~connection_deadline() {
   state_->socket = nullptr;

@@ -17,7 +17,7 @@ namespace rebound::http {
 
 class cancel_at {
  public:
-  cancel_at(tcp::socket& socket, std::chrono::steady_clock::time_point when)
+  cancel_at(tcp_socket& socket, std::chrono::steady_clock::time_point when)
       : state_(std::make_shared<state>()), timer_(socket.get_executor(), when) {
     timer_.async_wait([st = state_, &socket](error_code ec) {
       if (ec || !st->armed) return;
@@ -53,7 +53,7 @@ class cancel_at {
     keep-alive request (bench/README.md, "timers"). Single-threaded use (one worker). */
 class connection_deadline {
  public:
-  explicit connection_deadline(tcp::socket& socket);
+  explicit connection_deadline(tcp_socket& socket);
   ~connection_deadline();
   connection_deadline(const connection_deadline&) = delete;
   connection_deadline& operator=(const connection_deadline&) = delete;
@@ -68,8 +68,8 @@ class connection_deadline {
  private:
   static constexpr auto never = std::chrono::steady_clock::time_point::max();
   struct state {
-    explicit state(tcp::socket& s) : socket(&s), timer(s.get_executor()) {}
-    tcp::socket* socket;  ///< null once the owner is gone
+    explicit state(tcp_socket& s) : socket(&s), timer(s.get_executor()) {}
+    tcp_socket* socket;  ///< null once the owner is gone
     net::steady_timer timer;
     std::chrono::steady_clock::time_point deadline = never;
     std::chrono::steady_clock::time_point wake = never;  ///< when the pending wait ends

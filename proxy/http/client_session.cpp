@@ -73,7 +73,7 @@ bool head_incomplete(const beast::flat_buffer& buffer) {
 
 /// Whether the client's next request has begun to arrive: bytes already read into `buffer`
 /// (pipelined), or bytes waiting unread in the socket.
-bool request_waiting(const beast::flat_buffer& buffer, tcp::socket& socket) {
+bool request_waiting(const beast::flat_buffer& buffer, tcp_socket& socket) {
   return buffer.size() > 0 || has_unread_bytes(socket);
 }
 
@@ -128,7 +128,7 @@ class connection_slot {
     error answer the client has not read yet (the reason for nginx's lingering_close). */
 net::awaitable<void> lingering_close(beast::tcp_stream& client) {
   error_code ec;
-  client.socket().shutdown(tcp::socket::shutdown_send, ec);
+  client.socket().shutdown(tcp_socket::shutdown_send, ec);
   if (!ec && client.socket().is_open()) {
     std::array<char, 4096> sink;
     std::size_t total = 0;
@@ -142,7 +142,7 @@ net::awaitable<void> lingering_close(beast::tcp_stream& client) {
   client.close();
 }
 
-net::awaitable<void> refuse_connection(tcp::socket socket) {
+net::awaitable<void> refuse_connection(tcp_socket socket) {
   beast::tcp_stream client(std::move(socket));
   error_code ignored;
   client.socket().set_option(tcp::no_delay(true), ignored);
@@ -157,7 +157,7 @@ namespace {
     parked for its next bytes. On the heap once per connection, so the registry's pointer to
     its stream and the deadline's to its socket stay valid across both states. */
 struct client_connection {
-  client_connection(runtime::session_context c, session_doors d, tcp::socket s)
+  client_connection(runtime::session_context c, session_doors d, tcp_socket s)
       : ctx(std::move(c)),
         doors(d),
         slot(ctx.open_connections),
@@ -206,7 +206,8 @@ void park(connection_ptr conn, std::chrono::steady_clock::time_point idle_end) {
     auto const* log = conn->ctx.log;
     net::co_spawn(ex, serve_requests(std::move(conn)), observe::report_failure{log, "client_session"});
   };
-  c.stream.socket().async_wait(tcp::socket::wait_read, net::bind_allocator(exact_allocator<void>(), std::move(on_bytes)));
+  c.stream.socket().async_wait(tcp_socket::wait_read,
+                               net::bind_allocator(exact_allocator<void>(), std::move(on_bytes)));
 }
 
 /** How long a session waits for the next request in its coroutine before it parks. A busy
@@ -360,7 +361,7 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
 
 }  // namespace
 
-void serve_client(runtime::session_context ctx, session_doors doors, tcp::socket socket) {
+void serve_client(runtime::session_context ctx, session_doors doors, tcp_socket socket) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   auto conn = std::make_unique<client_connection>(std::move(ctx), doors, std::move(socket));

@@ -30,10 +30,10 @@ struct session_doors {
 /** Takes an accepted client connection. Until its first bytes arrive, and between requests,
     it waits parked: its socket, its idle deadline and a small record, with no coroutine and
     no read buffer. A session coroutine serves it while requests keep coming. */
-void serve_client(runtime::session_context ctx, session_doors doors, tcp::socket socket);
+void serve_client(runtime::session_context ctx, session_doors doors, tcp_socket socket);
 
 /// Answers a connection over limits.max_connections with 503 `overloaded` and closes it.
-net::awaitable<void> refuse_connection(tcp::socket socket);
+net::awaitable<void> refuse_connection(tcp_socket socket);
 
 /** Half-closes, then reads and drops what the client still sends for a moment before
     closing: closing with unread bytes makes the kernel send a reset, which can destroy an

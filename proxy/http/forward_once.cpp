@@ -106,7 +106,7 @@ net::awaitable<std::optional<retry::attempt_failure>> exchange_continue(once_cal
   if (!up.is_tls()) {
     net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_at(std::min(clock::now() + expect_wait, deadline));
-    auto readable = up.socket().async_wait(tcp::socket::wait_read, use_tuple);
+    auto readable = up.socket().async_wait(tcp_socket::wait_read, use_tuple);
     auto expire = timer.async_wait(use_tuple);
     auto spoke = co_await (std::move(readable) || std::move(expire));
     upstream_spoke = spoke.index() == 0;

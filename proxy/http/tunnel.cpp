@@ -29,7 +29,7 @@ struct tunnel_state {
   }
 };
 
-void close_end(tcp::socket& s) {
+void close_end(tcp_socket& s) {
   error_code ignored;
   s.close(ignored);
 }
@@ -37,21 +37,21 @@ void close_end(upstream::connection& c) {
   error_code ignored;
   c.socket().close(ignored);
 }
-void half_close(tcp::socket& s) {
+void half_close(tcp_socket& s) {
   error_code ignored;
-  s.shutdown(tcp::socket::shutdown_send, ignored);
+  s.shutdown(tcp_socket::shutdown_send, ignored);
 }
 void half_close(upstream::connection& c) { c.shutdown_send(); }
 
 /// Waits until the side has bytes (or its end) to read, so no buffer is held meanwhile. TLS
 /// may already hold decrypted bytes that no socket readiness announces: its read waits itself.
-net::awaitable<error_code> readable(tcp::socket& s) {
-  auto [ec] = co_await s.async_wait(tcp::socket::wait_read, use_tuple);
+net::awaitable<error_code> readable(tcp_socket& s) {
+  auto [ec] = co_await s.async_wait(tcp_socket::wait_read, use_tuple);
   co_return ec;
 }
 net::awaitable<error_code> readable(upstream::connection& c) {
   if (c.is_tls()) co_return error_code{};
-  auto [ec] = co_await c.socket().async_wait(tcp::socket::wait_read, use_tuple);
+  auto [ec] = co_await c.socket().async_wait(tcp_socket::wait_read, use_tuple);
   co_return ec;
 }
 
@@ -99,7 +99,7 @@ net::awaitable<void> transfer(From& from, To& to, std::uint64_t& moved, side nam
 }
 
 /// Ends the tunnel, closing both sides, once neither direction has moved for `idle`.
-net::awaitable<void> idle_watchdog(tunnel_state& state, std::chrono::milliseconds idle, tcp::socket& client,
+net::awaitable<void> idle_watchdog(tunnel_state& state, std::chrono::milliseconds idle, tcp_socket& client,
                                    upstream::connection& up) {
   net::steady_timer timer(co_await net::this_coro::executor);
   for (;;) {
@@ -150,7 +150,7 @@ class connect_attempt final : public retry::attempt_runner {
 
 }  // namespace
 
-net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel_end<upstream::connection> up,
+net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp_socket> client, tunnel_end<upstream::connection> up,
                                           std::chrono::milliseconds idle, runtime::relay_buffers* buffers) {
   auto const start = clock::now();
   tunnel_totals totals;

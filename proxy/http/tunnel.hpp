@@ -41,7 +41,7 @@ struct tunnel_totals {
     flowing; an error tears both down. A direction holds a buffer (from `buffers`, null: the
     heap) only while its side has bytes to read, so an idle tunnel costs its sockets and two
     small coroutine frames. Both streams are closed when it returns. */
-net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp::socket> client, tunnel_end<upstream::connection> up,
+net::awaitable<tunnel_totals> pump_tunnel(tunnel_end<tcp_socket> client, tunnel_end<upstream::connection> up,
                                           std::chrono::milliseconds idle, runtime::relay_buffers* buffers);
 
 /// What a tunnel's `tunnel_closed` log line names besides its totals.

@@ -175,7 +175,7 @@ class answer_on_timeout {
 
  private:
   struct state {
-    explicit state(const net::any_io_executor& ex) : timer(ex), done(ex) {}
+    explicit state(const net::executor& ex) : timer(ex), done(ex) {}
     net::steady_timer timer;
     net::steady_timer done;  ///< a waitable event: cancelled once the 504 is written
     bool settled = false;
@@ -190,7 +190,7 @@ class answer_on_timeout {
     st->answering = true;
     co_await http::send_error(client, reply, false, idle);
     error_code ignored;
-    client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    client.socket().shutdown(tcp_socket::shutdown_send, ignored);
     st->answered = true;
     st->done.cancel();
   }

@@ -23,14 +23,14 @@ struct client_watch {
   bool active = true;
   bool client_gone = false;
 
-  static void start(const std::shared_ptr<client_watch>& self, tcp::socket& client) {
-    client.async_wait(tcp::socket::wait_read, [self, &client](error_code ec) {
+  static void start(const std::shared_ptr<client_watch>& self, tcp_socket& client) {
+    client.async_wait(tcp_socket::wait_read, [self, &client](error_code ec) {
       if (!self->active) return;  // the wait ended first; the socket may be gone
       bool gone = static_cast<bool>(ec);
       if (!gone) {
         char probe;
         error_code pec;
-        auto const n = client.receive(net::buffer(&probe, 1), tcp::socket::message_peek, pec);
+        auto const n = client.receive(net::buffer(&probe, 1), tcp_socket::message_peek, pec);
         if (pec == net::error::would_block || pec == net::error::try_again) return start(self, client);
         gone = pec || n == 0;
       }
@@ -43,7 +43,7 @@ struct client_watch {
 
 enum class wait_end { elapsed, cancelled, client_gone };
 
-wait_end end_watch(client_watch* watch, tcp::socket* client, error_code timer_ec) {
+wait_end end_watch(client_watch* watch, tcp_socket* client, error_code timer_ec) {
   if (!watch) return timer_ec ? wait_end::cancelled : wait_end::elapsed;
   watch->active = false;
   if (watch->client_gone) return wait_end::client_gone;

@@ -18,7 +18,7 @@ namespace rebound::retry {
 struct loop_hooks {
   const bool* draining = nullptr;  ///< a drain sends no further retry
   net::cancellation_slot drain;    ///< a drain emits here, ending a pending backoff wait
-  tcp::socket* client = nullptr;   ///< watched during a backoff: a client that hangs up cancels the loop
+  tcp_socket* client = nullptr;    ///< watched during a backoff: a client that hangs up cancels the loop
 };
 
 /** How one protocol makes an attempt: HTTP/1.1 (http/retry_loop.hpp), CONNECT

@@ -18,8 +18,8 @@ class session_registry {
   struct entry {
     // A constructor, not aggregate init: emplace of an aggregate with parentheses is C++20
     // that clang 14 (the fuzz build's compiler) does not have.
-    entry(boost::beast::tcp_stream* s, bool i) : stream(s), idle(i) {}
-    boost::beast::tcp_stream* stream;
+    entry(beast::tcp_stream* s, bool i) : stream(s), idle(i) {}
+    beast::tcp_stream* stream;
     bool idle;
     /// Cuts a pending retry wait short when a drain begins; emitting with nothing waiting does nothing.
     boost::asio::cancellation_signal drain_wait;
@@ -28,7 +28,7 @@ class session_registry {
  public:
   using handle = std::list<entry>::iterator;
 
-  handle add(boost::beast::tcp_stream& s) {
+  handle add(beast::tcp_stream& s) {
     active_.fetch_add(1, std::memory_order_relaxed);
     return entries_.emplace(entries_.end(), &s, true);
   }
@@ -65,7 +65,7 @@ class session_registry {
 /// Registers a session for its lifetime.
 class session_guard {
  public:
-  session_guard(session_registry& r, boost::beast::tcp_stream& s) : r_(r), h_(r.add(s)) {}
+  session_guard(session_registry& r, beast::tcp_stream& s) : r_(r), h_(r.add(s)) {}
   ~session_guard() { r_.remove(h_); }
   session_guard(const session_guard&) = delete;
   session_guard& operator=(const session_guard&) = delete;

@@ -123,29 +123,28 @@ net::awaitable<std::optional<retry::attempt_failure>> apply_credential(credentia
   co_return std::nullopt;
 }
 
-const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
+const std::vector<net::ip::address>* addresses_to_avoid(const net::executor& ex, const destination& to,
                                                         std::vector<net::ip::address>& scratch) {
   if (to.health) to.health->ejected_addresses(scratch);
   bool const retried = to.avoid && !to.avoid->empty();
   if (scratch.empty() && !retried) return nullptr;  // the common case: no resolver asked
-  auto const* resolver = resolver_of(ex);
-  if (!resolver) return nullptr;
-  if (scratch.empty()) return resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
+  auto const& resolver = resolver_of(ex);
+  if (scratch.empty()) return resolver.offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
   if (retried)
     for (auto const& a : *to.avoid)
       if (std::find(scratch.begin(), scratch.end(), a) == scratch.end()) scratch.push_back(a);
-  if (resolver->offers_another(to.host, scratch)) return &scratch;
-  return retried && resolver->offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
+  if (resolver.offers_another(to.host, scratch)) return &scratch;
+  return retried && resolver.offers_another(to.host, *to.avoid) ? to.avoid : nullptr;
 }
 
 void remember_tried(std::vector<net::ip::address>& tried, const net::ip::address& a) {
   if (!a.is_unspecified() && std::find(tried.begin(), tried.end(), a) == tried.end()) tried.push_back(a);
 }
 
-void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed) {
+void report_address(const net::executor& ex, const destination& to, const net::ip::address& a, bool failed) {
   if (!to.health || a.is_unspecified()) return;
   if (!failed) return to.health->address_answered(a);
-  if (auto const* resolver = resolver_of(ex)) to.health->address_failed(a, resolver->address_count(to.host));
+  to.health->address_failed(a, resolver_of(ex).address_count(to.host));
 }
 
 namespace {
@@ -153,7 +152,7 @@ namespace {
 /** A new connection for an attempt. Out of descriptors while idle connections to other hosts
     hold some, one of those (the least recently used) gives its descriptor to this call
     instead of the call being refused. The addresses that failed to connect are reported. */
-net::awaitable<open_result> fresh_connection(pool& p, const destination& to, const net::any_io_executor& ex,
+net::awaitable<open_result> fresh_connection(pool& p, const destination& to, const net::executor& ex,
                                              const std::vector<net::ip::address>* avoid, clock::time_point deadline) {
   auto c = co_await open_connection(to.host, to.port, to.tls, deadline, {}, avoid);
   while (!c.conn && c.error == http::error_type::overloaded && p.close_oldest())

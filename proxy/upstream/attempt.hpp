@@ -105,7 +105,7 @@ struct destination {
     only those tried, if that leaves one; else none: a request that finds every address
     ejected or tried goes to them anyway. Points at `to.avoid` or `scratch`, or is null (the
     common case, which asks no resolver). The HTTP/1.1 exchange and the HTTP/2 pool both ask. */
-const std::vector<net::ip::address>* addresses_to_avoid(const net::any_io_executor& ex, const destination& to,
+const std::vector<net::ip::address>* addresses_to_avoid(const net::executor& ex, const destination& to,
                                                         std::vector<net::ip::address>& scratch);
 
 /// Adds `a` to the addresses a request tried (`destination::avoid`), once; an unspecified
@@ -114,7 +114,7 @@ void remember_tried(std::vector<net::ip::address>& tried, const net::ip::address
 
 /// Tells `to.health` how `a` did: `failed` (a connect failure, a reset or timeout before the
 /// answer, retry::fails_address) or answered. An IP literal's one address is never ejected.
-void report_address(const net::any_io_executor& ex, const destination& to, const net::ip::address& a, bool failed);
+void report_address(const net::executor& ex, const destination& to, const net::ip::address& a, bool failed);
 
 struct interim_route;
 

@@ -51,10 +51,10 @@ namespace {
     failed); the first to connect wins and the others are closed. A blackholed first address
     then costs `stagger`, not the attempt. */
 struct connect_race {
-  explicit connect_race(const net::any_io_executor& ex) : wake(ex) {}
+  explicit connect_race(const net::executor& ex) : wake(ex) {}
   net::steady_timer wake;  ///< cancelled by each attempt that ends
-  std::vector<std::unique_ptr<tcp::socket>> sockets;
-  std::optional<tcp::socket> winner;
+  std::vector<std::unique_ptr<tcp_socket>> sockets;
+  std::optional<tcp_socket> winner;
   std::size_t winner_at = 0;  ///< its index in the endpoints
   std::size_t failed = 0;
   std::vector<bool> ended;    ///< by index in the endpoints: its connect failed
@@ -64,7 +64,7 @@ struct connect_race {
 
 struct race_result {
   error_code ec;
-  std::optional<tcp::socket> socket;
+  std::optional<tcp_socket> socket;
   net::ip::address peer;
   std::vector<net::ip::address> failed;  ///< connect_result::failed
 };
@@ -82,7 +82,7 @@ net::awaitable<race_result> connect_first(
     if (race->winner) break;
     auto const now = std::chrono::steady_clock::now();
     if (started < endpoints.size() && (now >= next_start || race->failed == started)) {
-      auto& sock = race->sockets.emplace_back(std::make_unique<tcp::socket>(ex));
+      auto& sock = race->sockets.emplace_back(std::make_unique<tcp_socket>(ex));
       sock->async_connect(endpoints[started], [race, sp = sock.get(), at = started](error_code ec) {
         if (!ec && !race->winner) {
           race->winner.emplace(std::move(*sp));
@@ -155,13 +155,8 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
   if (!ec) {
     endpoints.emplace_back(addr, port);
   } else {
-    auto* resolver = resolver_of(ex);
-    if (!resolver) {
-      out.error = http::error_type::dns_failure;
-      out.message = "DNS lookup of " + host + " failed: no resolver on this executor";
-      co_return out;
-    }
-    auto found = co_await resolver->resolve(host, deadline);
+    auto& resolver = resolver_of(ex);
+    auto found = co_await resolver.resolve(host, deadline);
     if (found.addresses.empty()) {
       out.error = found.error;
       out.message = std::move(found.message);
@@ -172,7 +167,7 @@ net::awaitable<connect_result> connect_to(const std::string& host, std::uint16_t
       std::stable_partition(endpoints.begin(), endpoints.end(), [avoid](const tcp::endpoint& ep) {
         return std::find(avoid->begin(), avoid->end(), ep.address()) == avoid->end();
       });
-    stagger = resolver->settings().connect_stagger;
+    stagger = resolver.settings().connect_stagger;
   }
   error_code cec;
   std::optional<beast::tcp_stream> stream;

@@ -60,7 +60,7 @@ class connection {
 
   /// The TCP layer: deadlines (`expires_at`, `expires_never`) and the socket.
   beast::tcp_stream& tcp() { return tls_ ? tls_next_layer() : *plain_; }
-  tcp::socket& socket() { return tcp().socket(); }
+  tcp_socket& socket() { return tcp().socket(); }
   void expires_at(std::chrono::steady_clock::time_point t) { tcp().expires_at(t); }
   void expires_after(std::chrono::steady_clock::duration d) { tcp().expires_after(d); }
   void expires_never() { tcp().expires_never(); }
@@ -70,7 +70,7 @@ class connection {
       tunnel ends when the upstream closes or goes idle. */
   void shutdown_send() {
     error_code ignored;
-    if (!tls_) socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (!tls_) socket().shutdown(tcp_socket::shutdown_send, ignored);
   }
 
   template <class MutableBuffers, class Token>

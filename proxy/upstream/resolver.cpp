@@ -361,9 +361,6 @@ void resolver_service::schedule_timeout() {
   });
 }
 
-resolver_service* resolver_of(const net::any_io_executor& ex) {
-  auto const* io = ex.target<net::io_context::executor_type>();
-  return io ? &net::use_service<resolver_service>(io->context()) : nullptr;
-}
+resolver_service& resolver_of(const net::executor& ex) { return net::use_service<resolver_service>(ex.context()); }
 
 }  // namespace rebound::upstream

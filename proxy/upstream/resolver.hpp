@@ -106,7 +106,7 @@ class resolver_service : public net::execution_context::service {
   bool stopped_ = false;
 };
 
-/// The resolver of the io_context `ex` runs on (null when `ex` is not an io_context's).
-resolver_service* resolver_of(const net::any_io_executor& ex);
+/// The resolver of the io_context `ex` runs on.
+resolver_service& resolver_of(const net::executor& ex);
 
 }  // namespace rebound::upstream

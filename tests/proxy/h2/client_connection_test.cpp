@@ -178,7 +178,7 @@ struct raw_server {
   raw_server(net::io_context& io, script s) : ioc(io), how(s) {}
   net::io_context& ioc;
   script how;
-  tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::tcp_acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
   std::vector<std::int32_t> requests;
   bool drop_now = false;
 
@@ -200,7 +200,7 @@ struct raw_server {
     return 0;
   }
 
-  static net::awaitable<void> flush(nghttp2_session* s, tcp::socket& sock) {
+  static net::awaitable<void> flush(nghttp2_session* s, rebound::tcp_socket& sock) {
     std::string out;
     const std::uint8_t* data = nullptr;
     for (ssize_t n; (n = nghttp2_session_mem_send(s, &data)) > 0;) out.append((const char*)data, n);
@@ -208,7 +208,7 @@ struct raw_server {
   }
 
   static net::awaitable<void> run(raw_server& r) {
-    tcp::socket sock(r.ioc);
+    rebound::tcp_socket sock(r.ioc);
     auto [aec] = co_await r.acceptor.async_accept(sock, use_tuple);
     if (aec) co_return;
     nghttp2_session_callbacks* cbs = nullptr;

@@ -56,7 +56,7 @@ struct test_server {
   test_server(net::io_context& io, h2::handlers h, h2::server_limits l = {})
       : ioc(io), limits(l), handler(std::move(h)) {}
   net::io_context& ioc;
-  tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::tcp_acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
   h2::server_limits limits;
   h2::handlers handler;
   bool draining = false;
@@ -75,15 +75,15 @@ struct test_server {
 
   static net::awaitable<void> accept_loop(test_server& s) {
     for (;;) {
-      tcp::socket sock(s.ioc);
+      rebound::tcp_socket sock(s.ioc);
       auto [ec] = co_await s.acceptor.async_accept(sock, use_tuple);
       if (ec) co_return;
       ++s.accepted;
-      net::co_spawn(s.ioc, session(s, std::make_shared<tcp::socket>(std::move(sock))), ignore{});
+      net::co_spawn(s.ioc, session(s, std::make_shared<rebound::tcp_socket>(std::move(sock))), ignore{});
     }
   }
 
-  static net::awaitable<void> session(test_server& s, std::shared_ptr<tcp::socket> sock) {
+  static net::awaitable<void> session(test_server& s, std::shared_ptr<rebound::tcp_socket> sock) {
     beast::tcp_stream stream(std::move(*sock));
     beast::flat_buffer preread;
     // Named first: by-value arguments inside a co_await expression hit a GCC 12 double free.

@@ -15,15 +15,15 @@ namespace {
 /// A connected pair on 127.0.0.1; `near` is the side whose reads are bounded.
 struct socket_pair {
   net::io_context ioc;
-  tcp::socket near{ioc}, far{ioc};
+  rebound::tcp_socket near{ioc}, far{ioc};
   socket_pair() {
-    tcp::acceptor a(ioc, {net::ip::make_address("127.0.0.1"), 0});
+    rebound::tcp_acceptor a(ioc, {net::ip::make_address("127.0.0.1"), 0});
     near.connect(a.local_endpoint());
     far = a.accept();
   }
   /// Starts waiting for `near` to be readable; the result lands in `done`.
   void wait(std::optional<error_code>& done) {
-    near.async_wait(tcp::socket::wait_read, [&done](error_code ec) { done = ec; });
+    near.async_wait(rebound::tcp_socket::wait_read, [&done](error_code ec) { done = ec; });
   }
 };
 auto soon(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
@@ -102,7 +102,7 @@ TEST(ConnectionDeadline, APendingWakeUpLeftAtShutdownIsReleasedCleanly) {
   // at exit): the handler, which holds the timer's state, is then destroyed unrun.
   auto ioc = std::make_unique<net::io_context>();
   {
-    tcp::socket s(*ioc);
+    rebound::tcp_socket s(*ioc);
     s.open(tcp::v4());
     http::connection_deadline d(s);
     d.arm(soon(1h));

@@ -212,7 +212,7 @@ TEST(ClientSession, ADrainClosesAParkedConnection) {
 TEST(ClientSession, ConnectTunnelsBytesBothWaysWithHalfClose) {
   rig r;
   // The target: reads to the client's half-close, then answers with what it got.
-  tcp::acceptor target(r.ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  rebound::tcp_acceptor target(r.ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
   net::co_spawn(
       r.ioc,
       [&target]() -> net::awaitable<void> {
@@ -244,7 +244,7 @@ TEST(ClientSession, R4_AConnectThatIsRefusedIsRetriedThenAnswered502WithTheClien
   // A port nothing listens on: bound, then closed.
   std::uint16_t port = 0;
   {
-    tcp::acceptor gone(r.ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    rebound::tcp_acceptor gone(r.ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
     port = gone.local_endpoint().port();
   }
   r.serve({nullptr, nullptr});

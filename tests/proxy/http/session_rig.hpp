@@ -78,7 +78,7 @@ struct rig {
           if (cec) co_return;
           auto [wec, wn] = co_await net::async_write(c, net::buffer(out), use_tuple);
           if (wec) co_return;
-          if (shut) c.socket().shutdown(tcp::socket::shutdown_send);
+          if (shut) c.socket().shutdown(rebound::tcp_socket::shutdown_send);
           std::array<char, 4096> chunk;
           while (!enough || !enough(in)) {
             auto [rec, n] = co_await c.async_read_some(net::buffer(chunk), use_tuple);
@@ -110,7 +110,7 @@ struct rig {
   runtime::session_context ctx;
   net::io_context ioc{1};
   upstream::pool pool{16, 16, 30s};
-  tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::tcp_acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
 };
 
 /// Counts the occurrences of `what` in `text`.

@@ -21,7 +21,7 @@ namespace bhttp = boost::beast::http;
 /// A port bound before the rig exists, so that its address can go into the rig's config.
 struct bound_port {
   net::io_context probe;
-  tcp::acceptor acceptor{probe, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::tcp_acceptor acceptor{probe, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
   std::string authority() const { return "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()); }
 };
 
@@ -39,7 +39,7 @@ struct counting_app {
       net::co_spawn(acceptor.get_executor(), answer(std::move(s)), net::detached);
     }
   }
-  net::awaitable<void> answer(tcp::socket s) {
+  net::awaitable<void> answer(rebound::tcp_socket s) {
     beast::flat_buffer buffer;
     for (;;) {
       rebound::http::request_message<bhttp::string_body> req;
@@ -54,7 +54,7 @@ struct counting_app {
     }
   }
 
-  tcp::acceptor acceptor;
+  rebound::tcp_acceptor acceptor;
   int calls = 0;
 };
 

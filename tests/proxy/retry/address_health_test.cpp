@@ -1,8 +1,9 @@
 #include "proxy/retry/address_health.hpp"
+#include "proxy/net.hpp"
 
 #include <gtest/gtest.h>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 using rebound::retry::address_health;
 using namespace std::chrono_literals;
 

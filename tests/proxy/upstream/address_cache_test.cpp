@@ -1,8 +1,9 @@
 #include "proxy/upstream/address_cache.hpp"
+#include "proxy/net.hpp"
 
 #include <gtest/gtest.h>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 using rebound::upstream::address_cache;
 using rebound::upstream::interleave_families;
 using namespace std::chrono_literals;

@@ -2,6 +2,7 @@
 // scripted server in the same io_context: what goes out, which connection it rides, and how
 // each way an upstream can fail becomes an attempt failure.
 #include "proxy/upstream/attempt.hpp"
+#include "proxy/net.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -18,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
 using namespace rebound;
@@ -38,10 +39,10 @@ struct reply {
 struct scripted_server {
   explicit scripted_server(net::io_context& io) : ioc(io) {}
   net::io_context& ioc;
-  tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::tcp_acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
   std::vector<reply> replies;
   std::vector<std::string> requests;
-  std::vector<std::shared_ptr<tcp::socket>> held;  ///< silent connections, kept open
+  std::vector<std::shared_ptr<rebound::tcp_socket>> held;  ///< silent connections, kept open
 
   std::uint16_t port() const { return acceptor.local_endpoint().port(); }
 
@@ -49,7 +50,7 @@ struct scripted_server {
 
   net::awaitable<void> serve() {
     for (auto const& r : replies) {
-      auto sock = std::make_shared<tcp::socket>(ioc);
+      auto sock = std::make_shared<rebound::tcp_socket>(ioc);
       auto [aec] = co_await acceptor.async_accept(*sock, net::as_tuple(net::use_awaitable));
       if (aec) co_return;
       std::string in;
@@ -72,7 +73,7 @@ struct scripted_server {
       }
       if (!r.bytes.empty()) co_await net::async_write(*sock, net::buffer(r.bytes), net::as_tuple(net::use_awaitable));
       boost::system::error_code ignored;
-      sock->shutdown(tcp::socket::shutdown_send, ignored);
+      sock->shutdown(rebound::tcp_socket::shutdown_send, ignored);
       sock->close(ignored);
     }
   }
@@ -108,7 +109,7 @@ upstream::attempt_result run(net::io_context& ioc, upstream::pool& p, const std:
 
 /// A connection to `server` as the pool would hold it: opened, used, put back.
 upstream::connection pooled_connection_to(net::io_context& ioc, const scripted_server& server) {
-  boost::beast::tcp_stream s(ioc);
+  rebound::beast::tcp_stream s(ioc);
   s.socket().connect(server.acceptor.local_endpoint());
   return upstream::connection(std::move(s));
 }
@@ -263,7 +264,7 @@ TEST(Exchange, AnUpstreamSilentPastTheDeadlineIsAnAttemptTimeout) {
 TEST(Exchange, NothingListeningIsConnectRefused) {
   net::io_context ioc;
   // Bound and never listened on: a SYN to it gets RST, and nothing else can take the port.
-  tcp::socket holder(ioc);
+  rebound::tcp_socket holder(ioc);
   holder.open(tcp::v4());
   holder.bind(tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
   auto const port = holder.local_endpoint().port();

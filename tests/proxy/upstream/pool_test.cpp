@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 using tcp = net::ip::tcp;
 using rebound::upstream::pool;
 using namespace std::chrono_literals;
@@ -23,9 +23,9 @@ namespace {
 /// A connected client stream and the server's end of it, on loopback.
 struct connected_pair {
   net::io_context& ioc;
-  tcp::acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
-  boost::beast::tcp_stream client{ioc};
-  tcp::socket server{ioc};
+  rebound::tcp_acceptor acceptor{ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)};
+  rebound::beast::tcp_stream client{ioc};
+  rebound::tcp_socket server{ioc};
   explicit connected_pair(net::io_context& io) : ioc(io) {
     client.socket().connect(acceptor.local_endpoint());
     acceptor.accept(server);
@@ -244,6 +244,7 @@ TEST(Pool, ALowerTotalLimitClosesTheOldestAtOnce) {
 }  // namespace pool_test
 
 #include "proxy/upstream/attempt.hpp"
+#include "proxy/net.hpp"
 
 namespace pool_test {
 namespace {

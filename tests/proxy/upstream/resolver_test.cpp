@@ -4,6 +4,7 @@
 #include "proxy/upstream/resolver.hpp"
 
 #include "integration/dns_server.hpp"
+#include "proxy/net.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -11,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-namespace net = boost::asio;
+namespace net = rebound::net;
 using rebound::upstream::resolve_result;
 using rebound::upstream::resolver_service;
 using namespace std::chrono_literals;
