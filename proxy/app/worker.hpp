@@ -42,7 +42,11 @@ inline constexpr std::size_t pool_max_idle_at_start = 256;
 struct worker {
   runtime::session_registry sessions;
   runtime::relay_buffers buffers;  ///< outlives the io_context: suspended relays hold leases
-  net::io_context ioc{1};
+  /** No lock per socket operation (Asio's per-descriptor mutex: two lock pairs per read or
+      write). Safe because only this thread starts, cancels or closes an I/O object of `ioc`:
+      other threads reach it through net::post, and the scheduler and timer queue keep
+      their locks for that. */
+  net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   upstream::pool pool{pool_max_idle_per_upstream, pool_max_idle_at_start, pool_idle_timeout};
   h2::client_pool h2_pool;  ///< HTTP/2 upstreams of gRPC calls: one connection carries many calls
   std::optional<tcp_acceptor> acceptor;
