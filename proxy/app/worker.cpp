@@ -141,13 +141,17 @@ net::awaitable<void> accept_loop(worker& w, tcp_acceptor& acceptor, runtime::ses
 }
 
 net::awaitable<void> sweep_pool(worker& w, std::size_t workers) {
+  constexpr int seconds_per_sweep = 5;
   net::steady_timer timer(w.ioc);
-  for (;;) {
+  for (int tick = 0;; ++tick) {
     // The limit first: an operator may change the descriptor limit while rebound runs.
-    w.pool.set_max_idle_total(idle_upstream_cap(nofile_limit(), workers));
-    timer.expires_after(std::chrono::seconds(5));
+    if (tick % seconds_per_sweep == 0) w.pool.set_max_idle_total(idle_upstream_cap(nofile_limit(), workers));
+    timer.expires_after(std::chrono::seconds(1));
     auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) co_return;
+    w.pool.trim_spares();
+    w.buffers.trim();
+    if (tick % seconds_per_sweep != seconds_per_sweep - 1) continue;
     w.pool.sweep();
     w.h2_pool.sweep(pool_idle_timeout);
   }

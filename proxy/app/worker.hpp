@@ -74,7 +74,9 @@ net::awaitable<void> accept_loop(worker& w, tcp_acceptor& acceptor, runtime::ses
     that stay still hold, where glibc returns nothing of its own. Runs on the control thread;
     a trim locks each arena for about a millisecond. */
 net::awaitable<void> return_freed_memory(net::io_context& control);
-/// Closes idle upstream connections that outlived their welcome, every few seconds.
+/** Closes idle upstream connections that outlived their welcome, every five seconds, and
+    gives back each second the spare exchanges and relay buffers a burst left
+    (runtime::spares). */
 net::awaitable<void> sweep_pool(worker& w, std::size_t workers);
 
 /// A listener on `ep` (`key` names it in the error); start-up only, so a failure throws.

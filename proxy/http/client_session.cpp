@@ -192,6 +192,10 @@ void park(connection_ptr conn, std::chrono::steady_clock::time_point idle_end) {
   auto& c = *conn;
   c.guard.set_idle(true);
   c.buffer.shrink_to_fit();
+  // The drain signal keeps the memory of the last wait it could cancel (Asio reuses it for
+  // the next): 48 bytes made while the request was served, amid its freed frames and
+  // buffers, which then pinned a page of them per idle connection (bench/README.md).
+  c.guard.drain_slot().clear();
   c.deadline.arm(idle_end);
   // Pending while the connection idles: its own size from malloc (net.hpp).
   auto on_bytes = [conn = std::move(conn)](error_code ec) mutable {

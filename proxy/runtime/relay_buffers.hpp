@@ -1,4 +1,6 @@
 #pragma once
+#include "proxy/runtime/spares.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -41,13 +43,23 @@ class relay_buffers {
   /// Takes from `pool` when there is one, else from the heap.
   static lease take_from(relay_buffers* pool, std::size_t size);
 
+  /// Frees the spares no relay took since the last trim (runtime::spares).
+  void trim() {
+    small_.trim();
+    large_.trim();
+  }
+  std::size_t spare_count() const { return small_.size() + large_.size(); }
+
  private:
-  /// More spares than this are freed: a burst of large responses does not stay resident.
+  /// Kept of each size at most (a burst of large responses does not stay resident) and at
+  /// least, however quiet the worker.
   static constexpr std::size_t max_spare = 16;
+  static constexpr std::size_t min_spare = 2;
   void give_back(std::unique_ptr<char[]> b, std::size_t size);
-  std::vector<std::unique_ptr<char[]>>& spares(std::size_t size) { return size == large_size ? large_ : small_; }
-  std::vector<std::unique_ptr<char[]>> small_;
-  std::vector<std::unique_ptr<char[]>> large_;
+  using kept = runtime::spares<std::unique_ptr<char[]>>;
+  kept& spares_of(std::size_t size) { return size == large_size ? large_ : small_; }
+  kept small_{min_spare, max_spare};
+  kept large_{min_spare, max_spare};
 };
 
 }  // namespace rebound::runtime

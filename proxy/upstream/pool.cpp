@@ -34,20 +34,17 @@ pool::pool(std::size_t max_idle_per_key, std::size_t max_idle_total, std::chrono
     : max_idle_per_key_(max_idle_per_key),
       max_idle_total_(max_idle_total),
       idle_timeout_(idle_timeout),
-      now_(std::move(now)) {}
+      now_(std::move(now)),
+      spare_exchanges_(min_spare_exchanges, max_spare_exchanges) {}
 
 pool::~pool() = default;
 
 std::unique_ptr<exchange> pool::spare_exchange() {
-  if (spare_exchanges_.empty()) {
-    spare_exchanges_low_ = 0;
-    return std::make_unique<exchange>();
-  }
-  auto ex = std::move(spare_exchanges_.back());
-  spare_exchanges_.pop_back();
-  spare_exchanges_low_ = std::min(spare_exchanges_low_, spare_exchanges_.size());
-  return ex;
+  auto spare = spare_exchanges_.take();
+  return spare ? std::move(*spare) : std::make_unique<exchange>();
 }
+
+void pool::trim_spares() { spare_exchanges_.trim(); }
 
 void pool::recycle(std::unique_ptr<exchange> ex) {
   if (!ex) return;
@@ -56,9 +53,8 @@ void pool::recycle(std::unique_ptr<exchange> ex) {
   ex->buffer.clear();
   // Only what a typical answer grows is kept: a spare that once held a 64 KiB head would
   // keep that memory for as long as it waits.
-  if (spare_exchanges_.size() < max_spare_exchanges && ex->buffer.capacity() <= first_read_size &&
-      ex->fields.capacity_bytes() <= max_spare_fields_bytes)
-    spare_exchanges_.push_back(std::move(ex));
+  if (ex->buffer.capacity() <= first_read_size && ex->fields.capacity_bytes() <= max_spare_fields_bytes)
+    spare_exchanges_.give(std::move(ex));
 }
 
 void pool::drop(entry e) {
@@ -168,13 +164,6 @@ void pool::sweep() {
   }
   std::erase_if(by_key_, [](const auto& kv) { return kv.second.empty(); });
   empty_queues_ = 0;
-  // The coldest go: a burst's spares are given back within two sweeps of its end.
-  auto const unused = std::min(spare_exchanges_low_, spare_exchanges_.size());
-  auto const keep = std::max(min_spare_exchanges, spare_exchanges_.size() - unused);
-  if (spare_exchanges_.size() > keep)
-    spare_exchanges_.erase(spare_exchanges_.begin(),
-                           spare_exchanges_.begin() + static_cast<std::ptrdiff_t>(spare_exchanges_.size() - keep));
-  spare_exchanges_low_ = spare_exchanges_.size();
 }
 
 }  // namespace rebound::upstream

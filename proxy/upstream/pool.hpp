@@ -11,6 +11,7 @@
     connection per host would otherwise hold every descriptor until its idle timeout, and
     each new host would be refused. Past the total, the least recently used idle connection
     is closed (Envoy's dynamic forward proxy bounds its hosts the same way, `max_hosts`). */
+#include "proxy/runtime/spares.hpp"
 #include "proxy/upstream/connection.hpp"
 
 #include <chrono>
@@ -66,9 +67,10 @@ class pool {
 
   void put(const std::string& key, connection stream);
 
-  /// Closes connections idle for longer than the idle timeout, or closed by their peer, and
-  /// frees the spare exchanges no request took since the last sweep.
+  /// Closes connections idle for longer than the idle timeout, or closed by their peer.
   void sweep();
+  /// Frees the spare exchanges no request took since the last trim (runtime::spares).
+  void trim_spares();
 
   /** Closes the least recently used idle connection, giving its descriptor back: what a
       connect that found no descriptor left does before it tries once more. False when
@@ -89,8 +91,8 @@ class pool {
       max_spare_exchanges are and its buffer and field list are no larger than a typical
       answer needs (a large head's memory is not held for the next small one); otherwise freed.
       As many are kept as were out at once, up to max_spare_exchanges, so 1,000 requests in
-      flight do not go to malloc for 20 KiB each; sweep() frees those no request took since
-      the sweep before, so a burst's ~21 KiB each go back within two sweeps of its end. */
+      flight do not go to malloc for 20 KiB each; trim_spares() gives a burst's ~21 KiB each
+      back. */
   void recycle(std::unique_ptr<exchange> ex);
   std::size_t spare_exchange_count() const { return spare_exchanges_.size(); }
 
@@ -126,13 +128,10 @@ class pool {
   std::unordered_map<std::string, std::deque<entry>> by_key_;
   std::size_t empty_queues_ = 0;  ///< queues in by_key_ holding nothing
   static constexpr std::size_t max_empty_queues = 64;
-  /// Most recently given back last: the warmest is taken first.
-  std::vector<std::unique_ptr<exchange>> spare_exchanges_;
-  /// The fewest spares there were since the last sweep: that many were not needed.
-  std::size_t spare_exchanges_low_ = 0;
   static constexpr std::size_t max_spare_exchanges = 1024;
-  /// A sweep leaves this many however few were taken: a worker's usual concurrency.
+  /// A trim leaves this many however few were taken: a worker's usual concurrency.
   static constexpr std::size_t min_spare_exchanges = 16;
+  runtime::spares<std::unique_ptr<exchange>> spare_exchanges_;  ///< made in pool.cpp, where exchange is complete
   /// A spare's field list may keep this much: a dozen fields of a few hundred bytes.
   static constexpr std::size_t max_spare_fields_bytes = 4096;
 };

@@ -275,9 +275,9 @@ TEST(Pool, AnExchangeWhoseBufferGrewPastAFirstReadIsNotKept) {
 }
 
 // As many exchanges are kept as were out at once (1,000 requests in flight reuse theirs
-// instead of going to malloc for 16 KiB each), and a sweep frees what no request took since
-// the sweep before, down to a worker's usual few.
-TEST(Pool, SpareExchangesFollowTheRequestsInFlightAndASweepFreesThoseNotTaken) {
+// instead of going to malloc for 20 KiB each), and a trim frees what no request took since
+// the trim before, down to a worker's usual few (the rule itself: runtime::spares).
+TEST(Pool, SpareExchangesFollowTheRequestsInFlightAndATrimFreesThoseNotTaken) {
   pool p(8, 64, 30s);
   auto burst = [&p](std::size_t n) {
     std::vector<std::unique_ptr<rebound::upstream::exchange>> out;
@@ -286,12 +286,11 @@ TEST(Pool, SpareExchangesFollowTheRequestsInFlightAndASweepFreesThoseNotTaken) {
   };
   burst(300);
   EXPECT_EQ(p.spare_exchange_count(), 300u) << "a burst's exchanges were not all kept for the next";
-  p.sweep();
+  p.trim_spares();
   EXPECT_EQ(p.spare_exchange_count(), 300u) << "every spare was taken in the burst: none is surplus yet";
-  burst(100);  // the load falls: 200 spares were not taken
   p.sweep();
-  EXPECT_EQ(p.spare_exchange_count(), 100u);
-  p.sweep();  // no request at all
+  EXPECT_EQ(p.spare_exchange_count(), 300u) << "the connection sweep freed spares: that is the trim's job";
+  p.trim_spares();  // no request at all
   EXPECT_EQ(p.spare_exchange_count(), 16u) << "a quiet worker keeps its usual few";
   burst(2000);
   EXPECT_EQ(p.spare_exchange_count(), 1024u) << "spares are bounded whatever the burst";
