@@ -38,11 +38,11 @@ net::awaitable<rebound::h2::message> echo(rebound::h2::message request) {
 }
 
 /// What the client side does: sends the input, half-closes, and reads until the server is done.
-net::awaitable<void> client(tcp::socket& s, std::string_view input) {
+net::awaitable<void> client(rebound::tcp_socket& s, std::string_view input) {
   auto [wec, wn] = co_await net::async_write(s, net::buffer(input.data(), input.size()),
                                              net::as_tuple(net::use_awaitable));
   boost::system::error_code ignored;
-  s.shutdown(tcp::socket::shutdown_send, ignored);
+  s.shutdown(rebound::tcp_socket::shutdown_send, ignored);
   std::array<char, 16 * 1024> sink;
   for (;;) {
     auto [ec, n] = co_await s.async_read_some(net::buffer(sink), net::as_tuple(net::use_awaitable));
@@ -53,12 +53,12 @@ net::awaitable<void> client(tcp::socket& s, std::string_view input) {
 }
 
 /// The server side: serves the connection to its end, then closes it.
-net::awaitable<void> server_side(boost::beast::tcp_stream& server, boost::beast::flat_buffer& preread,
+net::awaitable<void> server_side(rebound::beast::tcp_stream& server, boost::beast::flat_buffer& preread,
                                  const rebound::h2::server_limits& limits, const bool& draining, bool& served) {
   co_await rebound::h2::serve(server, preread, limits, &echo, {&draining, nullptr});
   served = true;
   boost::system::error_code ignored;
-  server.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  server.socket().shutdown(rebound::tcp_socket::shutdown_both, ignored);
   server.close();
 }
 
@@ -67,11 +67,11 @@ net::awaitable<void> server_side(boost::beast::tcp_stream& server, boost::beast:
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   net::io_context ioc{1};
   boost::system::error_code ec;
-  tcp::acceptor acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-  tcp::socket c(ioc);
+  rebound::tcp_acceptor acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  rebound::tcp_socket c(ioc);
   c.connect(acceptor.local_endpoint(), ec);
   if (ec) return 0;  // the machine is out of sockets: not the code under test
-  boost::beast::tcp_stream server(acceptor.accept(ec));
+  rebound::beast::tcp_stream server(acceptor.accept(ec));
   if (ec) return 0;
 
   // The session read the preface before it chose HTTP/2 (http/client_session.cpp): it comes
