@@ -197,7 +197,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
   std::vector<net::ip::address> shunned;  // no allocation unless an address is ejected
   auto const* avoid = addresses_to_avoid(ex, to, shunned);
   auto out = p.spare_exchange();
-  std::string head;  // serialized once, after the credential: a resend sends the same bytes
+  auto& head = out->request_head;  // serialized once, after the credential
   for (int round = 0; round < 2; ++round) {
     out->stream.reset();
     out->response.reset();
@@ -227,9 +227,8 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
       // The body is sent from memory: a retry sends the same bytes again, head and body in
       // one gather write.
       if (head.empty()) http::append_head(head, req.base());
-      std::array<char, 20> size_line{};
       up.expires_at(deadline);
-      auto [wec, wn] = co_await net::async_write(up, whole_request(head, req, body, size_line), use_tuple);
+      auto [wec, wn] = co_await net::async_write(up, whole_request(head, req, body, out->chunk_size_line), use_tuple);
       if (wec) {
         // A cancelled attempt (a hedge that lost, retry/hedge.hpp) is not sent again.
         if (wec == net::error::operation_aborted)

@@ -14,6 +14,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/system/result.hpp>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -50,6 +51,11 @@ struct exchange {
   /// exchange is recycled, so a warm exchange reads a head without allocating.
   http::field_list fields;
   std::optional<response_parser> response;  ///< the final head
+  /// The request's head as sent, serialized once: a resend sends the same bytes. Here rather
+  /// than in the attempt's coroutine frame: its room is kept with the exchange, and that
+  /// frame stays under Asio's 1,020-byte recycling limit (bench/README.md).
+  std::string request_head;
+  std::array<char, 20> chunk_size_line{};  ///< a chunked body's size line, while it is sent
 };
 
 /// An attempt's outcome as a value: the response head, or why there is none.

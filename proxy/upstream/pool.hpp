@@ -132,8 +132,9 @@ class pool {
   /// A trim leaves this many however few were taken: a worker's usual concurrency.
   static constexpr std::size_t min_spare_exchanges = 16;
   runtime::spares<std::unique_ptr<exchange>> spare_exchanges_;  ///< made in pool.cpp, where exchange is complete
-  /// A spare's field list may keep this much: a dozen fields of a few hundred bytes.
-  static constexpr std::size_t max_spare_fields_bytes = 4096;
+  /// A spare's field list and request head may each keep this much: a dozen fields of a few
+  /// hundred bytes.
+  static constexpr std::size_t max_spare_head_bytes = 4096;
 };
 
 }  // namespace rebound::upstream
