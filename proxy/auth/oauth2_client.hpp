@@ -10,10 +10,8 @@
 #include "config/config.hpp"
 #include "proxy/upstream/credential_source.hpp"
 #include "proxy/auth/jwt.hpp"
+#include "proxy/net.hpp"
 #include "proxy/observe/log.hpp"
-
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <memory>
 #include <mutex>

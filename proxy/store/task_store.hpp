@@ -9,7 +9,6 @@
 #include "proxy/net.hpp"
 #include "proxy/store/task.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/post.hpp>
