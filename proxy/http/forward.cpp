@@ -58,7 +58,9 @@ net::awaitable<bool> relay_final_response(const runtime::session_context& ctx, b
   auto& rp = *ex.response;
   bool const upstream_keep_alive = rp.keep_alive();
   bool const client_keep_alive = prepare_client_response(rp, a.client);
-  std::string head;
+  // The request's head is no longer needed: no attempt follows a final answer.
+  auto& head = ex.head_text;
+  head.clear();
   append_head(head, rp);
   relay_pacing const how{idle, ctx.buffers};
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, rp}, client, head, how);

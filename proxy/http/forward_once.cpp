@@ -147,7 +147,8 @@ net::awaitable<std::optional<retry::attempt_failure>> send_request(once_call& c,
                                                                    upstream::interim_route& interim,
                                                                    clock::time_point& deadline) {
   c.sending = true;
-  std::string head;
+  auto& head = ex.head_text;
+  head.clear();
   append_head(head, c.r.parser.get().base());
   if (c.want_continue) {
     up.expires_at(deadline);
@@ -210,7 +211,8 @@ net::awaitable<bool> relay_answer(once_call& c, upstream::exchange& ex, const st
   bool const upstream_keep_alive = rp->keep_alive();
   client_side const to_client{c.is_head, c.client_version, c.keepable(), 1};
   bool const client_keep_alive = prepare_client_response(*rp, to_client);
-  std::string head;
+  auto& head = ex.head_text;  // the request's went out: no attempt follows
+  head.clear();
   append_head(head, *rp);
   relay_pacing const how{c.idle, c.r.ctx.buffers};
   auto rr = co_await relay_response_body({*ex.stream, ex.buffer, *rp}, c.r.client, head, how);

@@ -197,7 +197,7 @@ net::awaitable<attempt_result> exchange_once(pool& p, destination to, outgoing_r
   std::vector<net::ip::address> shunned;  // no allocation unless an address is ejected
   auto const* avoid = addresses_to_avoid(ex, to, shunned);
   auto out = p.spare_exchange();
-  auto& head = out->request_head;  // serialized once, after the credential
+  auto& head = out->head_text;  // serialized once, after the credential
   for (int round = 0; round < 2; ++round) {
     out->stream.reset();
     out->response.reset();

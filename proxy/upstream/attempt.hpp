@@ -51,10 +51,11 @@ struct exchange {
   /// exchange is recycled, so a warm exchange reads a head without allocating.
   http::field_list fields;
   std::optional<response_parser> response;  ///< the final head
-  /// The request's head as sent, serialized once: a resend sends the same bytes. Here rather
-  /// than in the attempt's coroutine frame: its room is kept with the exchange, and that
-  /// frame stays under Asio's 1,020-byte recycling limit (bench/README.md).
-  std::string request_head;
+  /// A head serialized for the wire: the request's while attempts send it (a resend sends the
+  /// same bytes), then the final response's on its way to the client. Here rather than in a
+  /// coroutine frame: its room is kept with the exchange, so neither head is an allocation,
+  /// and the attempt's frame stays under Asio's 1,020-byte recycling limit (bench/README.md).
+  std::string head_text;
   std::array<char, 20> chunk_size_line{};  ///< a chunked body's size line, while it is sent
 };
 

@@ -51,11 +51,11 @@ void pool::recycle(std::unique_ptr<exchange> ex) {
   ex->stream.reset();  // closes a connection that did not go back to the pool
   ex->response.reset();
   ex->buffer.clear();
-  ex->request_head.clear();
+  ex->head_text.clear();
   // Only what a typical answer grows is kept: a spare that once held a 64 KiB head would
   // keep that memory for as long as it waits.
   if (ex->buffer.capacity() <= first_read_size && ex->fields.capacity_bytes() <= max_spare_head_bytes &&
-      ex->request_head.capacity() <= max_spare_head_bytes)
+      ex->head_text.capacity() <= max_spare_head_bytes)
     spare_exchanges_.give(std::move(ex));
 }
 

@@ -255,15 +255,15 @@ TEST(Pool, AnExchangeGivenBackIsReusedEmptyWithItsBufferRoom) {
   ex->buffer.reserve(rebound::upstream::first_read_size);
   auto const room = ex->buffer.data().data();
   ex->buffer.commit(net::buffer_copy(ex->buffer.prepare(5), net::buffer(std::string_view("bytes"))));
-  ex->request_head = "GET / HTTP/1.1\r\nHost: example.test\r\n\r\n";
-  auto const head_room = ex->request_head.data();
+  ex->head_text = "GET / HTTP/1.1\r\nHost: example.test\r\n\r\n";
+  auto const head_room = ex->head_text.data();
   auto* const given = ex.get();
   p.recycle(std::move(ex));
   auto again = p.spare_exchange();
   EXPECT_EQ(again.get(), given);
   EXPECT_EQ(again->buffer.size(), 0u);
-  EXPECT_TRUE(again->request_head.empty()) << "the last request's head would be sent again";
-  EXPECT_EQ(again->request_head.data(), head_room) << "the request head's room was not kept";
+  EXPECT_TRUE(again->head_text.empty()) << "the last request's head would be sent again";
+  EXPECT_EQ(again->head_text.data(), head_room) << "the request head's room was not kept";
   EXPECT_FALSE(again->stream);
   EXPECT_FALSE(again->response);
   EXPECT_EQ(again->buffer.data().data(), room) << "the buffer's room was not kept";
@@ -312,9 +312,9 @@ TEST(Pool, AnExchangeWhoseFieldListGrewPastATypicalHeadIsNotKept) {
 TEST(Pool, AnExchangeWhoseRequestHeadGrewPastATypicalHeadIsNotKept) {
   pool p(8, 64, 30s);
   auto ex = p.spare_exchange();
-  ex->request_head.assign(40'000, 'h');  // a request with a 40 KB head went out through it
+  ex->head_text.assign(40'000, 'h');  // a request with a 40 KB head went out through it
   p.recycle(std::move(ex));
-  EXPECT_LT(p.spare_exchange()->request_head.capacity(), 1024u) << "a 40 KB head's room was kept for the next request";
+  EXPECT_LT(p.spare_exchange()->head_text.capacity(), 1024u) << "a 40 KB head's room was kept for the next request";
 }
 
 }  // namespace
