@@ -240,9 +240,18 @@ idle_wait begin_idle_wait(client_connection& c) {
   return {idle_end, false};
 }
 
-/** Bounds the parser and the buffer by the config and arms the head's deadline: true when it
-    is head_timeout's (then a 408) rather than idle_timeout's. */
-bool begin_head_read(client_connection& c, request_parser& parser, const config::config& cfg) {
+/// How reading a request head began.
+struct head_start {
+  error_code ec;  ///< need_more: the head is not whole in the buffer, so a read follows
+  bool bounded;   ///< the deadline armed is head_timeout's (a 408 when it passes), not idle_timeout's
+};
+
+/** Takes the latest config, bounds the parser and the buffer by it, arms the head's deadline,
+    and parses a head already in the buffer: most came whole with the read that woke the
+    session, and need no read of their own (parse_buffered). */
+head_start begin_head_read(client_connection& c, request_parser& parser) {
+  take_latest_config(c.ctx);
+  auto const& cfg = c.ctx.cfg();
   parser.header_limit(static_cast<std::uint32_t>(cfg.limits.max_request_head));
   // What the buffer may hold bounds a chunk-size line and a trailer section, which Beast
   // otherwise buffers without limit while it looks for their end.
@@ -260,7 +269,7 @@ bool begin_head_read(client_connection& c, request_parser& parser, const config:
   auto const idle_by = now + cfg.limits.idle_timeout;
   bool const head_bound = head_incomplete(c.buffer) && head_by < idle_by;
   c.deadline.arm(head_bound ? head_by : idle_by);
-  return head_bound;
+  return {parse_buffered(c.buffer, parser), head_bound};
 }
 
 enum class after_wait { serve, park, close };
@@ -309,9 +318,8 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
         co_return;
       } else if (next == after_wait::close) {
         co_return;
-      } else {
-        woken = buffer.size() == 0;  // a drain found its request in the socket: read below
       }
+      woken = buffer.size() == 0;  // a drain found its request in the socket: read below
     }
     if (buffer.size() == 0 && woken) {
       // Bytes wait (the park woke on them), so this read does not.
@@ -326,16 +334,17 @@ net::awaitable<void> serve_requests(connection_ptr conn) {
       auto http2 = c.doors.http2(c.ctx, client, buffer, c.guard);
       if (co_await std::move(http2)) co_return;
     }
-    take_latest_config(c.ctx);
+    request_parser parser;
+    auto head = begin_head_read(c, parser);
     auto const& cfg = c.ctx.cfg();
     auto const idle = cfg.limits.idle_timeout;
-    request_parser parser;
-    bool const head_bound = begin_head_read(c, parser, cfg);
-    auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, use_tuple);
-    bool const head_late = head_bound && c.deadline.fired();
+    if (head.ec == bhttp::error::need_more) {
+      auto [ec, n] = co_await bhttp::async_read_header(client, buffer, parser, use_tuple);
+      head.ec = ec;
+    }
     c.deadline.disarm();
-    if (ec) {
-      co_await answer_unread_head(client, ec, head_late, idle);
+    if (head.ec) {
+      co_await answer_unread_head(client, head.ec, head.bounded && c.deadline.fired(), idle);
       break;
     }
     plan::located v;

@@ -104,19 +104,23 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
       }
       body.data = chunk->data();
       body.size = chunk->size();
-      if (pace)
-        from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
-      else
-        from.expires_after(idle);
-      // read_some, not read: read waits until the chunk is full, which would hold back a
-      // slow stream's first bytes.
-      auto [ec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
-      if (ec == net::ssl::error::stream_truncated) {
-        // A TLS server closed without close_notify: the end of a body that runs to the
-        // close, or a cut message; the parser tells which, as Beast does for TCP's EOF.
-        error_code eof_ec;
-        p.put_eof(eof_ec);
-        ec = eof_ec ? error_code(bhttp::error::partial_message) : error_code{};
+      auto ec = parse_buffered(buffer, p);
+      if (ec == bhttp::error::need_more) {
+        if (pace)
+          from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
+        else
+          from.expires_after(idle);
+        // read_some, not read: read waits until the chunk is full, which would hold back a
+        // slow stream's first bytes.
+        auto [rec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
+        ec = rec;
+        if (ec == net::ssl::error::stream_truncated) {
+          // A TLS server closed without close_notify: the end of a body that runs to the
+          // close, or a cut message; the parser tells which, as Beast does for TCP's EOF.
+          error_code eof_ec;
+          p.put_eof(eof_ec);
+          ec = eof_ec ? error_code(bhttp::error::partial_message) : error_code{};
+        }
       }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
       auto const got = chunk->size() - body.size;

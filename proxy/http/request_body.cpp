@@ -49,12 +49,16 @@ net::awaitable<kept_body> read_whole_body(const client_request& r, std::string& 
     if (out.size() < got + room) out.resize(got + room);
     body.data = out.data() + got;
     body.size = out.size() - got;
-    client.expires_after(idle);
-    std::optional<cancel_at> due;
-    due.emplace(client.socket(), pace.deadline(got));
-    auto [ec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
-    if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
-    due.reset();
+    auto ec = parse_buffered(buffer, parser);
+    if (ec == bhttp::error::need_more) {
+      client.expires_after(idle);
+      std::optional<cancel_at> due;
+      due.emplace(client.socket(), pace.deadline(got));
+      auto [rec, n] = co_await bhttp::async_read_some(client, buffer, parser, use_tuple);
+      ec = rec;
+      if (due->fired()) ec = beast::error::timeout;  // too slow: the socket is still open for the 408
+      due.reset();
+    }
     got = out.size() - body.size;
     if (ec && ec != bhttp::error::need_buffer) {
       out.resize(got);

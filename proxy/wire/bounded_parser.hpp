@@ -25,6 +25,7 @@
 #include "proxy/wire/field_list.hpp"
 #include "proxy/wire/head_fields.hpp"
 
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -116,5 +117,17 @@ class response_parser : public bounded_parser<false, boost::beast::http::buffer_
  private:
   field_list& fields_;
 };
+
+/** Parses what `buffer` already holds into `p`, as Beast's reads do before they read, and
+    consumes what was used. need_more: nothing was there, or too little, so a read must
+    follow. Beast's reads parse such bytes the same way but then post their completion, a
+    trip through the scheduler and an allocation for bytes already in hand: a request head
+    that came with the session's first read, a small body that came with its head. */
+template <class Parser>
+boost::system::error_code parse_buffered(boost::beast::flat_buffer& buffer, Parser& p) {
+  boost::system::error_code ec = boost::beast::http::error::need_more;
+  if (buffer.size() > 0) buffer.consume(p.put(buffer.data(), ec));
+  return ec;
+}
 
 }  // namespace rebound::http

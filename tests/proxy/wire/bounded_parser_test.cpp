@@ -1,7 +1,11 @@
 #include "proxy/wire/bounded_parser.hpp"
 
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
 namespace bhttp = boost::beast::http;
@@ -55,3 +59,61 @@ TEST(BoundedParser, AHeadWithinTheLimitParsesWhateverTheReadSizes) {
   }
 }
 }  // namespace bounded_parser_test
+
+namespace parse_buffered_test {
+namespace {
+void fill(boost::beast::flat_buffer& b, std::string_view bytes) {
+  auto n = boost::asio::buffer_copy(b.prepare(bytes.size()), boost::asio::buffer(bytes.data(), bytes.size()));
+  b.commit(n);
+}
+}  // namespace
+
+TEST(ParseBuffered, AHeadWholeInTheBufferIsParsedWithoutARead) {
+  boost::beast::flat_buffer b;
+  fill(b, "GET /x HTTP/1.1\r\nHost: a.test\r\n\r\nGET /y");
+  request_parser p;
+  EXPECT_FALSE(parse_buffered(b, p));
+  ASSERT_TRUE(p.is_header_done());
+  EXPECT_EQ(p.get().target(), "/x");
+  EXPECT_EQ(boost::beast::buffers_to_string(b.data()), "GET /y")
+      << "a pipelined request's bytes must stay for the next parse";
+}
+
+TEST(ParseBuffered, AnEmptyOrPartHeadAsksForARead) {
+  boost::beast::flat_buffer b;
+  request_parser p;
+  EXPECT_EQ(parse_buffered(b, p), bhttp::error::need_more);
+  fill(b, "GET /x HTTP/1.1\r\nHo");
+  EXPECT_EQ(parse_buffered(b, p), bhttp::error::need_more);
+  EXPECT_FALSE(p.is_header_done());
+  fill(b, "st: a.test\r\n\r\n");
+  EXPECT_FALSE(parse_buffered(b, p)) << "the bytes left from the first parse and the read's must make the head";
+  EXPECT_TRUE(p.is_header_done());
+  EXPECT_EQ(b.size(), 0u);
+}
+
+TEST(ParseBuffered, AMalformedHeadIsTheParsersError) {
+  boost::beast::flat_buffer b;
+  fill(b, "GET /x HTTP/1.1\r\nBad Name: v\r\n\r\n");
+  request_parser p;
+  auto const ec = parse_buffered(b, p);
+  EXPECT_TRUE(ec);
+  EXPECT_NE(ec, bhttp::error::need_more);
+}
+
+TEST(ParseBuffered, ABodyThatCameWithItsHeadGoesIntoTheCallersBuffer) {
+  boost::beast::flat_buffer b;
+  fill(b, "POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello");
+  request_parser p;
+  ASSERT_FALSE(parse_buffered(b, p));
+  ASSERT_FALSE(p.is_done()) << "a head parse stops at the head";
+  std::array<char, 16> room{};
+  p.get().body().data = room.data();
+  p.get().body().size = room.size();
+  auto const ec = parse_buffered(b, p);
+  EXPECT_TRUE(!ec || ec == bhttp::error::need_buffer) << ec.message();
+  EXPECT_TRUE(p.is_done());
+  EXPECT_EQ(std::string_view(room.data(), room.size() - p.get().body().size), "hello");
+  EXPECT_EQ(b.size(), 0u);
+}
+}  // namespace parse_buffered_test
