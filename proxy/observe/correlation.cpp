@@ -3,6 +3,7 @@
 #include "proxy/observe/traceparent.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace rebound::observe {
 
@@ -25,12 +26,25 @@ std::string_view correlation_id_of(const correlation_fields& f) {
   return trace_id_of(f.traceparent);
 }
 
+namespace {
+/// Each byte's two hex digits: a request without an id gets 32 of them, a byte at a time.
+constexpr auto hex_pairs = [] {
+  constexpr char digits[] = "0123456789abcdef";
+  std::array<std::array<char, 2>, 256> t{};
+  for (std::size_t b = 0; b < 256; ++b) t[b] = {digits[b >> 4], digits[b & 0xf]};
+  return t;
+}();
+}  // namespace
+
 made_correlation_id new_correlation_id(std::mt19937_64& rng) {
-  static constexpr char digits[] = "0123456789abcdef";
   made_correlation_id id;
   for (std::size_t half = 0; half < 2; ++half) {
     auto bits = rng();
-    for (std::size_t i = 0; i < 16; ++i, bits >>= 4) id.digits[half * 16 + i] = digits[bits & 0xf];
+    for (std::size_t i = 0; i < 8; ++i, bits >>= 8) {
+      auto const& pair = hex_pairs[bits & 0xff];
+      id.digits[half * 16 + 2 * i] = pair[0];
+      id.digits[half * 16 + 2 * i + 1] = pair[1];
+    }
   }
   return id;
 }

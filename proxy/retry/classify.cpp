@@ -37,9 +37,13 @@ constexpr std::array<std::string_view, 13> final_names{
 }  // namespace
 
 retry_on retry_on::r4_default() {
-  retry_on r;
-  for (auto const& n : retryable_names) r.add(n.c);
-  return r;
+  // Made once: every attempt asks for it, to record what R-4 says of its outcome.
+  static const retry_on all = [] {
+    retry_on r;
+    for (auto const& n : retryable_names) r.add(n.c);
+    return r;
+  }();
+  return all;
 }
 
 std::vector<std::string_view> retry_on::names() const {
