@@ -59,6 +59,32 @@ bool chunked_out(const response_parser& p) {
   return p.fields()[bhttp::field::transfer_encoding] == "chunked";
 }
 
+/** Where the parser puts a body's bytes on their way out: a relay buffer, or for a body
+    already whole in the read buffer (a small message read with its head) the buffer's own
+    free room behind it, so no relay buffer is taken, and none touched cold, for it. */
+struct body_room {
+  std::optional<runtime::relay_buffers::lease> lease;
+  char* data = nullptr;
+  std::size_t size = 0;
+
+  /// Room behind what `buffer` holds, when the rest of the body (`left`) is all there and
+  /// the room can be had without moving the buffer to new memory; false otherwise.
+  bool behind(beast::flat_buffer& buffer, const boost::optional<std::uint64_t>& left) {
+    if (!left || *left == 0 || *left > buffer.size() || *left > buffer.capacity() - buffer.size()) return false;
+    // Unread bytes may move to the front within the same memory; they are parsed after this.
+    auto const free = buffer.prepare(static_cast<std::size_t>(*left));
+    data = static_cast<char*>(free.data());
+    size = free.size();
+    return true;
+  }
+  void take(runtime::relay_buffers* from, std::size_t n) {
+    lease.reset();
+    lease.emplace(runtime::relay_buffers::take_from(from, n));
+    data = lease->data();
+    size = lease->size();
+  }
+};
+
 template <class From, class Parser, class To>
 net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::string_view head,
                                    std::string_view prefix, relay_pacing how) {
@@ -69,10 +95,10 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   auto const* pace = how.pace;
   auto* buffers = how.buffers;
   std::uint64_t received = prefix.size();
-  std::optional<runtime::relay_buffers::lease> chunk;
-  chunk.emplace(runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::small_size));
   auto& body = p.get().body();
   make_room_for_body(buffer, p.content_length_remaining());
+  body_room room;
+  if (!room.behind(buffer, p.content_length_remaining())) room.take(buffers, runtime::relay_buffers::small_size);
   // The outgoing framing is what the fields the caller set say.
   bool const chunked = chunked_out(p);
   outgoing_piece out;
@@ -97,13 +123,12 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   for (;;) {
     std::string_view data;
     if (!p.is_done()) {
-      if (received > large_after && chunk->size() < runtime::relay_buffers::large_size) {
-        chunk.reset();
-        chunk.emplace(runtime::relay_buffers::take_from(buffers, runtime::relay_buffers::large_size));
+      if (received > large_after && room.size < runtime::relay_buffers::large_size) {
+        room.take(buffers, runtime::relay_buffers::large_size);
         if (buffer.max_size() >= runtime::relay_buffers::large_size) buffer.reserve(runtime::relay_buffers::large_size);
       }
-      body.data = chunk->data();
-      body.size = chunk->size();
+      body.data = room.data;
+      body.size = room.size;
       auto ec = parse_buffered(buffer, p);
       if (ec == bhttp::error::need_more) {
         if (pace)
@@ -123,10 +148,10 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
         }
       }
       if (ec && ec != bhttp::error::need_buffer) co_return relay_result{ec, {}};
-      auto const got = chunk->size() - body.size;
+      auto const got = room.size - body.size;
       received += got;
       if (got == 0 && !p.is_done()) continue;  // only framing was parsed
-      data = std::string_view(chunk->data(), got);
+      data = std::string_view(room.data, got);
     }
     bool const last = p.is_done();
     auto [ec, n] = co_await send(data, last);
