@@ -32,8 +32,8 @@ namespace rebound::retry {
 class concurrency_lane;
 
 /** What the step needs to know about the request, beyond its policy. It lives in the frame
-    of every request's coroutine: its flags and the port share one word, so that frame stays
-    under Asio's 1,020-byte recycling limit (bench/README.md, issue 47). */
+    of every request's coroutine: its flags and the port share one word, to keep those frames
+    small (bench/README.md, issue 47). */
 struct request_facts {
   bool may_retry = false;  ///< R-6 allows it and the body is buffered
   bool grpc = false;       ///< a gRPC call: its logs name grpc_method and grpc_status

@@ -53,8 +53,8 @@ struct exchange {
   std::optional<response_parser> response;  ///< the final head
   /// A head serialized for the wire: the request's while attempts send it (a resend sends the
   /// same bytes), then the final response's on its way to the client. Here rather than in a
-  /// coroutine frame: its room is kept with the exchange, so neither head is an allocation,
-  /// and the attempt's frame stays under Asio's 1,020-byte recycling limit (bench/README.md).
+  /// coroutine frame: its room is kept with the exchange, so neither head is an allocation
+  /// (bench/README.md).
   std::string head_text;
   std::array<char, 20> chunk_size_line{};  ///< a chunked body's size line, while it is sent
 };
