@@ -9,6 +9,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -70,9 +71,13 @@ struct body_room {
   /// Room behind what `buffer` holds, when the rest of the body (`left`) is all there and
   /// the room can be had without moving the buffer to new memory; false otherwise.
   bool behind(beast::flat_buffer& buffer, const boost::optional<std::uint64_t>& left) {
-    if (!left || *left == 0 || *left > buffer.size() || *left > buffer.capacity() - buffer.size()) return false;
+    if (!left || *left == 0 || *left > buffer.size()) return false;
+    auto const n = static_cast<std::size_t>(*left);
+    // Past its capacity prepare() would move the buffer to new memory; past its max_size
+    // (lowered by a reload below what it holds) it would throw.
+    if (buffer.size() + n > std::min(buffer.capacity(), buffer.max_size())) return false;
     // Unread bytes may move to the front within the same memory; they are parsed after this.
-    auto const free = buffer.prepare(static_cast<std::size_t>(*left));
+    auto const free = buffer.prepare(n);
     data = static_cast<char*>(free.data());
     size = free.size();
     return true;
