@@ -96,7 +96,9 @@ class interim_to_client final : public upstream::interim_listener {
   std::chrono::milliseconds idle_;
 };
 
-/// The same for an upstream's response body, to the client.
+/** The same for an upstream's response body, to the client. One of known length that goes
+    out as it came (not re-chunked) is written from the buffer it was read into, with no
+    relay buffer and no copy; its parser is left mid-body. */
 net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,
                                                  const relay_pacing& how);
 
