@@ -199,6 +199,12 @@ TEST(Bodies, RequestBodyIsStreamedBeforeClientFinishes) {
   auto reqs = up.requests();
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_TRUE(reqs[0].body == body);
+  // The body went out whole, so the client's connection carries its next request.
+  EXPECT_FALSE(r->header("Connection").has_value()) << *r->header("Connection");
+  ASSERT_TRUE(c.send(absolute_request("GET", up.authority(), "/stream-up")));
+  auto r2 = c.read_response(10s);
+  ASSERT_TRUE(r2) << c.last_error();
+  EXPECT_EQ(r2->status, 200u);
 }
 
 }  // namespace

@@ -60,12 +60,15 @@ struct once_call {
   retry::concurrency_lane::slot slot{};
   bool sending = false;        ///< the request has begun to go out: the client connection cannot carry another
   bool body_skipped = false;   ///< the upstream answered before wanting the body
+  bool body_relayed = false;   ///< the request's body went out to its end (its parser may be left mid-body)
   bool client_failed = false;  ///< the client, not the upstream, ended the exchange
   std::optional<error_reply> client_reply{};  ///< with client_failed: what to tell it, if anything
 
   /// Whether the client connection may carry another request: the client asked to keep it,
   /// its request was read whole, and no drain began.
-  bool keepable() const { return client_keep_alive && r.parser.is_done() && !r.ctx.sessions->draining(); }
+  bool keepable() const {
+    return client_keep_alive && (r.parser.is_done() || body_relayed) && !r.ctx.sessions->draining();
+  }
 };
 
 /// The one attempt needs a slot in the concurrency limit like any other (issue 51); without
@@ -175,6 +178,7 @@ net::awaitable<std::optional<retry::attempt_failure>> send_request(once_call& c,
   if (rr.write_error)
     co_return retry::attempt_failure{upstream::classify_connect_error(rr.write_error),
                                      "sending the request body failed: " + rr.write_error.message()};
+  c.body_relayed = true;
   co_return std::nullopt;
 }
 

@@ -60,28 +60,13 @@ bool chunked_out(const response_parser& p) {
   return p.fields()[bhttp::field::transfer_encoding] == "chunked";
 }
 
-/** Where the parser puts a body's bytes on their way out: a relay buffer, or for a body
-    already whole in the read buffer (a small message read with its head) the buffer's own
-    free room behind it, so no relay buffer is taken, and none touched cold, for it. */
+/// Where the parser puts a body's bytes on their way out: a relay buffer from the worker's
+/// spares, given back when the relay ends.
 struct body_room {
   std::optional<runtime::relay_buffers::lease> lease;
   char* data = nullptr;
   std::size_t size = 0;
 
-  /// Room behind what `buffer` holds, when the rest of the body (`left`) is all there and
-  /// the room can be had without moving the buffer to new memory; false otherwise.
-  bool behind(beast::flat_buffer& buffer, const boost::optional<std::uint64_t>& left) {
-    if (!left || *left == 0 || *left > buffer.size()) return false;
-    auto const n = static_cast<std::size_t>(*left);
-    // Past its capacity prepare() would move the buffer to new memory; past its max_size
-    // (lowered by a reload below what it holds) it would throw.
-    if (buffer.size() + n > std::min(buffer.capacity(), buffer.max_size())) return false;
-    // Unread bytes may move to the front within the same memory; they are parsed after this.
-    auto const free = buffer.prepare(n);
-    data = static_cast<char*>(free.data());
-    size = free.size();
-    return true;
-  }
   void take(runtime::relay_buffers* from, std::size_t n) {
     lease.reset();
     lease.emplace(runtime::relay_buffers::take_from(from, n));
@@ -103,7 +88,7 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   auto& body = p.get().body();
   make_room_for_body(buffer, p.content_length_remaining());
   body_room room;
-  if (!room.behind(buffer, p.content_length_remaining())) room.take(buffers, runtime::relay_buffers::small_size);
+  if (!p.is_done()) room.take(buffers, runtime::relay_buffers::small_size);  // none for a message without a body
   // The outgoing framing is what the fields the caller set say.
   bool const chunked = chunked_out(p);
   outgoing_piece out;
@@ -176,26 +161,28 @@ error_code cut_short(error_code ec) {
     written from there. Through the parser every byte was copied once more, into a relay
     buffer (6% of the CPU of a 1 MiB response; HAProxy sends from the buffer it read into),
     and a large body held that 64 KiB buffer beside the read buffer's. Bytes past the body
-    stay in the buffer, as the parser leaves them, so the caller does not pool a connection
-    that sent more than it announced. The parser is left mid-body: only for responses, whose
-    parser nothing reads after the body (a request's says whether the client's connection can
-    carry the next request). */
-net::awaitable<relay_result> relay_sized(response_body_from source, std::uint64_t left, beast::tcp_stream& to,
-                                         std::string_view head, relay_pacing how) {
+    stay in the buffer, as the parser leaves them: a pipelined request, or bytes an upstream
+    sent past what it announced (its connection is then not pooled). The parser is left
+    mid-body: the caller knows the body ended from the result. */
+template <class From, class Parser, class To>
+net::awaitable<relay_result> relay_sized(body_from<From, Parser> source, std::uint64_t left, To& to,
+                                         std::string_view head, std::string_view prefix, relay_pacing how) {
   auto& from = source.stream;
   auto& buffer = source.buffer;
-  std::uint64_t received = 0;
+  std::uint64_t received = prefix.size();
   make_room_for_body(buffer, left);
   for (;;) {
-    // The head goes out alone when no body bytes wait to go with it (a client sees the
-    // status before a slow body); otherwise with the first bytes, in one write.
+    // The head goes out alone when no body bytes wait to go with it (the other side sees it
+    // before a slow body); otherwise with the first bytes, in one write.
     auto const ready = static_cast<std::size_t>(std::min<std::uint64_t>(left, buffer.size()));
-    if (ready > 0 || !head.empty()) {
-      std::array<net::const_buffer, 2> const out{net::buffer(head), net::buffer(buffer.data().data(), ready)};
+    if (ready > 0 || !head.empty() || !prefix.empty()) {
+      std::array<net::const_buffer, 3> const out{net::buffer(head), net::buffer(prefix),
+                                                 net::buffer(buffer.data().data(), ready)};
       to.expires_after(how.idle);
       auto [ec, n] = co_await net::async_write(to, out, use_tuple);
       if (ec) co_return relay_result{{}, ec};
       head = {};
+      prefix = {};
       buffer.consume(ready);
       left -= ready;
       received += ready;
@@ -205,12 +192,23 @@ net::awaitable<relay_result> relay_sized(response_body_from source, std::uint64_
     if (received > large_after && buffer.capacity() < runtime::relay_buffers::large_size &&
         buffer.max_size() >= runtime::relay_buffers::large_size)
       buffer.reserve(runtime::relay_buffers::large_size);
-    from.expires_after(how.idle);
+    if (how.pace)
+      from.expires_at(std::min(std::chrono::steady_clock::now() + how.idle, how.pace->deadline(received)));
+    else
+      from.expires_after(how.idle);
     auto [ec, n] =
         co_await from.async_read_some(buffer.prepare(std::min(buffer.capacity(), buffer.max_size())), use_tuple);
     buffer.commit(n);
     if (ec && n == 0) co_return relay_result{cut_short(ec), {}};
   }
+}
+
+/// Whether a body can go out by relay_sized: its length is known, some of it is still to
+/// come, and it goes out framed as it came.
+template <class Parser>
+bool goes_as_sized(const Parser& p) {
+  auto const left = p.content_length_remaining();
+  return left && *left > 0 && !p.is_done() && !chunked_out(p);
 }
 
 }  // namespace
@@ -232,14 +230,14 @@ net::awaitable<error_code> relay_interim(beast::tcp_stream& client, response_par
 
 net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to, std::string_view head,
                                                 std::string_view prefix, const relay_pacing& how) {
+  if (goes_as_sized(from.parser))
+    return relay_sized(from, *from.parser.content_length_remaining(), to, head, prefix, how);
   return relay(from, to, head, prefix, how);
 }
 
 net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,
                                                  const relay_pacing& how) {
-  auto const& p = from.parser;
-  if (auto const left = p.content_length_remaining(); left && *left > 0 && !p.is_done() && !chunked_out(p))
-    return relay_sized(from, *left, to, head, how);
+  if (goes_as_sized(from.parser)) return relay_sized(from, *from.parser.content_length_remaining(), to, head, {}, how);
   return relay(from, to, head, {}, how);
 }
 

@@ -73,7 +73,9 @@ struct relay_pacing {
 /** Reads the rest of `from`'s message and writes it to `to`, after `head` (the serialized
     head, wire_head.hpp; empty when it went out already), framed as the fields of the
     parser's message say (chunked or not). `prefix` is body already read from the client;
-    it goes out first. */
+    it goes out first. A body of known length that goes out as it came is written from the
+    buffer it was read into, with no relay buffer and no copy, and leaves its parser
+    mid-body: a result that is ok() says the body went out whole. */
 net::awaitable<relay_result> relay_request_body(request_body_from from, upstream::connection& to, std::string_view head,
                                                 std::string_view prefix, const relay_pacing& how);
 
@@ -96,9 +98,7 @@ class interim_to_client final : public upstream::interim_listener {
   std::chrono::milliseconds idle_;
 };
 
-/** The same for an upstream's response body, to the client. One of known length that goes
-    out as it came (not re-chunked) is written from the buffer it was read into, with no
-    relay buffer and no copy; its parser is left mid-body. */
+/// The same for an upstream's response body, to the client.
 net::awaitable<relay_result> relay_response_body(response_body_from from, beast::tcp_stream& to, std::string_view head,
                                                  const relay_pacing& how);
 
