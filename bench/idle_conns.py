@@ -90,8 +90,10 @@ def main():
     still_open = 0
     for s in socks:
         s.setblocking(False)
-        readable, _, _ = select.select([s], [], [], 0)
-        if not readable:
+        # poll, not select: select takes no descriptor past 1,023.
+        poller = select.poll()
+        poller.register(s, select.POLLIN)
+        if not poller.poll(0):
             still_open += 1  # nothing to read and no EOF: the proxy still holds it
             continue
         try:
