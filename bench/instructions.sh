@@ -74,7 +74,7 @@ count() {  # count NAME PORT COMMAND...: instructions per request of COMMAND's p
 {
   # rebound starts itself again to set glibc's cache depth (proxy/main.cpp), which valgrind
   # would not follow; set here, it has what it wants and does not.
-  GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.tcache_count=256} count rebound "$RB" "$BIN" --config "$W/rebound.yaml"
+  GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.tcache_count=64} count rebound "$RB" "$BIN" --config "$W/rebound.yaml"
   if [[ $PEER == haproxy ]]; then count haproxy "$HA" haproxy -db -f "$W/haproxy.cfg"; fi
 } >"$W/counts"
 python3 - "$W/counts" "$CONNS" "$FORM" <<'PY'

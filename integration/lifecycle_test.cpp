@@ -42,7 +42,7 @@ TEST(Startup, ItRunsWithADeeperMallocCacheAndKeepsAnOperatorsOwnTunables) {
   ScriptedUpstream up;
   ReboundProcess rb;
   auto const env = environment_of(rb.pid());
-  EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=256\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=64\n"), std::string::npos) << env;
   auto r = raw_exchange(rb.port(), absolute_request("GET", up.authority(), "/t"));
   ASSERT_TRUE(r) << last_exchange_error();
   EXPECT_EQ(r->status, 200u);
@@ -51,7 +51,7 @@ TEST(Startup, ItRunsWithADeeperMallocCacheAndKeepsAnOperatorsOwnTunables) {
   other.env = {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"};
   ReboundProcess with_other(other);
   auto const other_env = environment_of(with_other.pid());
-  EXPECT_NE(other_env.find("\nGLIBC_TUNABLES=glibc.malloc.arena_max=2\nglibc.malloc.tcache_count=256\n"),
+  EXPECT_NE(other_env.find("\nGLIBC_TUNABLES=glibc.malloc.arena_max=2\nglibc.malloc.tcache_count=64\n"),
             std::string::npos)
       << other_env;
   ReboundOptions own;
@@ -59,7 +59,7 @@ TEST(Startup, ItRunsWithADeeperMallocCacheAndKeepsAnOperatorsOwnTunables) {
   ReboundProcess with_own(own);
   auto const own_env = environment_of(with_own.pid());
   EXPECT_NE(own_env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=16\n"), std::string::npos) << own_env;
-  EXPECT_EQ(own_env.find("tcache_count=256"), std::string::npos) << own_env;
+  EXPECT_EQ(own_env.find("tcache_count=64"), std::string::npos) << own_env;
 }
 
 TEST(Startup, ListenAddressInUseExits1WithAClearMessage) {

@@ -162,23 +162,20 @@ void raise_descriptor_limit() {
 
 }  // namespace
 
-/** glibc keeps 7 freed blocks per size for each thread to reuse. A worker with requests in
-    flight frees and takes more coroutine frames of one size than that between requests, and
-    the rest go through malloc's bins (`_int_malloc`, `unlink_chunk`), into memory touched
-    cold: 7% more user-space instructions per request at 64 connections than with 64 kept,
-    and at 1,000 connections, where an event batch starts or ends a hundred requests at once,
-    ~10% more CPU per request at 64 kept than at 256 (bench/README.md, ninth round). The cache
-    holds blocks of at most 1,032 bytes, so 256 of each size a request uses bound it at a few
-    MiB per thread. The depth is a tunable glibc reads only when a process starts, so rebound
-    starts itself again once, with it set, unless the operator set it. Without /proc it runs
-    on glibc's default. */
+/** glibc keeps 7 freed blocks per size for each thread to reuse. With dozens of requests in
+    flight, a worker frees and takes more coroutine frames of one size than that between
+    requests, and the rest go through malloc's bins: 7% more user-space instructions per
+    request at 64 connections than with 64 kept (bench/README.md). 256 took ~10% off the CPU
+    per request at 1,000 connections but cost ~5% at 64 and kept ~1.2 MiB of freed blocks
+    from malloc_trim (ninth round), so 64 stays. The depth is a tunable glibc
+    reads only when a process starts, so rebound starts itself again once, with it set,
+    unless the operator set it. Without /proc it runs on glibc's default. */
 void deepen_malloc_cache(char** argv) {
   constexpr std::string_view tunable = "glibc.malloc.tcache_count";
-  constexpr std::string_view depth = "256";
   char const* set = std::getenv("GLIBC_TUNABLES");
   std::string value = set ? set : "";
   if (value.find(tunable) != std::string::npos) return;
-  value += (value.empty() ? "" : ":") + std::string(tunable) + "=" + std::string(depth);
+  value += (value.empty() ? "" : ":") + std::string(tunable) + "=64";
   if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);
 }
