@@ -167,9 +167,9 @@ void raise_descriptor_limit() {
     requests, and the rest go through malloc's bins: 7% more user-space instructions per
     request at 64 connections than with 64 kept (bench/README.md). 256 took ~10% off the CPU
     per request at 1,000 connections but cost ~5% at 64 and kept ~1.2 MiB of freed blocks
-    from malloc_trim (ninth round), so 64 stays. The depth is a tunable glibc
-    reads only when a process starts, so rebound starts itself again once, with it set,
-    unless the operator set it. Without /proc it runs on glibc's default. */
+    from malloc_trim (ninth round), so 64 stays. The depth is a tunable glibc reads only
+    when a process starts, so rebound starts itself again once, with it set, unless the
+    operator set it. Without /proc it runs on glibc's default. */
 void deepen_malloc_cache(char** argv) {
   constexpr std::string_view tunable = "glibc.malloc.tcache_count";
   char const* set = std::getenv("GLIBC_TUNABLES");
