@@ -75,6 +75,24 @@ struct body_room {
   }
 };
 
+/// A body that has streamed past large_after reads through the large size: a quarter of the
+/// reads, writes and resumptions per MiB (relay_buffers.hpp).
+bool grows_large(beast::flat_buffer& buffer, std::uint64_t received) {
+  if (received <= large_after) return false;
+  if (buffer.capacity() < runtime::relay_buffers::large_size && buffer.max_size() >= runtime::relay_buffers::large_size)
+    buffer.reserve(runtime::relay_buffers::large_size);
+  return true;
+}
+
+/// Each read must progress within `idle`; a request body also keeps to its pace.
+template <class From>
+void arm_read_deadline(From& from, const relay_pacing& how, std::uint64_t received) {
+  if (how.pace)
+    from.expires_at(std::min(std::chrono::steady_clock::now() + how.idle, how.pace->deadline(received)));
+  else
+    from.expires_after(how.idle);
+}
+
 template <class From, class Parser, class To>
 net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::string_view head,
                                    std::string_view prefix, relay_pacing how) {
@@ -82,7 +100,6 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   auto& buffer = source.buffer;
   auto& p = source.parser;
   auto const idle = how.idle;
-  auto const* pace = how.pace;
   auto* buffers = how.buffers;
   std::uint64_t received = prefix.size();
   auto& body = p.get().body();
@@ -113,18 +130,13 @@ net::awaitable<relay_result> relay(body_from<From, Parser> source, To& to, std::
   for (;;) {
     std::string_view data;
     if (!p.is_done()) {
-      if (received > large_after && room.size < runtime::relay_buffers::large_size) {
+      if (room.size < runtime::relay_buffers::large_size && grows_large(buffer, received))
         room.take(buffers, runtime::relay_buffers::large_size);
-        if (buffer.max_size() >= runtime::relay_buffers::large_size) buffer.reserve(runtime::relay_buffers::large_size);
-      }
       body.data = room.data;
       body.size = room.size;
       auto ec = parse_buffered(buffer, p);
       if (ec == bhttp::error::need_more) {
-        if (pace)
-          from.expires_at(std::min(std::chrono::steady_clock::now() + idle, pace->deadline(received)));
-        else
-          from.expires_after(idle);
+        arm_read_deadline(from, how, received);
         // read_some, not read: read waits until the chunk is full, which would hold back a
         // slow stream's first bytes.
         auto [rec, n] = co_await bhttp::async_read_some(from, buffer, p, use_tuple);
@@ -189,13 +201,8 @@ net::awaitable<relay_result> relay_sized(body_from<From, Parser> source, std::ui
       if (left == 0) co_return relay_result{};
     }
     // Empty here: what it held was body, and went out.
-    if (received > large_after && buffer.capacity() < runtime::relay_buffers::large_size &&
-        buffer.max_size() >= runtime::relay_buffers::large_size)
-      buffer.reserve(runtime::relay_buffers::large_size);
-    if (how.pace)
-      from.expires_at(std::min(std::chrono::steady_clock::now() + how.idle, how.pace->deadline(received)));
-    else
-      from.expires_after(how.idle);
+    grows_large(buffer, received);
+    arm_read_deadline(from, how, received);
     auto [ec, n] =
         co_await from.async_read_some(buffer.prepare(std::min(buffer.capacity(), buffer.max_size())), use_tuple);
     buffer.commit(n);

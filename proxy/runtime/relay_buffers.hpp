@@ -9,11 +9,12 @@ namespace rebound::runtime {
 
 /** A worker's spare relay buffers, in two sizes. A body streams through a buffer; kept in
     the relay's coroutine frame it made every forwarded response a malloc and free of its size.
-    A relay starts with a small one, unless its body is whole in its read buffer already
-    (http/relay.cpp); a body that outgrows it moves to a large one, which quarters the reads,
-    writes and resumptions per MiB (bench/run.sh get1m: 1.30 -> 0.82 CPU-seconds per GB,
-    HAProxy 0.78) without giving every small response, or every one of 1,000 clients, 64 KiB.
-    A worker's sessions share its one thread: no lock. */
+    Only a body the parser re-frames (chunked) takes one; a body of known length goes out
+    from its read buffer (http/relay.cpp). It starts with a small one; a body that outgrows
+    it moves to a large one, which quarters the reads, writes and resumptions per MiB
+    (bench/run.sh get1m: 1.30 -> 0.82 CPU-seconds per GB, HAProxy 0.78) without giving every
+    small response, or every one of 1,000 clients, 64 KiB. A worker's sessions share its one
+    thread: no lock. */
 class relay_buffers {
  public:
   static constexpr std::size_t small_size = 16 * 1024;

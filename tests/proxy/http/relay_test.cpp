@@ -44,15 +44,14 @@ struct relay_outcome {
   std::size_t spare_buffers = 0;  ///< relay buffers the worker holds after the relay
 };
 
-/// Reads what the relay wrote to `far` after the relay ended, whatever it was.
-void read_what_came(tcp_socket& far, relay_outcome& out) {
+/// Reads what the relay writes to `far` until the writing side shuts down.
+void read_until_shutdown(tcp_socket& far, std::string& into) {
   error_code ec;
   std::array<char, 64 * 1024> chunk;
-  far.non_blocking(true);
   for (;;) {
     auto const n = far.read_some(net::buffer(chunk), ec);
     if (ec) break;
-    out.received.append(chunk.data(), n);
+    into.append(chunk.data(), n);
   }
 }
 
@@ -91,16 +90,7 @@ relay_outcome relay_response(const std::string& first, const std::string& rest, 
       },
       [&](std::exception_ptr e) { out.threw = e != nullptr; });
   // A large body needs a reader while it is relayed.
-  std::thread reader([&] {
-    client_side.far.non_blocking(false);
-    std::array<char, 64 * 1024> chunk;
-    error_code ec;
-    for (;;) {
-      auto const n = client_side.far.read_some(net::buffer(chunk), ec);
-      if (ec) break;
-      out.received.append(chunk.data(), n);
-    }
-  });
+  std::thread reader([&] { read_until_shutdown(client_side.far, out.received); });
   ioc.run();
   if (writer) writer->join();
   error_code ignored;
@@ -139,7 +129,8 @@ relay_outcome relay_request(const std::string& first, const std::string& rest,
       [&](std::exception_ptr e) { out.threw = e != nullptr; });
   ioc.run();
   out.spare_buffers = buffers.spare_count();
-  read_what_came(upstream_side.far, out);
+  up.shutdown_send();  // what the relay wrote is all there is
+  read_until_shutdown(upstream_side.far, out.received);
   return out;
 }
 
